@@ -1,0 +1,33 @@
+"""streamrace: races and memory aliasing between CUDA streams inside captured CUDA graphs."""
+
+import re
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+VERSION = re.search(r'__version__ = "([^"]+)"', (HERE / "streamrace" / "__init__.py").read_text()).group(1)
+
+setup(
+    name="streamrace",
+    version=VERSION,
+    description="Find cross-stream races and graph-pool aliasing in captured CUDA graphs (PyTorch)",
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["streamrace", "streamrace.*"]),
+    package_data={"streamrace": ["py.typed"]},
+    # torch is deliberately absent: recording uses the torch the user already has, and the
+    # analysis needs none. An unpinned torch requirement would pull a multi-GB CUDA build.
+    install_requires=["networkx>=3.0"],
+    extras_require={
+        "record": ["nvidia-ml-py>=12.0"],
+        "test": ["pytest>=7.0", "hypothesis>=6.0"],
+    },
+    entry_points={"console_scripts": ["streamrace=streamrace.cli:main"]},
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Environment :: GPU :: NVIDIA CUDA",
+        "Topic :: Software Development :: Debuggers",
+    ],
+)

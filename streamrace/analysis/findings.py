@@ -1,0 +1,104 @@
+"""Typed findings: what the analysis hands to reporters, the CLI, pytest and CI.
+
+The JSON form (``to_dict``) is a documented, stable contract (docs/json-report.md): fields
+are only ever added, never renamed or removed, within one major version of streamrace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Finding kinds. Each has a rule id of the same name in SARIF and a section in docs/findings.md.
+DATA_RACE = "data-race"
+UNSAFE_FREE = "unsafe-free"
+RECORD_STREAM_NOOP = "record-stream-noop"
+
+SEVERITY = {DATA_RACE: "error", UNSAFE_FREE: "error", RECORD_STREAM_NOOP: "warning"}
+
+
+@dataclass
+class Access:
+    """One side of a finding: an op (or a free) on a stream, and where the user issued it."""
+
+    op: str
+    stream: int
+    stream_label: str
+    access: str  # "read", "write" or "free"
+    seq: int
+    location: str | None = None  # "file.py:LINE" of the innermost user frame
+    stack: list[list[Any]] = field(default_factory=list)  # [[file, line, function], ...]
+    graph: int | None = None
+    range: dict[str, Any] | None = None
+    inferred: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Allocation:
+    """The block a finding is about: where it was allocated, freed and, if so, reused."""
+
+    addr: int
+    size: int
+    stream: int
+    stream_label: str
+    device: int = 0
+    pool: list[int] | None = None
+    alloc_seq: int | None = None
+    alloc_location: str | None = None
+    alloc_stack: list[list[Any]] = field(default_factory=list)
+    free_seq: int | None = None
+    free_location: str | None = None
+    free_stack: list[list[Any]] = field(default_factory=list)
+    reused_by: dict[str, Any] | None = None  # {op, stream, stream_label, seq, location, alloc_seq, alloc_location}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Finding:
+    kind: str
+    hazard: str | None  # "RAW", "WAR", "WAW" (None for lints)
+    accesses: list[Access]
+    message: str
+    missing_edge: str | None = None
+    fix: str | None = None
+    aliasing: bool = False
+    graph: int | None = None  # None: eager (outside any capture)
+    allocation: Allocation | None = None
+    count: int = 1
+    graphs: list[int] = field(default_factory=list)
+
+    @property
+    def severity(self) -> str:
+        return SEVERITY[self.kind]
+
+    @property
+    def signature(self) -> str:
+        """Stable across runs: no addresses, handles or sequence numbers, only code and ops."""
+        parts = [self.kind, self.hazard or ""]
+        parts += [f"{a.access}:{a.op}@{a.location or '?'}" for a in self.accesses]
+        if self.allocation is not None:
+            parts.append(f"alloc@{self.allocation.alloc_location or '?'}")
+        return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "severity": self.severity,
+            "hazard": self.hazard,
+            "aliasing": self.aliasing,
+            "graph": self.graph,
+            "graphs": self.graphs or ([self.graph] if self.graph is not None else []),
+            "message": self.message,
+            "accesses": [a.to_dict() for a in self.accesses],
+            "allocation": self.allocation.to_dict() if self.allocation else None,
+            "missing_edge": self.missing_edge,
+            "fix": self.fix,
+            "signature": self.signature,
+            "count": self.count,
+        }

@@ -1,0 +1,194 @@
+"""Build traces by hand: for tests, hand-written examples and documentation.
+
+The builder writes the same events the recorder writes, with made-up but consistent stream
+handles, event ids and addresses, so a test reads like the program it models::
+
+    tb = TraceBuilder()
+    main, side = tb.stream("main"), tb.stream("side")
+    with tb.capture(main):
+        x = tb.alloc(1 << 20, main)
+        tb.wait_stream(side, main)
+        tb.op("aten::sum", side, reads=[tb.span(x, 1 << 20)], at="model.py:12")
+        tb.free(x)
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from streamrace.trace.events import validate_event
+from streamrace.trace.io import Trace, make_header, write_trace
+
+_STREAM_BASE = 0x5000
+_ADDR_BASE = 0x7F00_0000_0000
+_ALIGN = 512
+
+
+def _contiguous_strides(shape: Sequence[int]) -> list[int]:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return strides[::-1]
+
+
+class TraceBuilder:
+    """Accumulates validated v1 events; ``trace()`` returns a ``Trace``."""
+
+    def __init__(self, **header: Any) -> None:
+        self.header = make_header(**header)
+        self.events: list[dict[str, Any]] = []
+        self._seq = itertools.count()
+        self._streams = itertools.count()
+        self._events_ids = itertools.count(1)
+        self._graphs = itertools.count(1)
+        self._next_addr = _ADDR_BASE
+        self._stacks: dict[str, int] = {}
+        self._block_stream: dict[int, int] = {}
+
+    # -- raw ---------------------------------------------------------------------------
+    def emit(self, ev: str, **fields: Any) -> dict[str, Any]:
+        event = {"seq": next(self._seq), "ev": ev, **{k: v for k, v in fields.items() if v is not None}}
+        validate_event(event)
+        self.events.append(event)
+        return event
+
+    def _stack(self, at: str | None) -> int | None:
+        """``at`` is "file.py:LINE" or "file.py:LINE in func"; one stack entry per distinct text."""
+        if at is None:
+            return None
+        if at not in self._stacks:
+            where, _, func = at.partition(" in ")
+            file, _, line = where.rpartition(":")
+            stack_id = len(self._stacks) + 1
+            self.emit("stack", id=stack_id, frames=[[file, int(line), func or "<module>"]])
+            self._stacks[at] = stack_id
+        return self._stacks[at]
+
+    # -- streams, events, syncs ----------------------------------------------------------
+    def stream(self, name: str | None = None, device: int = 0) -> int:
+        handle = _STREAM_BASE + next(self._streams) * 0x10
+        self.emit("stream", stream=handle, device=device, name=name)
+        return handle
+
+    def event(self) -> int:
+        event = next(self._events_ids)
+        self.emit("event_create", event=event)
+        return event
+
+    def record(self, event: int, stream: int, at: str | None = None) -> None:
+        self.emit("event_record", event=event, stream=stream, stack=self._stack(at))
+
+    def wait(self, event: int, stream: int, at: str | None = None) -> None:
+        self.emit("event_wait", event=event, stream=stream, stack=self._stack(at))
+
+    def delete_event(self, event: int) -> None:
+        self.emit("event_delete", event=event)
+
+    def wait_stream(self, waiter: int, waited: int, at: str | None = None) -> None:
+        """``waiter.wait_stream(waited)``: a fresh event recorded on waited, waited on by waiter."""
+        event = self.event()
+        self.record(event, waited, at)
+        self.wait(event, waiter, at)
+        self.delete_event(event)
+
+    def stream_sync(self, stream: int) -> None:
+        self.emit("stream_sync", stream=stream)
+
+    def event_sync(self, event: int) -> None:
+        self.emit("event_sync", event=event)
+
+    def device_sync(self, device: int = 0) -> None:
+        self.emit("device_sync", device=device)
+
+    # -- captures ------------------------------------------------------------------------
+    @contextmanager
+    def capture(self, stream: int, pool: tuple[int, int] | None = None) -> Iterator[int]:
+        graph = next(self._graphs)
+        self.emit(
+            "capture_begin",
+            graph=graph,
+            stream=stream,
+            device=0,
+            pool=list(pool) if pool else [graph, 0],
+            mode="global",
+        )
+        yield graph
+        self.emit("capture_end", graph=graph)
+
+    # -- memory --------------------------------------------------------------------------
+    def alloc(
+        self,
+        size: int,
+        stream: int,
+        addr: int | None = None,
+        at: str | None = None,
+        pool: tuple[int, int] | None = None,
+    ) -> int:
+        """Allocate ``size`` bytes on ``stream``; a fresh address unless ``addr`` reuses one."""
+        if addr is None:
+            addr = self._next_addr
+            self._next_addr += -(-size // _ALIGN) * _ALIGN + _ALIGN
+        self._block_stream[addr] = stream
+        self.emit(
+            "alloc",
+            addr=addr,
+            size=size,
+            stream=stream,
+            device=0,
+            pool=list(pool) if pool else None,
+            stack=self._stack(at),
+        )
+        return addr
+
+    def free(self, addr: int, at: str | None = None) -> None:
+        self.emit("free", addr=addr, device=0, stream=self._block_stream.get(addr), stack=self._stack(at))
+
+    def record_stream(self, addr: int, stream: int, at: str | None = None) -> None:
+        self.emit("record_stream", addr=addr, stream=stream, device=0, stack=self._stack(at))
+
+    # -- ranges and ops ------------------------------------------------------------------
+    @staticmethod
+    def span(addr: int, nbytes: int) -> dict[str, int]:
+        """A contiguous byte range."""
+        return {"addr": addr, "nbytes": nbytes}
+
+    @staticmethod
+    def view(
+        base: int,
+        shape: Sequence[int],
+        stride: Sequence[int] | None = None,
+        itemsize: int = 4,
+        offset: int = 0,
+    ) -> dict[str, Any]:
+        """A tensor view: ``offset`` and ``stride`` in elements, as torch reports them."""
+        return {
+            "addr": base + offset * itemsize,
+            "shape": list(shape),
+            "stride": list(stride) if stride is not None else _contiguous_strides(shape),
+            "itemsize": itemsize,
+        }
+
+    def op(
+        self,
+        name: str,
+        stream: int,
+        reads: Sequence[dict[str, Any]] = (),
+        writes: Sequence[dict[str, Any]] = (),
+        at: str | None = None,
+    ) -> int:
+        """An op on ``stream``; returns its seq."""
+        return self.emit(
+            "op", op=name, stream=stream, device=0, reads=list(reads), writes=list(writes), stack=self._stack(at)
+        )["seq"]
+
+    # -- output --------------------------------------------------------------------------
+    def trace(self) -> Trace:
+        stacks = {ev["id"]: ev["frames"] for ev in self.events if ev["ev"] == "stack"}
+        return Trace(header=self.header, events=list(self.events), stacks=stacks)
+
+    def write(self, path: str) -> None:
+        write_trace(path, self.header, self.events)
