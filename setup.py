@@ -22,7 +22,8 @@ setup(
     install_requires=["networkx>=3.0"],
     extras_require={
         "record": ["nvidia-ml-py>=12.0"],
-        "test": ["pytest>=7.0", "hypothesis>=6.0"],
+        # ruff is pinned because `ruff format --check` in .ci/run changes verdicts between releases.
+        "test": ["pytest>=7.0", "hypothesis>=6.0", "ruff==0.17.6"],
     },
     entry_points={"console_scripts": ["streamrace=streamrace.cli:main"]},
     classifiers=[
