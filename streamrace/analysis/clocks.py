@@ -1,0 +1,143 @@
+"""Happens-before between stream work: vector clocks per domain (docs/analysis.md §1–2).
+
+Capture is not execution, so every capture is a domain of its own with its own clocks, and
+the eager domain holds the work that ran outside any capture. A stream is in a graph's domain
+while it is a member of that capture: the capturing stream from ``capture_begin``, and any
+stream that waited on an event recorded inside the capture. Clocks are plain dicts
+(stream -> tick, missing = 0): streams are few, so a join is O(streams), and an access only
+keeps its epoch ``(stream, tick)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+VectorClock = dict[int, int]
+Domain = int | None  # a graph id, or EAGER
+
+EAGER: Domain = None
+
+
+def join(into: VectorClock, other: Mapping[int, int]) -> None:
+    """``into = max(into, other)`` element-wise, in place."""
+    for stream, tick in other.items():
+        if tick > into.get(stream, 0):
+            into[stream] = tick
+
+
+def ordered_before(stream: int, tick: int, clock: Mapping[int, int]) -> bool:
+    """Is the epoch ``(stream, tick)`` ordered before work issued at ``clock``?"""
+    return tick <= clock.get(stream, 0)
+
+
+class HappensBefore:
+    """Vector clocks of every stream in every domain, event snapshots, and the host clock."""
+
+    def __init__(self) -> None:
+        self._clocks: dict[Domain, dict[int, VectorClock]] = {EAGER: {}}
+        self._host: VectorClock = {}
+        self._graph_of: dict[int, int] = {}  # stream -> the active capture it is a member of
+        self._members: dict[int, set[int]] = {}  # active capture -> its member streams
+        self._snapshots: dict[int, tuple[Domain, VectorClock]] = {}
+
+    # -- domains ---------------------------------------------------------------------------
+    def domain(self, stream: int) -> Domain:
+        """The domain work issued on ``stream`` now belongs to."""
+        return self._graph_of.get(stream, EAGER)
+
+    def capturing(self, stream: int) -> bool:
+        return stream in self._graph_of
+
+    def members(self, graph: int) -> frozenset[int]:
+        """The streams capturing into ``graph`` (empty once the capture ended)."""
+        return frozenset(self._members.get(graph, ()))
+
+    def capture_begin(self, graph: int, stream: int) -> None:
+        self._clocks[graph] = {}
+        self._members[graph] = set()
+        self._enter(graph, stream)
+
+    def capture_end(self, graph: int) -> None:
+        """Members leave; the graph's clocks and snapshots are gone (they order nothing now)."""
+        for stream in self._members.pop(graph, ()):
+            del self._graph_of[stream]
+        self._clocks.pop(graph, None)
+        stale = [event for event, (domain, _) in self._snapshots.items() if domain == graph]
+        for event in stale:
+            del self._snapshots[event]
+
+    def _enter(self, graph: int, stream: int) -> None:
+        """``stream`` becomes a member of ``graph`` with a fresh clock there."""
+        old = self._graph_of.get(stream)
+        if old is not None:  # only a malformed trace moves a capturing stream
+            self._members[old].discard(stream)
+        self._graph_of[stream] = graph
+        self._members[graph].add(stream)
+        self._clocks[graph][stream] = {}
+
+    # -- clocks ------------------------------------------------------------------------------
+    def _clock(self, domain: Domain, stream: int) -> VectorClock:
+        clocks = self._clocks[domain]
+        clock = clocks.get(stream)
+        if clock is None:
+            clock = clocks[stream] = {}
+        return clock
+
+    def _host_ordered(self, stream: int) -> tuple[Domain, VectorClock]:
+        """The stream's clock, ordered after host synchronizations when it is eager."""
+        domain = self._graph_of.get(stream, EAGER)
+        clock = self._clock(domain, stream)
+        if domain is EAGER and self._host:
+            join(clock, self._host)
+        return domain, clock
+
+    def op(self, stream: int) -> tuple[Domain, VectorClock, int]:
+        """Issue one op on ``stream``: its domain, the stream's clock after it, and its tick.
+
+        The clock is the live one: read it before the next event, never modify it.
+        """
+        domain, clock = self._host_ordered(stream)
+        tick = clock.get(stream, 0) + 1
+        clock[stream] = tick
+        return domain, clock, tick
+
+    def current(self, stream: int) -> tuple[Domain, VectorClock]:
+        """Domain and clock of a host action on ``stream`` now (a free): like an op, no tick."""
+        return self._host_ordered(stream)
+
+    # -- events --------------------------------------------------------------------------------
+    def record(self, event: int, stream: int) -> None:
+        """Snapshot the stream's clock into ``event``, replacing any earlier record."""
+        domain, clock = self._host_ordered(stream)
+        self._snapshots[event] = (domain, dict(clock))
+
+    def wait(self, event: int, stream: int) -> None:
+        """Order ``stream`` after the event's latest record, if that record is in its domain."""
+        snapshot = self._snapshots.get(event)
+        if snapshot is None:
+            return
+        domain, clock = snapshot
+        current = self._graph_of.get(stream, EAGER)
+        if domain is not EAGER and current is EAGER:
+            self._enter(domain, stream)  # side.wait_stream(capturing) pulls side into the capture
+        elif domain != current:
+            return
+        join(self._clock(domain, stream), clock)
+
+    def forget(self, event: int) -> None:
+        """``event_create`` / ``event_delete``: the event has no snapshot."""
+        self._snapshots.pop(event, None)
+
+    # -- host synchronization (eager only) -----------------------------------------------------
+    def stream_sync(self, stream: int) -> None:
+        if stream not in self._graph_of:
+            join(self._host, self._clock(EAGER, stream))
+
+    def event_sync(self, event: int) -> None:
+        snapshot = self._snapshots.get(event)
+        if snapshot is not None and snapshot[0] is EAGER:
+            join(self._host, snapshot[1])
+
+    def device_sync(self) -> None:
+        for clock in self._clocks[EAGER].values():
+            join(self._host, clock)

@@ -1,0 +1,229 @@
+"""Saying what was found: detections become findings a person can act on.
+
+Streams get labels (their ``stream`` event's name, ``default`` for handle 0, else
+``stream#K`` by first appearance), accesses get the user's source line (the innermost frame
+of their stack: the recorder writes stacks innermost first), and every finding gets one
+sentence, the missing happens-before edge and a concrete fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from streamrace.analysis.clocks import Domain
+from streamrace.analysis.engine import Detection, Engine, Race, RecordStreamNoop, UnsafeFree
+from streamrace.analysis.findings import DATA_RACE, RECORD_STREAM_NOOP, UNSAFE_FREE, Access, Allocation, Finding
+from streamrace.analysis.lifetimes import Lifetime
+from streamrace.analysis.ranges import Overlap
+from streamrace.analysis.shadow import AccessRecord
+
+_HAZARD = {(True, False): "RAW", (False, True): "WAR", (True, True): "WAW"}
+
+
+class Describer:
+    """Builds findings from an engine's detections, with its labels and stack table."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._stacks = engine.stacks
+        self._names = engine.names
+        self._appearance = engine.appearance
+
+    def findings(self, detections: list[Detection]) -> list[Finding]:
+        out: list[Finding] = []
+        for det in detections:
+            if isinstance(det, Race):
+                out.append(self._race(det))
+            elif isinstance(det, UnsafeFree):
+                out.append(self._unsafe_free(det))
+            else:
+                out.append(self._noop(det))
+        return out
+
+    # -- pieces --------------------------------------------------------------------------------
+    def label(self, stream: int) -> str:
+        name = self._names.get(stream)
+        if name:
+            return name
+        if stream == 0:
+            return "default"
+        return f"stream#{self._appearance.get(stream, len(self._appearance))}"
+
+    def _frames(self, event: Mapping[str, Any]) -> list[list[Any]]:
+        stack = event.get("stack")
+        return [list(frame) for frame in self._stacks.get(stack, ())] if stack is not None else []
+
+    @staticmethod
+    def _location(frames: list[list[Any]]) -> str | None:
+        return f"{frames[0][0]}:{frames[0][1]}" if frames else None
+
+    def _access(self, rec: AccessRecord, how: Overlap) -> Access:
+        ev = rec.event
+        frames = self._frames(ev)
+        rng = dict(rec.raw)
+        if how is Overlap.APPROXIMATE:
+            rng["approximate"] = True
+        return Access(
+            op=ev["op"] if ev["ev"] == "op" else ev["name"],
+            stream=rec.stream,
+            stream_label=self.label(rec.stream),
+            access="write" if rec.write else "read",
+            seq=ev["seq"],
+            location=self._location(frames),
+            stack=frames,
+            graph=rec.domain,
+            range=rng,
+            inferred=bool(ev.get("inferred", False)),
+        )
+
+    def _free_access(self, lifetime: Lifetime, domain: Domain) -> Access:
+        free = lifetime.free or {}
+        frames = self._frames(free)
+        return Access(
+            op="free",
+            stream=lifetime.owner,
+            stream_label=self.label(lifetime.owner),
+            access="free",
+            seq=free["seq"],
+            location=self._location(frames),
+            stack=frames,
+            graph=domain,
+            range={"addr": lifetime.addr, "nbytes": lifetime.size},
+        )
+
+    def _allocation(self, lifetime: Lifetime, reuse: tuple[Access, Lifetime] | None = None) -> Allocation:
+        alloc_frames = self._frames(lifetime.alloc)
+        free_frames = self._frames(lifetime.free) if lifetime.free else []
+        reused_by = None
+        if reuse is not None:
+            access, new = reuse
+            reused_by = {
+                "op": access.op,
+                "stream": access.stream,
+                "stream_label": access.stream_label,
+                "seq": access.seq,
+                "location": access.location,
+                "alloc_seq": new.alloc["seq"],
+                "alloc_location": self._location(self._frames(new.alloc)),
+            }
+        return Allocation(
+            addr=lifetime.addr,
+            size=lifetime.size,
+            stream=lifetime.owner,
+            stream_label=self.label(lifetime.owner),
+            device=lifetime.device,
+            pool=lifetime.alloc.get("pool"),
+            alloc_seq=lifetime.alloc["seq"],
+            alloc_location=self._location(alloc_frames),
+            alloc_stack=alloc_frames,
+            free_seq=lifetime.free["seq"] if lifetime.free else None,
+            free_location=self._location(free_frames),
+            free_stack=free_frames,
+            reused_by=reused_by,
+        )
+
+    # -- findings ------------------------------------------------------------------------------
+    def _race(self, race: Race) -> Finding:
+        first, second = self._access(race.earlier, race.how), self._access(race.later, race.how)
+        hazard = _HAZARD[race.earlier.write, race.later.write]
+        aliasing = race.reused is not None
+        allocation = None
+        if race.lifetime is not None:
+            allocation = self._allocation(race.lifetime, (second, race.reused) if race.reused else None)
+        message = (
+            f"{_what(second)} {_verb(second)} bytes that {_what(first)} {_verb(first, past=True)}, "
+            f"and nothing orders the two ({hazard})"
+        )
+        if aliasing:
+            message += ": the block was freed and handed out again in between, so two tensors collide"
+        return Finding(
+            kind=DATA_RACE,
+            hazard=hazard,
+            accesses=[first, second],
+            message=message + ".",
+            missing_edge=f"no happens-before edge from {_what(first)} to {_what(second)}",
+            fix=(
+                f"record an event on {first.stream_label} after {first.op}{_at(first)} and wait on it "
+                f"on {second.stream_label} before {second.op}{_at(second)}, e.g. "
+                f"`{second.stream_label}.wait_stream({first.stream_label})` just before "
+                f"{second.location or second.op}"
+            ),
+            aliasing=aliasing,
+            graph=race.later.domain,
+            allocation=allocation,
+        )
+
+    def _unsafe_free(self, unsafe: UnsafeFree) -> Finding:
+        lifetime = unsafe.lifetime
+        use = self._access(unsafe.use, unsafe.how)
+        free = self._free_access(lifetime, unsafe.domain)
+        owner, user = free.stream_label, use.stream_label
+        site = self._location(self._frames(lifetime.alloc))
+        message = (
+            f"The block allocated{f' at {site}' if site else ''} is freed on {owner}{_at(free)} "
+            f"while {_what(use)} may still {'write' if unsafe.use.write else 'read'} it"
+        )
+        second = free
+        reuse = None
+        if unsafe.racer is not None and unsafe.reused is not None:
+            second = self._access(unsafe.racer, unsafe.how)
+            reuse = (second, unsafe.reused)
+            message += f"; the allocator handed it to {_what(second)}, which {_verb(second)} it concurrently"
+        else:
+            message += f"; the allocator can hand it to the next allocation on {owner}"
+        return Finding(
+            kind=UNSAFE_FREE,
+            hazard="WAW" if unsafe.use.write else "WAR",
+            accesses=[use, second],
+            message=message + ".",
+            missing_edge=f"no happens-before edge from {_what(use)} to the free on {owner}{_at(free)}",
+            fix=(
+                f"keep the tensor alive until after `{owner}.wait_stream({user})` (join, then free), "
+                f"or call `t.record_stream({user})` after {use.op}{_at(use)}"
+            ),
+            aliasing=reuse is not None,
+            graph=unsafe.domain,
+            allocation=self._allocation(lifetime, reuse),
+        )
+
+    def _noop(self, noop: RecordStreamNoop) -> Finding:
+        ev = noop.event
+        frames = self._frames(ev)
+        call = Access(
+            op="record_stream",
+            stream=ev["stream"],
+            stream_label=self.label(ev["stream"]),
+            access="record_stream",
+            seq=ev["seq"],
+            location=self._location(frames),
+            stack=frames,
+            graph=noop.domain,
+            range={"addr": ev["addr"], "nbytes": 0},
+        )
+        consumer = self.label(noop.users[0]) if noop.users else "consumer"
+        return Finding(
+            kind=RECORD_STREAM_NOOP,
+            hazard=None,
+            accesses=[call],
+            message=(
+                f"record_stream{_at(call)} names {call.stream_label}, the stream that allocated the block, "
+                "so it does nothing and the consumer stream's use stays unprotected."
+            ),
+            fix=f"record on the consumer stream, not the allocating one: `t.record_stream({consumer})`",
+            graph=noop.domain,
+            allocation=self._allocation(noop.lifetime),
+        )
+
+
+def _at(access: Access) -> str:
+    return f" ({access.location})" if access.location else ""
+
+
+def _what(access: Access) -> str:
+    return f"{access.op} on {access.stream_label}{_at(access)}"
+
+
+def _verb(access: Access, past: bool = False) -> str:
+    if access.access == "write":
+        return "wrote" if past else "writes"
+    return "read" if past else "reads"

@@ -1,0 +1,212 @@
+"""The analysis engine: one pass over the events in seq order, detections out.
+
+It drives the happens-before clocks, the shadow memory of each (domain, device) and the
+allocation lifetimes, and keeps what it detects as plain records (``Race``, ``UnsafeFree``,
+``RecordStreamNoop``) that ``describe`` turns into findings once the trace is read: labels
+and stacks may be declared after their first use, and a later reuse can still fold a race
+into an earlier unsafe free (docs/analysis.md §5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamrace.analysis.clocks import Domain, HappensBefore
+from streamrace.analysis.lifetimes import Lifetime, Lifetimes
+from streamrace.analysis.ranges import Overlap, normalize, overlaps
+from streamrace.analysis.shadow import AccessRecord, ShadowMemory
+
+
+@dataclass(eq=False)
+class Race:
+    """``later`` races with ``earlier``, the most recent earlier access it races with."""
+
+    earlier: AccessRecord
+    later: AccessRecord
+    how: Overlap
+    lifetime: Lifetime | None  # the block of the colliding bytes, as the earlier access saw it
+    reused: Lifetime | None = None  # set when aliasing: the later lifetime of those bytes
+
+
+@dataclass(eq=False)
+class UnsafeFree:
+    """``lifetime`` was freed while ``use`` (another stream's) was not ordered before the free."""
+
+    use: AccessRecord
+    lifetime: Lifetime
+    domain: Domain
+    racer: AccessRecord | None = None  # set when folded: the new lifetime's racing access
+    how: Overlap = Overlap.NONE
+    reused: Lifetime | None = None
+
+
+@dataclass(eq=False)
+class RecordStreamNoop:
+    """``record_stream`` named the block's own stream (H10)."""
+
+    event: dict[str, Any]
+    lifetime: Lifetime
+    domain: Domain
+    users: list[int] = field(default_factory=list)  # other streams that used the block so far
+
+
+Detection = Race | UnsafeFree | RecordStreamNoop
+
+
+class Engine:
+    """Feed it events in seq order; read ``detections`` and the counters afterwards."""
+
+    def __init__(self, stacks: Mapping[int, list[list[Any]]] | None = None) -> None:
+        self.hb = HappensBefore()
+        self.lifetimes = Lifetimes()
+        self.shadows: dict[tuple[Domain, int], ShadowMemory] = {}
+        self.detections: list[Detection] = []
+        self.stacks: dict[int, list[list[Any]]] = dict(stacks or {})
+        self.names: dict[int, str] = {}  # stream -> the name its `stream` event gave
+        self.appearance: dict[int, int] = {}  # stream -> order of first appearance
+        self.devices: dict[int, int] = {}  # stream -> device
+        self.graphs = self.ops = self.accesses = 0
+        self._order = 0
+        self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
+            "stream": self._stream,
+            "stack": self._stack,
+            "capture_begin": self._capture_begin,
+            "capture_end": self._capture_end,
+            "alloc": self._alloc,
+            "free": self._free,
+            "record_stream": self._record_stream,
+            "op": self._op,
+            "kernel": self._op,
+            "event_create": self._forget,
+            "event_delete": self._forget,
+            "event_record": lambda ev: self.hb.record(ev["event"], ev["stream"]),
+            "event_wait": lambda ev: self.hb.wait(ev["event"], ev["stream"]),
+            "stream_sync": lambda ev: self.hb.stream_sync(ev["stream"]),
+            "event_sync": lambda ev: self.hb.event_sync(ev["event"]),
+            "device_sync": lambda ev: self.hb.device_sync(),
+        }
+
+    def feed(self, ev: dict[str, Any]) -> None:
+        stream = ev.get("stream")
+        if stream is not None and stream not in self.appearance:
+            self.appearance[stream] = len(self.appearance)
+        handler = self._handlers.get(ev["ev"])
+        if handler is not None:  # `graph` and `recorder_error` do not take part in v1
+            handler(ev)
+
+    def _device(self, ev: Mapping[str, Any], stream: int | None) -> int:
+        device = ev.get("device")
+        if device is None:
+            device = self.devices.get(stream, 0) if stream is not None else 0
+        return device
+
+    # -- declarations ------------------------------------------------------------------------
+    def _stream(self, ev: dict[str, Any]) -> None:
+        if ev.get("name"):
+            self.names[ev["stream"]] = ev["name"]
+        if ev.get("device") is not None:
+            self.devices[ev["stream"]] = ev["device"]
+
+    def _stack(self, ev: dict[str, Any]) -> None:
+        self.stacks[ev["id"]] = ev["frames"]
+
+    def _forget(self, ev: dict[str, Any]) -> None:
+        self.hb.forget(ev["event"])
+
+    # -- captures ----------------------------------------------------------------------------
+    def _capture_begin(self, ev: dict[str, Any]) -> None:
+        self.graphs += 1
+        self.hb.capture_begin(ev["graph"], ev["stream"])
+
+    def _capture_end(self, ev: dict[str, Any]) -> None:
+        graph = ev["graph"]
+        self.hb.capture_end(graph)
+        # Nothing later is in this domain: its accesses can never race again.
+        for key in [key for key in self.shadows if key[0] == graph]:
+            del self.shadows[key]
+        self.lifetimes.end_domain(graph)
+
+    # -- memory --------------------------------------------------------------------------------
+    def _alloc(self, ev: dict[str, Any]) -> None:
+        self.lifetimes.alloc(ev, self._device(ev, ev["stream"]))
+
+    def _free(self, ev: dict[str, Any]) -> None:
+        lifetime = self.lifetimes.free(ev["addr"], self._device(ev, ev.get("stream")), ev)
+        if lifetime is None:
+            return
+        domain, clock = self.hb.current(lifetime.owner)
+        for use in self.lifetimes.unordered_uses(lifetime, domain, clock):
+            unsafe = UnsafeFree(use, lifetime, domain)
+            use.unsafe_frees.append(unsafe)
+            self.detections.append(unsafe)
+
+    def _record_stream(self, ev: dict[str, Any]) -> None:
+        stream = ev["stream"]
+        lifetime = self.lifetimes.record_stream(ev["addr"], stream, self._device(ev, stream))
+        if lifetime is not None and lifetime.owner == stream:
+            users = sorted({user for _, user in lifetime.last_use}, key=self.appearance.__getitem__)
+            self.detections.append(RecordStreamNoop(ev, lifetime, self.hb.domain(stream), users))
+
+    # -- work ----------------------------------------------------------------------------------
+    def _op(self, ev: dict[str, Any]) -> None:
+        if ev["ev"] == "op":
+            self.ops += 1
+        reads, writes = ev["reads"], ev["writes"]
+        self.accesses += len(reads) + len(writes)
+        stream = ev.get("stream")
+        if stream is None:  # a kernel node nobody placed on a stream: nothing to order it by
+            return
+        device = self._device(ev, stream)
+        domain, clock, tick = self.hb.op(stream)
+        shadow = self.shadows.get((domain, device))
+        if shadow is None:
+            shadow = self.shadows[domain, device] = ShadowMemory()
+        for write, ranges in ((False, reads), (True, writes)):
+            for raw in ranges:
+                rng = normalize(raw)
+                if rng.empty:
+                    continue
+                rec = AccessRecord(self._order, stream, tick, write, rng, domain, device, ev, raw)
+                self._order += 1
+                rec.lifetimes = self.lifetimes.touched(rng, device)
+                self.lifetimes.note_use(rec)
+                racer, how = shadow.check(rec, clock)
+                if racer is not None:
+                    self._race(racer, rec, how)
+                shadow.insert(rec)
+
+    def _race(self, earlier: AccessRecord, later: AccessRecord, how: Overlap) -> None:
+        collisions = list(_collisions(earlier, later))
+        for old, new in collisions:
+            for unsafe in earlier.unsafe_frees:
+                if unsafe.lifetime is old:
+                    # The reuse the unsafe free made possible: one finding, not two.
+                    if unsafe.racer is None:
+                        unsafe.racer, unsafe.how, unsafe.reused = later, how, new
+                    return
+        if collisions:
+            old, new = collisions[0]
+            self.detections.append(Race(earlier, later, how, old, new))
+            return
+        self.detections.append(Race(earlier, later, how, _block_of(earlier, later)))
+
+
+def _collisions(a: AccessRecord, b: AccessRecord) -> Iterator[tuple[Lifetime, Lifetime]]:
+    """Pairs of distinct lifetimes, of ``a`` and of ``b``, through which they share a byte."""
+    for old in a.lifetimes:
+        for new in b.lifetimes:
+            if old is new:
+                continue
+            lo, hi = max(old.addr, new.addr), min(old.end, new.end)
+            if lo < hi and overlaps(a.rng, b.rng, (lo, hi)):
+                yield old, new
+
+
+def _block_of(a: AccessRecord, b: AccessRecord) -> Lifetime | None:
+    """The lifetime holding bytes both accesses touched (one lifetime: not aliasing)."""
+    for lifetime in (*a.lifetimes, *b.lifetimes):
+        if overlaps(a.rng, b.rng, (lifetime.addr, lifetime.end)):
+            return lifetime
+    return None

@@ -1,0 +1,133 @@
+"""Allocation lifetimes: which block an access touched, and whether a free was safe.
+
+PyTorch's caching allocator hands a freed block to the next allocation on the stream that
+allocated it, at once, unless ``record_stream`` named other users. So a free is unsafe when
+another stream used the block and that use is not ordered before the owner's free: the
+freed-before-join hazard H1 (docs/analysis.md §5), whether or not this trace reuses the block.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamrace.analysis.clocks import EAGER, Domain
+from streamrace.analysis.ranges import ByteRange, overlaps
+from streamrace.analysis.shadow import AccessRecord
+
+
+@dataclass(eq=False)
+class Lifetime:
+    """One allocation of a block, from ``alloc`` to ``free``."""
+
+    id: int
+    addr: int
+    size: int
+    owner: int  # the allocating stream
+    device: int
+    alloc: dict[str, Any]  # the alloc event
+    free: dict[str, Any] | None = None  # the free event, once freed
+    recorded: set[int] = field(default_factory=set)  # streams named by record_stream
+    # The last use of each non-owner stream, per domain: (domain, stream) -> access.
+    last_use: dict[tuple[Domain, int], AccessRecord] = field(default_factory=dict)
+
+    @property
+    def end(self) -> int:
+        return self.addr + self.size
+
+
+class Lifetimes:
+    """The live blocks of every device, sorted by address."""
+
+    def __init__(self) -> None:
+        self._starts: dict[int, list[int]] = {}
+        self._live: dict[int, list[Lifetime]] = {}
+        self._count = 0
+        self._in_domain: dict[Domain, dict[int, Lifetime]] = {}  # capture -> lifetimes it used
+
+    def _device(self, device: int) -> tuple[list[int], list[Lifetime]]:
+        return self._starts.setdefault(device, []), self._live.setdefault(device, [])
+
+    def alloc(self, event: Mapping[str, Any], device: int) -> Lifetime:
+        """Start a lifetime; a live block it overlaps (a malformed trace) ends silently."""
+        addr, size = event["addr"], event["size"]
+        starts, live = self._device(device)
+        lo = bisect_left(starts, addr)
+        while lo > 0 and live[lo - 1].end > addr:
+            lo -= 1
+        hi = bisect_left(starts, addr + size, lo)
+        del starts[lo:hi], live[lo:hi]
+        lifetime = Lifetime(self._count, addr, size, event["stream"], device, dict(event))
+        self._count += 1
+        starts.insert(lo, addr)
+        live.insert(lo, lifetime)
+        return lifetime
+
+    def free(self, addr: int, device: int, event: Mapping[str, Any]) -> Lifetime | None:
+        """End the lifetime of the block at ``addr``; None if the trace never allocated it."""
+        starts, live = self._device(device)
+        i = bisect_left(starts, addr)
+        if i == len(starts) or starts[i] != addr:
+            return None
+        lifetime = live.pop(i)
+        del starts[i]
+        lifetime.free = dict(event)
+        return lifetime
+
+    def containing(self, addr: int, device: int) -> Lifetime | None:
+        starts, live = self._device(device)
+        i = bisect_right(starts, addr) - 1
+        if i >= 0 and addr < live[i].end:
+            return live[i]
+        return None
+
+    def record_stream(self, addr: int, stream: int, device: int) -> Lifetime | None:
+        """``record_stream``: ``stream``'s uses of the block at ``addr`` no longer make its free unsafe.
+
+        Returns the block (None if unknown); on its own stream the call does nothing (H10).
+        """
+        lifetime = self.containing(addr, device)
+        if lifetime is not None and stream != lifetime.owner:
+            lifetime.recorded.add(stream)
+        return lifetime
+
+    def touched(self, rng: ByteRange, device: int) -> tuple[Lifetime, ...]:
+        """The live lifetimes that share a byte with ``rng``, by address."""
+        starts, live = self._device(device)
+        i = bisect_left(starts, rng.hi)
+        found: list[Lifetime] = []
+        while i > 0 and live[i - 1].end > rng.lo:
+            i -= 1
+            block = live[i]
+            inside = block.addr <= rng.lo and rng.hi <= block.end
+            if inside or overlaps(rng, ByteRange(block.addr, (), block.size)):
+                found.append(block)
+        found.reverse()
+        return tuple(found)
+
+    def note_use(self, rec: AccessRecord) -> None:
+        """Remember ``rec`` as its stream's last use of every block it touched."""
+        for lifetime in rec.lifetimes:
+            if rec.stream != lifetime.owner:
+                lifetime.last_use[rec.domain, rec.stream] = rec
+                if rec.domain is not EAGER:
+                    self._in_domain.setdefault(rec.domain, {})[lifetime.id] = lifetime
+
+    def end_domain(self, graph: int) -> None:
+        """A capture ended: its uses can no longer make a free unsafe."""
+        for lifetime in self._in_domain.pop(graph, {}).values():
+            for key in [key for key in lifetime.last_use if key[0] == graph]:
+                del lifetime.last_use[key]
+
+    @staticmethod
+    def unordered_uses(lifetime: Lifetime, domain: Domain, clock: Mapping[int, int]) -> list[AccessRecord]:
+        """Uses of other streams in ``domain`` not ordered before ``clock`` nor covered by record_stream."""
+        uses = [
+            rec
+            for (where, stream), rec in lifetime.last_use.items()
+            if where == domain and stream not in lifetime.recorded and rec.tick > clock.get(stream, 0)
+        ]
+        uses.sort(key=lambda rec: rec.order)
+        return uses

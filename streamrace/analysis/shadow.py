@@ -1,0 +1,108 @@
+"""Shadow memory: the earlier accesses of one domain on one device, and the race check.
+
+Accesses are indexed by coarse address granules so that a new access only meets the earlier
+accesses near it. An earlier access is forgotten once a later one that it happens before
+covers its bytes and is a write (or both are reads): every future race with the forgotten
+access is then also a race with the later one (docs/analysis.md §4), and the later one is
+more recent, so the reported partner (the most recent racing access) does not change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamrace.analysis.clocks import Domain, VectorClock
+from streamrace.analysis.ranges import ByteRange, Overlap, covers, overlaps
+
+GRANULE_BITS = 21  # 2 MiB: the allocator's small-segment size
+# An access over more granules than this sits in one list that every lookup scans.
+_MAX_GRANULES = 64
+
+
+@dataclass(eq=False)
+class AccessRecord:
+    """One range of one op: its epoch, its bytes and what the report needs to name it."""
+
+    order: int  # global position among all accesses: reads before writes within an op
+    stream: int
+    tick: int
+    write: bool
+    rng: ByteRange
+    domain: Domain
+    device: int
+    event: dict[str, Any]  # the op (or kernel) event
+    raw: dict[str, Any]  # the range as written in the trace
+    lifetimes: tuple[Any, ...] = ()  # the live allocation lifetimes it touched
+    unsafe_frees: list[Any] = field(default_factory=list)  # unsafe frees it is the unordered use of
+    forgotten: bool = False
+
+
+class ShadowMemory:
+    """Earlier accesses of one (domain, device)."""
+
+    def __init__(self) -> None:
+        self._granules: dict[int, list[AccessRecord]] = {}
+        self._wide: list[AccessRecord] = []
+
+    def __len__(self) -> int:
+        """How many accesses are remembered (not forgotten)."""
+        live = {rec.order for bucket in self._granules.values() for rec in bucket if not rec.forgotten}
+        return len(live) + sum(not rec.forgotten for rec in self._wide)
+
+    def _candidates(self, rng: ByteRange) -> dict[int, AccessRecord]:
+        """Remembered accesses in the granules of ``rng``, by order; drops forgotten ones."""
+        first, last = rng.lo >> GRANULE_BITS, (rng.hi - 1) >> GRANULE_BITS
+        if last - first < 4 * _MAX_GRANULES:
+            keys = [g for g in range(first, last + 1) if g in self._granules]
+        else:  # a huge range: cheaper to scan the granules that exist than every one it spans
+            keys = [g for g in self._granules if first <= g <= last]
+        found: dict[int, AccessRecord] = {}
+        for g in keys:
+            bucket = self._granules[g]
+            for rec in bucket:
+                found[rec.order] = rec
+            if any(rec.forgotten for rec in bucket):
+                live = [rec for rec in bucket if not rec.forgotten]
+                if live:
+                    self._granules[g] = live
+                else:
+                    del self._granules[g]
+        if self._wide:
+            for rec in self._wide:
+                found[rec.order] = rec
+            self._wide = [rec for rec in self._wide if not rec.forgotten]
+        return found
+
+    def check(self, new: AccessRecord, clock: VectorClock) -> tuple[AccessRecord | None, Overlap]:
+        """The most recent earlier access racing with ``new`` (issued at ``clock``), if any.
+
+        Also forgets the earlier accesses ``new`` makes redundant. Returns the racing access
+        and how its overlap was decided.
+        """
+        racer: AccessRecord | None = None
+        how = Overlap.NONE
+        rng, stream, write = new.rng, new.stream, new.write
+        for old in self._candidates(rng).values():
+            if old.forgotten:
+                continue
+            if old.tick <= clock.get(old.stream, 0):  # old happens before new
+                if (write or not old.write) and covers(rng, old.rng):
+                    old.forgotten = True
+            elif (write or old.write) and old.stream != stream and (racer is None or old.order > racer.order):
+                hit = overlaps(old.rng, rng)
+                if hit:
+                    racer, how = old, hit
+        return racer, how
+
+    def insert(self, rec: AccessRecord) -> None:
+        first, last = rec.rng.lo >> GRANULE_BITS, (rec.rng.hi - 1) >> GRANULE_BITS
+        if last - first >= _MAX_GRANULES:
+            self._wide.append(rec)
+            return
+        for g in range(first, last + 1):
+            bucket = self._granules.get(g)
+            if bucket is None:
+                self._granules[g] = [rec]
+            else:
+                bucket.append(rec)
