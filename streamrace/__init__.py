@@ -1,3 +1,27 @@
-"""streamrace: cross-stream races and graph-pool aliasing inside captured CUDA graphs."""
+"""streamrace: cross-stream races and graph-pool aliasing inside captured CUDA graphs.
+
+``import streamrace`` stays light: the recorder (and torch) load only when ``watch``,
+``Session`` or ``name_stream`` is first used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
+__all__ = ["Session", "__version__", "name_stream", "watch"]
+
+_RECORDER_API = {
+    "watch": "streamrace.record.session",
+    "Session": "streamrace.record.session",
+    "name_stream": "streamrace.record.recorder",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _RECORDER_API.get(name)
+    if module is None:
+        raise AttributeError(f"module 'streamrace' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

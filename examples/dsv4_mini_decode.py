@@ -1,0 +1,230 @@
+"""A miniature of the DeepSeek-V4 sparse-attention decode step, with its freed-before-join bug.
+
+This is the bug streamrace was born from (HAZARDS.md, SGLang PR #36547), in about a hundred
+lines that keep the shape of the serving code:
+
+* five streams are created once, at model init; the side-stream branch is taken only while
+  capturing a CUDA graph and for small batches, so eager runs are single-stream;
+* the main stream produces ``qkv``; the KV stream waits for it (an event), normalises half of
+  it and stores it into the persistent SWA KV cache;
+* the indexer stream runs a nested fork: a weights stream and a query stream, the query stream
+  waiting on an event of the *main* stream and one of the weights stream, the indexer stream
+  joining only the query stream (the weights stream is joined transitively) and writing a
+  persistent top-k metadata buffer;
+* several batch sizes are captured largest first into one shared pool on a dedicated capture
+  stream, after two eager warm-ups each, as SGLang's CUDA-graph runner does.
+
+The bug (``--variant bug``): ``del qkv`` on the main stream before the main stream joins the
+KV stream. The allocator hands ``qkv``'s block to the next main-stream allocation (``q``), and
+at replay the ``q`` GEMM writes the bytes the KV stream is still reading. The fixes: keep the
+reference past the join (``keep-alive``, what #36547 did), ``record-stream``, ``join-then-free``,
+or no overlap at all (``no-overlap``). ``--latent`` makes ``q`` large enough to come from the
+other pool, so this capture does not reuse the block: the bug is still there (a dtype change
+brings it back), and streamrace still reports it.
+
+``--check`` proves the example's own truth: ``torch.cuda._sleep`` delays the KV-stream reader,
+every graph is replayed with fresh inputs, and the SWA cache and output are compared with an
+eager single-stream run. The bug corrupts them; the fixes do not.
+
+    python examples/dsv4_mini_decode.py --variant bug --check --trace race.jsonl.gz
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+import torch
+
+import streamrace
+
+VARIANTS = ("bug", "keep-alive", "record-stream", "join-then-free", "no-overlap")
+BATCH_SIZES = (8, 4, 2)
+MULTI_STREAM_MAX_BS = 64
+HIDDEN, Q_LORA, HEAD, SLOTS = 512, 256, 256, 64
+LATENT_Q_WIDTH = 1 << 18  # q of >= 2 MiB comes from the large pool: qkv's block is never reused
+
+
+def rms_norm(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+class DecodeStreams:
+    """Created once and shared by every layer, as the serving engines do."""
+
+    def __init__(self) -> None:
+        self.kv, self.compressor, self.indexer, self.weights, self.query = (torch.cuda.Stream() for _ in range(5))
+        for name in ("kv", "compressor", "indexer", "weights", "query"):
+            streamrace.name_stream(getattr(self, name), name)
+
+
+class MiniDecodeLayer:
+    def __init__(self, variant: str, latent: bool, sleep_cycles: int, streams: DecodeStreams) -> None:
+        gen = torch.Generator(device="cuda").manual_seed(0)
+
+        def weight(*shape: int) -> torch.Tensor:
+            return torch.randn(*shape, device="cuda", generator=gen) / shape[0] ** 0.5
+
+        self.variant, self.sleep_cycles, self.streams = variant, sleep_cycles, streams
+        q_width = LATENT_Q_WIDTH if latent else Q_LORA + HEAD  # manifest: q has qkv's exact size
+        self.w_qkv = weight(HIDDEN, Q_LORA + HEAD)
+        self.w_qb = weight(Q_LORA, q_width)
+        self.w_weights = weight(HIDDEN, HEAD)
+        self.w_qi = weight(Q_LORA, HEAD)
+        self.swa_cache = torch.zeros(SLOTS, HEAD, device="cuda")
+        self.index_k = torch.zeros(SLOTS, HEAD, device="cuda")
+        self.topk = torch.zeros(max(BATCH_SIZES), HEAD, device="cuda")  # per-batch metadata, every layer
+
+    def reset_state(self) -> None:
+        for buffer in (self.swa_cache, self.index_k, self.topk):
+            buffer.zero_()
+
+    def forward(self, x: torch.Tensor, loc: torch.Tensor) -> torch.Tensor:
+        overlap = (
+            self.variant != "no-overlap"
+            and torch.cuda.is_current_stream_capturing()
+            and x.shape[0] <= MULTI_STREAM_MAX_BS
+        )
+        return self._forward_overlapped(x, loc) if overlap else self._forward_single(x, loc)
+
+    def _forward_single(self, x: torch.Tensor, loc: torch.Tensor) -> torch.Tensor:
+        qkv = x @ self.w_qkv
+        q_lora = rms_norm(qkv[:, :Q_LORA])
+        self.index_k.index_copy_(0, loc, rms_norm(x[:, :HEAD]))
+        weights = x @ self.w_weights
+        self.topk[: x.shape[0]].copy_(((q_lora @ self.w_qi) * weights).softmax(-1))
+        self.swa_cache.index_copy_(0, loc, rms_norm(qkv[:, Q_LORA:]))
+        q = q_lora @ self.w_qb
+        return self._attend(q, loc)
+
+    def _forward_overlapped(self, x: torch.Tensor, loc: torch.Tensor) -> torch.Tensor:
+        main, s = torch.cuda.current_stream(), self.streams
+        s.kv.wait_stream(main)  # fork before this layer's producers, as SGLang does
+        s.indexer.wait_stream(main)
+        qkv = x @ self.w_qkv
+        qkv_ready = torch.cuda.Event()
+        qkv_ready.record(main)
+        q_lora = rms_norm(qkv[:, :Q_LORA])
+        q_lora_ready = torch.cuda.Event()
+        q_lora_ready.record(main)
+        self._indexer(x, loc, q_lora, q_lora_ready)
+        with torch.cuda.stream(s.kv):
+            s.kv.wait_event(qkv_ready)
+            torch.cuda._sleep(self.sleep_cycles)  # a slow reader: turns the latent race into corruption
+            self.swa_cache.index_copy_(0, loc, rms_norm(qkv[:, Q_LORA:]))
+        if self.variant == "record-stream":
+            qkv.record_stream(s.kv)
+        if self.variant in ("bug", "record-stream"):
+            del qkv  # freed before the join: the block goes back to the main stream's free list
+        q = q_lora @ self.w_qb  # the next main-stream allocation
+        main.wait_stream(s.kv)
+        main.wait_stream(s.indexer)
+        if self.variant == "join-then-free":
+            del qkv
+        return self._attend(q, loc)
+
+    def _indexer(
+        self, x: torch.Tensor, loc: torch.Tensor, q_lora: torch.Tensor, q_lora_ready: torch.cuda.Event
+    ) -> None:
+        s = self.streams
+        with torch.cuda.stream(s.indexer):
+            s.weights.wait_stream(s.indexer)
+            s.query.wait_stream(s.indexer)
+            self.index_k.index_copy_(0, loc, rms_norm(x[:, :HEAD]))
+            with torch.cuda.stream(s.weights):
+                weights = x @ self.w_weights
+                weights_ready = torch.cuda.Event()
+                weights_ready.record(s.weights)
+            with torch.cuda.stream(s.query):
+                s.query.wait_event(q_lora_ready)  # an event of the main stream
+                s.query.wait_event(weights_ready)
+                scores = (q_lora @ self.w_qi) * weights
+            s.indexer.wait_stream(s.query)  # the weights stream is joined only through this wait
+            self.topk[: x.shape[0]].copy_(scores.softmax(-1))
+
+    def _attend(self, q: torch.Tensor, loc: torch.Tensor) -> torch.Tensor:
+        return q[:, :HEAD] * self.swa_cache.index_select(0, loc) + self.topk[: q.shape[0]]
+
+
+@dataclass
+class CapturedModel:
+    layer: MiniDecodeLayer
+    x: torch.Tensor  # static input buffers, sized for the largest batch
+    loc: torch.Tensor
+    graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]]
+
+
+def capture(layer: MiniDecodeLayer, batch_sizes: tuple[int, ...] = BATCH_SIZES) -> CapturedModel:
+    """Warm up twice and capture each batch size, largest first, into one shared pool."""
+    max_bs = max(batch_sizes)
+    x = torch.randn(max_bs, HIDDEN, device="cuda")
+    loc = torch.arange(max_bs, device="cuda")
+    pool = torch.cuda.graph_pool_handle()
+    capture_stream = torch.cuda.Stream()
+    streamrace.name_stream(capture_stream, "main")
+    graphs = {}
+    for bs in sorted(batch_sizes, reverse=True):
+        with torch.cuda.stream(capture_stream):
+            for _ in range(2):
+                layer.forward(x[:bs], loc[:bs])
+        capture_stream.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool, stream=capture_stream):
+            out = layer.forward(x[:bs], loc[:bs])
+        graphs[bs] = (graph, out)
+    return CapturedModel(layer, x, loc, graphs)
+
+
+def check_replays(model: CapturedModel, replays: int = 3) -> tuple[int, int]:
+    """(corrupted, total) replays, each compared with an eager single-stream run on the same inputs."""
+    layer, gen = model.layer, torch.Generator(device="cuda").manual_seed(1)
+    corrupted = total = 0
+    for bs, (graph, out) in model.graphs.items():
+        for _ in range(replays):
+            model.x[:bs].copy_(torch.randn(bs, HIDDEN, device="cuda", generator=gen))
+            model.loc[:bs].copy_(torch.randperm(SLOTS, device="cuda", generator=gen)[:bs])
+            layer.reset_state()
+            graph.replay()
+            torch.cuda.synchronize()
+            got = (out.clone(), layer.swa_cache.clone(), layer.topk[:bs].clone())
+            layer.reset_state()
+            want_out = layer.forward(model.x[:bs], model.loc[:bs])  # eager: single stream
+            want = (want_out, layer.swa_cache, layer.topk[:bs])
+            total += 1
+            corrupted += not all(torch.allclose(g, w, rtol=1e-4, atol=1e-4) for g, w in zip(got, want, strict=True))
+    return corrupted, total
+
+
+def run(
+    variant: str, latent: bool = False, check: bool = False, trace: str | None = None, sleep_cycles: int = 20_000_000
+) -> tuple[streamrace.Session, tuple[int, int] | None]:
+    """Capture under streamrace.watch(); optionally replay and compare. Returns (session, replay result)."""
+    streams = DecodeStreams()
+    layer = MiniDecodeLayer(variant, latent, sleep_cycles, streams)
+    with streamrace.watch(trace) as session:
+        model = capture(layer)
+    return session, (check_replays(model) if check else None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--variant", choices=VARIANTS, default="bug")
+    parser.add_argument("--latent", action="store_true", help="sizes that avoid reuse in this capture")
+    parser.add_argument("--check", action="store_true", help="replay and compare with eager (proves corruption)")
+    parser.add_argument("--trace", help="write the recorded trace here (.gz compresses)")
+    parser.add_argument("--sleep-cycles", type=int, default=20_000_000, help="delay of the KV-stream reader")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU")
+    session, replay = run(args.variant, args.latent, args.check, args.trace, args.sleep_cycles)
+    print(session.report())
+    if replay is not None:
+        corrupted, total = replay
+        verdict = "CORRUPTED" if corrupted else "exact"
+        print(f"replay check: {verdict}: {corrupted} of {total} replays differ from eager single-stream")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

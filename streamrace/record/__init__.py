@@ -1,0 +1,1 @@
+"""The recorder (GPU side). Imports torch; nothing else in streamrace needs it."""

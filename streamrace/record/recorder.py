@@ -1,0 +1,547 @@
+"""The recorder: turns what a PyTorch program does on its CUDA streams into trace events.
+
+Four sources, one sequence counter (host program order):
+
+* ``torch.cuda._gpu_trace`` callbacks: allocations, frees, event create/record/wait/delete and
+  synchronizations, fired synchronously where they happen;
+* a ``TorchDispatchMode``: each aten op's read and write byte ranges and its stream;
+* wrappers around ``CUDAGraph.capture_begin/capture_end`` (used by ``torch.cuda.graph`` and
+  ``make_graphed_callables``): capture boundaries, pools, and the captured graph read back;
+* the allocator's memory history, read once at the end, for each block's size and stream.
+
+Non-perturbation is the first rule: hooks keep integers only (no tensor references), never
+allocate CUDA memory, launch work or synchronize, and swallow their own failures into
+``recorder_error`` events so the user's capture always completes.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from streamrace.record import graph_readback
+from streamrace.record.op_accesses import op_accesses
+from streamrace.record.stacks import StackTable
+
+_ACTIVE: Recorder | None = None
+_LOCK = threading.Lock()
+_STREAM_NAMES: dict[int, str] = {}
+
+
+def name_stream(stream: Any, name: str) -> None:
+    """Give a stream a name for reports (``torch.cuda.Stream`` or a raw handle)."""
+    _STREAM_NAMES[int(getattr(stream, "cuda_stream", stream))] = name
+
+
+def _is_cuda_tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_cuda
+
+
+def _op_device(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """The device an op runs on: that of its first CUDA tensor argument."""
+    for value in itertools.chain(args, kwargs.values()):
+        items = value if isinstance(value, (list, tuple)) else (value,)
+        for item in items:
+            if _is_cuda_tensor(item):
+                return item.device.index
+    return torch.cuda.current_device()
+
+
+def _guarded(where: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Run a hook on the active recorder; a failure becomes a recorder_error, never an exception."""
+
+    def wrap(hook: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(hook)
+        def run(*args: Any) -> None:
+            rec = _ACTIVE
+            if rec is None:
+                return
+            try:
+                hook(rec, *args)
+            except Exception as exc:  # the user's program must go on
+                rec.fail(where, exc)
+
+        return run
+
+    return wrap
+
+
+class _OpMode(TorchDispatchMode):
+    """Records every aten op on CUDA tensors; never changes what the op does."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+        kwargs = kwargs or {}
+        rec = self.recorder
+        before = rec.before_op()
+        outputs = func(*args, **kwargs)
+        try:
+            rec.on_op(func, args, kwargs, outputs, before)
+        except Exception as exc:  # the user's program must go on
+            rec.fail("op", exc)
+        return outputs
+
+
+class _Capture:
+    """What the recorder knows about one capture in progress."""
+
+    __slots__ = ("allocs", "begin", "graph", "handle", "op_nodes", "stream")
+
+    def __init__(self, graph: int, stream: int, handle: int | None, begin: dict[str, Any]) -> None:
+        self.graph = graph
+        self.stream = stream
+        self.handle = handle
+        self.begin = begin  # the capture_begin event, completed with the pool at the end
+        self.allocs: list[dict[str, Any]] = []  # alloc events from this capture's pool
+        self.op_nodes: list[tuple[int, int, int]] = []  # (op seq, first node, end node)
+
+
+class Recorder:
+    """Collects trace events in memory; ``start``/``stop`` install and remove the hooks.
+
+    ``eager_ops``: also record ops outside captures (the eager domain); by default only
+    captured ops are recorded, which is what graph races need and what keeps eager runs fast.
+    """
+
+    def __init__(self, *, eager_ops: bool = False, stack_depth: int = 8, read_graphs: bool = True) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self.eager_ops = eager_ops
+        self.read_graphs = read_graphs and graph_readback.AVAILABLE
+        self._seq = itertools.count()
+        self.stacks = StackTable(self.emit, depth=stack_depth)
+        self._streams: set[int] = set()
+        self._graph_ids = itertools.count(1)
+        self._graph_of: dict[int, _Capture] = {}  # id(CUDAGraph) -> capture in progress
+        self._capturing_streams: dict[int, _Capture] = {}  # stream -> capture it belongs to
+        self._block_owner: dict[int, tuple[int, int]] = {}  # addr -> (stream, device)
+        self._allocs: list[dict[str, Any]] = []
+        self._open_graphs: set[int] = set()
+        self._event_capture: dict[int, _Capture] = {}  # event -> capture its latest record is in
+        self._history_on = False
+        self._mode: _OpMode | None = None
+        self.captures = 0
+
+    # -- event emission --------------------------------------------------------------------
+    def emit(self, ev: str, **fields: Any) -> dict[str, Any]:
+        event = {"seq": next(self._seq), "ev": ev}
+        event.update((k, v) for k, v in fields.items() if v is not None)
+        self.events.append(event)
+        return event
+
+    def fail(self, where: str, exc: BaseException) -> None:
+        message = f"{type(exc).__name__}: {exc}"
+        if len(self.errors) < 100:
+            self.errors.append(f"{where}: {message}")
+            self.emit("recorder_error", message=message, where=where)
+
+    def _stream(self, stream: int, device: int = 0) -> int:
+        if stream not in self._streams:
+            self._streams.add(stream)
+            name = _STREAM_NAMES.get(stream) or ("default" if stream == 0 else None)
+            self.emit("stream", stream=stream, device=device, name=name)
+        return stream
+
+    def _current_stream(self, device: int) -> int:
+        return self._stream(torch._C._cuda_getCurrentRawStream(device), device)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        global _ACTIVE
+        with _LOCK:
+            if _ACTIVE is not None:
+                raise RuntimeError("a streamrace recorder is already active in this process")
+            _install_hooks()
+            _ACTIVE = self
+        if torch.cuda.is_initialized():
+            self._enable_history()
+        self._mode = _OpMode(self)
+        self._mode.__enter__()
+
+    def stop(self) -> None:
+        global _ACTIVE
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self._mode = None
+        with _LOCK:
+            _ACTIVE = None
+            _uninstall_hooks()
+        try:
+            self._fill_allocation_facts()
+        except Exception as exc:
+            self.fail("finalize", exc)
+        if self._history_on:
+            torch.cuda.memory._record_memory_history(enabled=None)
+            self._history_on = False
+
+    def _enable_history(self) -> None:
+        """Size and stream of every block come from the allocator's own history (CPU only)."""
+        if self._history_on:
+            return
+        torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python")
+        self._history_on = True
+        self._history_start = len(self._allocs)
+
+    def _fill_allocation_facts(self) -> None:
+        """Match alloc events to the allocator's history entries (same order, same address)."""
+        sizes: dict[int, tuple[int, int]] = {}  # index in self._allocs -> (size, stream)
+        if self._history_on:
+            traces = torch.cuda.memory._snapshot()["device_traces"]
+            entries = [e for dev in traces for e in dev if e["action"] == "alloc"]
+            j = 0
+            for i in range(self._history_start, len(self._allocs)):
+                addr = self._allocs[i]["addr"]
+                for k in range(j, min(j + 64, len(entries))):
+                    if entries[k]["addr"] == addr:
+                        sizes[i] = (entries[k]["size"], entries[k]["stream"])
+                        j = k + 1
+                        break
+        live = {}
+        for segment in torch.cuda.memory.memory_snapshot() if torch.cuda.is_initialized() else []:
+            for block in segment["blocks"]:
+                if block["state"] == "active_allocated":
+                    live[block["address"]] = (block.get("requested_size") or block["size"], segment["stream"])
+        unknown: set[int] = set()
+        for i, event in enumerate(self._allocs):
+            fact = sizes.get(i) or live.get(event["addr"])
+            if fact is None:
+                unknown.add(id(event))
+                continue
+            event["size"], stream = fact
+            event["stream"] = self._stream(stream, event.get("device", 0))
+        if unknown:
+            # Blocks whose size nothing recorded (allocated and freed before the history was
+            # on) cannot take part in lifetime checks: drop them, and say how many.
+            self.events = [e for e in self.events if id(e) not in unknown]
+            self.emit(
+                "recorder_error",
+                message=f"{len(unknown)} allocation(s) of unknown size dropped",
+                where="allocations",
+            )
+
+    # -- hooks: memory ----------------------------------------------------------------------
+    def on_alloc(self, ptr: int) -> None:
+        device = torch.cuda.current_device()
+        stream = self._current_stream(device)
+        self._block_owner[ptr] = (stream, device)
+        event = self.emit("alloc", addr=ptr, size=1, stream=stream, device=device, stack=self.stacks.capture(3))
+        self._allocs.append(event)
+        capture = self._capturing_streams.get(stream)
+        if capture is not None:
+            capture.allocs.append(event)
+
+    def on_free(self, ptr: int) -> None:
+        stream, device = self._block_owner.pop(ptr, (None, torch.cuda.current_device()))
+        self.emit("free", addr=ptr, stream=stream, device=device, stack=self.stacks.capture(3))
+
+    # -- hooks: events and syncs ---------------------------------------------------------
+    def on_event_record(self, event: int, stream: int) -> None:
+        self.emit("event_record", event=event, stream=self._stream(stream), stack=self.stacks.capture(3))
+
+    def on_event_wait(self, event: int, stream: int) -> None:
+        stream = self._stream(stream)
+        self.emit("event_wait", event=event, stream=stream, stack=self.stacks.capture(3))
+        self._maybe_join(event, stream)
+
+    def _maybe_join(self, event: int, stream: int) -> None:
+        """Follow the capture's membership as CUDA does: waiting on a captured record joins."""
+        source = self._event_capture.get(event)
+        if source is not None and stream not in self._capturing_streams and source.graph in self._open_graphs:
+            self._capturing_streams[stream] = source
+
+    # -- hooks: captures -----------------------------------------------------------------
+    def before_capture_begin(self) -> None:
+        self._enable_history()
+
+    def on_capture_begin(self, cuda_graph: Any, capture_error_mode: str, pool: Any) -> None:
+        device = torch.cuda.current_device()
+        stream = self._current_stream(device)
+        graph = next(self._graph_ids)
+        handle = graph_readback.capture_graph(stream) if self.read_graphs else None
+        begin = self.emit(
+            "capture_begin",
+            graph=graph,
+            stream=stream,
+            device=device,
+            # An implicit pool's id is known only once the capture ends (CUDAGraph.pool()).
+            pool=list(pool) if pool else None,
+            mode=capture_error_mode,
+            stack=self.stacks.capture(3),
+        )
+        capture = _Capture(graph, stream, handle, begin)
+        self._graph_of[id(cuda_graph)] = capture
+        self._capturing_streams[stream] = capture
+        self._open_graphs.add(graph)
+        self.captures += 1
+
+    def before_capture_end(self, cuda_graph: Any) -> tuple[list[dict[str, Any]], list[list[Any]]] | None:
+        capture = self._graph_of.get(id(cuda_graph))
+        if capture is None or capture.handle is None:
+            return None
+        nodes, edges = graph_readback.read_graph(capture.handle)
+        for seq, first, end in capture.op_nodes:
+            for node in nodes[first:end]:
+                node["op"] = seq
+        return nodes, edges
+
+    def on_capture_end(self, cuda_graph: Any, graph_data: tuple[list[Any], list[Any]] | None) -> None:
+        capture = self._graph_of.pop(id(cuda_graph), None)
+        if capture is None:
+            return
+        self._open_graphs.discard(capture.graph)
+        pool = list(cuda_graph.pool())
+        for event in [capture.begin, *capture.allocs]:
+            event["pool"] = pool
+        for stream in [s for s, c in self._capturing_streams.items() if c is capture]:
+            del self._capturing_streams[stream]
+        self.emit("capture_end", graph=capture.graph, stack=self.stacks.capture(3))
+        if graph_data is not None:
+            nodes, edges = graph_data
+            self.emit("graph", graph=capture.graph, nodes=nodes, edges=edges)
+
+    # -- hooks: ops ------------------------------------------------------------------------
+    def before_op(self) -> int | None:
+        """Node count of the capture graph before an op, to attribute the nodes it creates."""
+        if not self._capturing_streams:
+            return None
+        try:
+            capture = self._capturing_streams.get(torch._C._cuda_getCurrentRawStream(torch.cuda.current_device()))
+            if capture is None or capture.handle is None:
+                return None
+            return graph_readback.node_count(capture.handle)
+        except Exception as exc:
+            self.fail("op nodes", exc)
+            return None
+
+    def on_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any, before: int | None) -> None:
+        if not self._capturing_streams and not self.eager_ops:
+            return
+        reads, writes = op_accesses(func, args, kwargs, outputs, _is_cuda_tensor)
+        if not reads and not writes:
+            return
+        device = _op_device(args, kwargs)
+        stream = self._current_stream(device)
+        capture = self._capturing_streams.get(stream)
+        if capture is None and not self.eager_ops:
+            return
+        event = self.emit(
+            "op",
+            op=func._schema.name + (f".{func._overloadname}" if func._overloadname != "default" else ""),
+            stream=stream,
+            device=device,
+            reads=reads,
+            writes=writes,
+            stack=self.stacks.capture(3),
+        )
+        if capture is not None and before is not None:
+            capture.op_nodes.append((event["seq"], before, graph_readback.node_count(capture.handle)))
+
+
+# -- global hook installation -------------------------------------------------------------
+_HOOKS_INSTALLED = False
+_ORIGINALS: dict[str, Any] = {}
+
+
+@_guarded("memory allocation")
+def _on_alloc(rec: Recorder, ptr: int) -> None:
+    rec.on_alloc(ptr)
+
+
+@_guarded("memory deallocation")
+def _on_free(rec: Recorder, ptr: int) -> None:
+    rec.on_free(ptr)
+
+
+@_guarded("event creation")
+def _on_event_create(rec: Recorder, event: int) -> None:
+    rec.emit("event_create", event=event)
+
+
+@_guarded("event deletion")
+def _on_event_delete(rec: Recorder, event: int) -> None:
+    rec._event_capture.pop(event, None)
+    rec.emit("event_delete", event=event)
+
+
+@_guarded("event record")
+def _on_event_record(rec: Recorder, event: int, stream: int) -> None:
+    capture = rec._capturing_streams.get(stream)
+    if capture is None:
+        rec._event_capture.pop(event, None)
+    else:
+        rec._event_capture[event] = capture
+    rec.on_event_record(event, stream)
+
+
+@_guarded("event wait")
+def _on_event_wait(rec: Recorder, event: int, stream: int) -> None:
+    rec.on_event_wait(event, stream)
+
+
+@_guarded("stream synchronization")
+def _on_stream_sync(rec: Recorder, stream: int) -> None:
+    rec.emit("stream_sync", stream=rec._stream(stream))
+
+
+@_guarded("event synchronization")
+def _on_event_sync(rec: Recorder, event: int) -> None:
+    rec.emit("event_sync", event=event)
+
+
+@_guarded("device synchronization")
+def _on_device_sync(rec: Recorder) -> None:
+    rec.emit("device_sync", device=torch.cuda.current_device())
+
+
+_CALLBACKS = {
+    "MemoryAllocationCallbacks": _on_alloc,
+    "MemoryDeallocationCallbacks": _on_free,
+    "EventCreationCallbacks": _on_event_create,
+    "EventDeletionCallbacks": _on_event_delete,
+    "EventRecordCallbacks": _on_event_record,
+    "EventWaitCallbacks": _on_event_wait,
+    "StreamSynchronizationCallbacks": _on_stream_sync,
+    "EventSynchronizationCallbacks": _on_event_sync,
+    "DeviceSynchronizationCallbacks": _on_device_sync,
+}
+
+
+def _patched_capture_begin(self: Any, *args: Any, **kwargs: Any) -> None:
+    rec = _ACTIVE
+    if rec is not None:
+        try:
+            rec.before_capture_begin()
+        except Exception as exc:
+            rec.fail("capture begin", exc)
+    _ORIGINALS["capture_begin"](self, *args, **kwargs)
+    if rec is not None:
+        try:
+            pool = kwargs.get("pool", args[0] if args else None)
+            mode = kwargs.get("capture_error_mode", args[1] if len(args) > 1 else "global")
+            rec.on_capture_begin(self, mode, pool)
+        except Exception as exc:
+            rec.fail("capture begin", exc)
+
+
+def _patched_capture_end(self: Any, *args: Any, **kwargs: Any) -> None:
+    rec = _ACTIVE
+    graph_data = None
+    if rec is not None:
+        try:
+            graph_data = rec.before_capture_end(self)
+        except Exception as exc:
+            rec.fail("graph read-back", exc)
+    _ORIGINALS["capture_end"](self, *args, **kwargs)
+    if rec is not None:
+        try:
+            rec.on_capture_end(self, graph_data)
+        except Exception as exc:
+            rec.fail("capture end", exc)
+
+
+def _install_hooks() -> None:
+    global _HOOKS_INSTALLED
+    if _HOOKS_INSTALLED:
+        return
+    from torch.cuda import _gpu_trace
+
+    torch._C._activate_gpu_trace()
+    for registry, callback in _CALLBACKS.items():
+        getattr(_gpu_trace, registry).add_callback(callback)
+    graph_cls = torch.cuda.graphs.CUDAGraph
+    _ORIGINALS["capture_begin"] = graph_cls.capture_begin
+    _ORIGINALS["capture_end"] = graph_cls.capture_end
+    graph_cls.capture_begin = _patched_capture_begin
+    graph_cls.capture_end = _patched_capture_end
+    _HOOKS_INSTALLED = True
+
+
+def _uninstall_hooks() -> None:
+    """Put the program back as it was (gpu-trace activation itself is one-way in torch)."""
+    global _HOOKS_INSTALLED
+    if not _HOOKS_INSTALLED:
+        return
+    from torch.cuda import _gpu_trace
+
+    for registry, callback in _CALLBACKS.items():
+        callbacks = getattr(_gpu_trace, registry).callback_list
+        if callback in callbacks:
+            callbacks.remove(callback)
+    graph_cls = torch.cuda.graphs.CUDAGraph
+    graph_cls.capture_begin = _ORIGINALS.pop("capture_begin")
+    graph_cls.capture_end = _ORIGINALS.pop("capture_end")
+    _HOOKS_INSTALLED = False
+
+
+def process_facts() -> dict[str, Any]:
+    """Header facts that make a trace reproducible: versions, devices, allocator settings."""
+    facts: dict[str, Any] = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": sys.version.split()[0],
+        "process": {
+            "pid": os.getpid(),
+            "rank": int(os.environ["RANK"]) if os.environ.get("RANK", "").isdigit() else None,
+            "argv": sys.argv[:20],
+        },
+        "allocator": {
+            "conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+            "caching": os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "0") in ("", "0"),
+        },
+        "graph_readback": graph_readback.AVAILABLE,
+    }
+    try:
+        facts["allocator"]["backend"] = torch.cuda.get_allocator_backend()
+    except Exception:  # not initialised or no CUDA
+        facts["allocator"]["backend"] = None
+    try:
+        from cuda import bindings
+
+        facts["cuda_bindings"] = bindings.__version__
+    except Exception:
+        facts["cuda_bindings"] = None
+    facts.update(_nvml_facts())
+    return facts
+
+
+def _nvml_facts() -> dict[str, Any]:
+    try:
+        import pynvml
+    except ImportError:
+        return {"driver": None, "devices": []}
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no driver on this machine
+        return {"driver": None, "devices": []}
+    devices = []
+    try:
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            device: dict[str, Any] = {"index": i}
+            for key, query in (
+                ("name", pynvml.nvmlDeviceGetName),
+                ("uuid", pynvml.nvmlDeviceGetUUID),
+                ("compute_capability", pynvml.nvmlDeviceGetCudaComputeCapability),
+                ("memory_total", lambda h: pynvml.nvmlDeviceGetMemoryInfo(h).total),
+            ):
+                try:
+                    value = query(handle)
+                    device[key] = list(value) if isinstance(value, tuple) else value
+                except Exception:  # MIG/ECC-style queries may be unsupported
+                    device[key] = None
+            devices.append(device)
+        driver = pynvml.nvmlSystemGetDriverVersion()
+    finally:
+        pynvml.nvmlShutdown()
+    return {"driver": driver, "devices": devices}

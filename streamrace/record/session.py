@@ -1,0 +1,75 @@
+"""``streamrace.watch()``: record every capture inside a ``with`` block, then analyse it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from streamrace.analysis import AnalysisResult, analyze
+from streamrace.analysis.findings import Finding
+from streamrace.record.recorder import Recorder, process_facts
+from streamrace.trace.io import Trace, make_header, write_trace
+
+
+def build_trace(recorder: Recorder) -> Trace:
+    """The recorder's events as a trace, with a header describing this process and machine."""
+    from streamrace import __version__
+
+    header = make_header(streamrace=__version__, **process_facts())
+    header["recorder_errors"] = list(recorder.errors)
+    events = sorted(recorder.events, key=lambda e: e["seq"])
+    stacks = {e["id"]: e["frames"] for e in events if e["ev"] == "stack"}
+    return Trace(header=header, events=events, stacks=stacks)
+
+
+class Session:
+    """What one ``watch()`` recorded; the analysis runs when the block ends."""
+
+    def __init__(self, recorder: Recorder, path: str | None) -> None:
+        self.recorder = recorder
+        self.path = path
+        self.trace: Trace | None = None
+        self.result: AnalysisResult | None = None
+
+    @property
+    def findings(self) -> list[Finding]:
+        return self.result.findings if self.result is not None else []
+
+    @property
+    def errors(self) -> list[str]:
+        """Failures of the recorder itself (the user's program was not affected)."""
+        return list(self.recorder.errors)
+
+    def report(self, format: str = "text") -> str:
+        """The report as ``analyze`` prints it (``format``: "text" or "json")."""
+        if self.result is None or self.trace is None:
+            raise RuntimeError("the watch() block has not ended yet")
+        from streamrace.report import render
+
+        return render(self.result, format=format, trace=self.trace)
+
+    def _finish(self) -> None:
+        self.recorder.stop()
+        self.trace = build_trace(self.recorder)
+        if self.path:
+            write_trace(self.path, self.trace.header, self.trace.events)
+            self.trace.path = self.path
+        self.result = analyze(self.trace)
+
+
+@contextmanager
+def watch(trace: str | os.PathLike[str] | None = None, *, eager_ops: bool = False, **options: Any) -> Iterator[Session]:
+    """Record the CUDA graph captures made inside the block and analyse them at its end.
+
+    ``trace``: also write the trace there (``.gz`` compresses). ``eager_ops``: record ops
+    outside captures too. The block's own exceptions propagate unchanged, after recording.
+    """
+    recorder = Recorder(eager_ops=eager_ops, **options)
+    session = Session(recorder, os.fspath(trace) if trace is not None else None)
+    recorder.start()
+    try:
+        yield session
+    finally:
+        session._finish()
