@@ -46,9 +46,9 @@ class Session:
         """The report as ``analyze`` prints it (``format``: "text" or "json")."""
         if self.result is None or self.trace is None:
             raise RuntimeError("the watch() block has not ended yet")
-        from streamrace.report import render
+        from streamrace.report import REPORTERS, TraceResult
 
-        return render(self.result, format=format, trace=self.trace)
+        return REPORTERS[format]([TraceResult(self.path or "<watch>", self.result)])
 
     def _finish(self) -> None:
         self.recorder.stop()

@@ -1,0 +1,77 @@
+"""``streamrace run -- CMD ARGS...``: record every capture of an unmodified program, then analyse.
+
+The program runs with ``STREAMRACE=1`` and ``streamrace/record/_site`` first on PYTHONPATH, so
+every Python process it starts (a launcher's workers too) records itself and leaves one trace
+per process in a private directory. ``run`` then analyses them all, like ``analyze``. This
+module imports no torch: the recording happens in the child processes.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+
+import streamrace
+from streamrace.errors import UsageError
+from streamrace.record.autostart import ENV_DIR, ENV_EAGER, ENV_ENABLE
+
+EXIT_PROGRAM_FAILED = 3
+_SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "record", "_site")
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(streamrace.__file__)))
+
+
+def child_environment(trace_dir: str, eager_ops: bool) -> dict[str, str]:
+    env = dict(os.environ)
+    env[ENV_ENABLE] = "1"
+    env[ENV_DIR] = trace_dir
+    if eager_ops:
+        env[ENV_EAGER] = "1"
+    paths = [_SITE_DIR, _PACKAGE_PARENT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def record_program(command: Sequence[str], eager_ops: bool = False) -> tuple[int, str, list[str]]:
+    """Run ``command`` with recording on; (its exit code, the trace directory, the traces)."""
+    if not command:
+        raise UsageError("no program to run: give it after '--', e.g. streamrace run -- python serve.py")
+    trace_dir = tempfile.mkdtemp(prefix="streamrace-run-")
+    try:
+        returncode = subprocess.call(list(command), env=child_environment(trace_dir, eager_ops))
+    except FileNotFoundError:
+        shutil.rmtree(trace_dir, ignore_errors=True)
+        raise UsageError(f"{command[0]}: no such program") from None
+    except PermissionError:
+        shutil.rmtree(trace_dir, ignore_errors=True)
+        raise UsageError(f"{command[0]}: not executable") from None
+    traces = sorted(glob.glob(os.path.join(trace_dir, "*.jsonl.gz")))
+    return returncode, trace_dir, traces
+
+
+def keep_traces(traces: list[str], output: str) -> list[str]:
+    """Move the traces to ``output`` (one process) or ``output`` with the pid inserted (several)."""
+    if len(traces) == 1:
+        destinations = [output]
+    else:
+        stem, ext = (output[: -len(".jsonl.gz")], ".jsonl.gz") if output.endswith(".jsonl.gz") else (output, "")
+        destinations = [f"{stem}.{os.path.basename(t).split('.')[0].removeprefix('streamrace-')}{ext}" for t in traces]
+    for source, destination in zip(traces, destinations, strict=True):
+        try:
+            shutil.move(source, destination)
+        except OSError as exc:
+            raise UsageError(f"{destination}: cannot write the trace: {exc.strerror or exc}") from None
+    return destinations
+
+
+def program_failed_note(returncode: int) -> str:
+    how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+    return f"streamrace: the program failed ({how}); the report covers what was recorded before that"
+
+
+def warn(message: str) -> None:
+    print(message, file=sys.stderr)

@@ -1,0 +1,37 @@
+"""GPU tests: the recorder and every CUDA path, for real. Skipped cleanly without CUDA."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+from types import ModuleType
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    try:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    except ImportError:
+        cuda = False
+    for item in items:
+        if pathlib.Path(item.fspath).parent == pathlib.Path(__file__).parent:
+            item.add_marker(pytest.mark.cuda)
+            if not cuda:
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
+
+
+def load_example(name: str) -> ModuleType:
+    """Import examples/<name>.py (examples are scripts, not a package)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

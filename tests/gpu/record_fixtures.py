@@ -1,0 +1,34 @@
+"""Record the real traces committed under examples/traces/ (run on the GPU machine).
+
+python tests/gpu/record_fixtures.py OUTDIR
+"""
+
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from conftest import load_example
+
+
+def main() -> None:
+    out = pathlib.Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    dsv4 = load_example("dsv4_mini_decode")
+    for name, variant, latent in [
+        ("dsv4_mini_race", "bug", False),
+        ("dsv4_mini_latent", "bug", True),
+        ("dsv4_mini_fixed", "keep-alive", False),
+        ("dsv4_mini_record_stream", "record-stream", False),
+    ]:
+        session, _ = dsv4.run(variant, latent=latent, trace=str(out / f"{name}.jsonl.gz"))
+        print(name, [(f.kind, f.aliasing, f.count) for f in session.findings], session.errors)
+    gallery = load_example("hazard_gallery")
+    for hazard in gallery.SCENARIOS:
+        for fixed in (False, True):
+            name = f"gallery_{hazard}_{'fixed' if fixed else 'buggy'}"
+            session, (corrupted, replays) = gallery.run(hazard, fixed, trace=str(out / f"{name}.jsonl.gz"))
+            print(name, [(f.kind, f.hazard) for f in session.findings], f"corrupted {corrupted}/{replays}")
+
+
+if __name__ == "__main__":
+    main()
