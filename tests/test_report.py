@@ -1,0 +1,252 @@
+"""The text and JSON reporters on hand-made findings (no engine involved)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from streamrace import __version__
+from streamrace.analysis import AnalysisResult
+from streamrace.analysis.findings import DATA_RACE, RECORD_STREAM_NOOP, UNSAFE_FREE, Access, Allocation, Finding
+from streamrace.report import REPORTERS, TraceResult, json_report, render, text
+from streamrace.trace import FORMAT_VERSION
+
+MAIN, SIDE = 0x5000, 0x5010
+
+
+@pytest.fixture
+def model_py(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A user source file the findings point at, by a path relative to the current directory."""
+    monkeypatch.chdir(tmp_path)
+    lines = [f"line_{n} = {n}" for n in range(1, 41)]
+    lines[9] = "    x = torch.empty(1024, device='cuda')"
+    lines[11] = "        y = x.sum()"
+    lines[13] = "    del x"
+    lines[14] = "    z = torch.ones(1024, device='cuda')"
+    (tmp_path / "model.py").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return "model.py"
+
+
+def _unsafe_free(src: str, graph: int = 1) -> Finding:
+    return Finding(
+        kind=UNSAFE_FREE,
+        hazard="WAR",
+        accesses=[
+            Access(
+                "aten::sum", SIDE, "side", "read", 7, f"{src}:12", [[src, 12, "branch"], [src, 30, "forward"]], graph
+            ),
+            Access("aten::fill_", MAIN, "main", "write", 11, f"{src}:15", [[src, 15, "forward"]], graph),
+        ],
+        message="The block allocated at model.py:10 is freed on main while aten::sum on side may still read it.",
+        missing_edge="no happens-before edge from aten::sum on side (model.py:12) to the free on main (model.py:14)",
+        fix="keep the tensor alive until after `main.wait_stream(side)` (join, then free)",
+        aliasing=True,
+        graph=graph,
+        allocation=Allocation(
+            addr=0x7F0000001000,
+            size=3 << 20,
+            stream=MAIN,
+            stream_label="main",
+            pool=[graph, 0],
+            alloc_seq=3,
+            alloc_location=f"{src}:10",
+            alloc_stack=[[src, 10, "forward"]],
+            free_seq=9,
+            free_location=f"{src}:14",
+            free_stack=[[src, 14, "forward"]],
+            reused_by={
+                "op": "aten::fill_",
+                "stream": MAIN,
+                "stream_label": "main",
+                "seq": 11,
+                "location": f"{src}:15",
+                "alloc_seq": 10,
+                "alloc_location": f"{src}:15",
+            },
+        ),
+        count=4,
+        graphs=[graph, graph + 1],
+    )
+
+
+def _eager_race() -> Finding:
+    return Finding(
+        kind=DATA_RACE,
+        hazard="RAW",
+        accesses=[
+            Access("aten::add_", 0x7000, "0x7000", "write", 1, None),
+            Access(
+                "my_triton_kernel", SIDE, "side", "read", 2, "gone.py:5", inferred=True, range={"approximate": True}
+            ),
+        ],
+        message="my_triton_kernel reads bytes that aten::add_ wrote, and nothing orders the two (RAW).",
+        missing_edge="no happens-before edge",
+        fix="wait",
+    )
+
+
+def _noop(src: str) -> Finding:
+    return Finding(
+        kind=RECORD_STREAM_NOOP,
+        hazard=None,
+        accesses=[Access("record_stream", MAIN, "main", "record_stream", 5, f"{src}:13")],
+        message="record_stream names main, the stream that allocated the block, so it does nothing.",
+        fix="record on the consumer stream, not the allocating one: `t.record_stream(side)`",
+        graph=1,
+    )
+
+
+def _result(findings: list[Finding], graphs: int = 2) -> AnalysisResult:
+    summary = {"findings": len(findings), "graphs": graphs, "ops": 12, "accesses": 30}
+    return AnalysisResult(findings=findings, raw_findings=findings, summary=summary)
+
+
+# -- text ------------------------------------------------------------------------------------
+def test_text_shows_everything_a_person_needs(model_py: str) -> None:
+    out = text.render([TraceResult("run.jsonl", _result([_unsafe_free(model_py)]))])
+
+    assert out.splitlines()[0] == "run.jsonl"
+    assert "graph 1: 1 finding (1 error)" in out
+    assert "[1] error unsafe-free WAR aliasing (seen 4 times, in graphs 1, 2)" in out
+    # both accesses: op, stream label and handle, source line with its text, the caller
+    assert "read          aten::sum on stream side (0x5010)" in out
+    assert "at model.py:12 in branch" in out
+    assert "12 | y = x.sum()" in out
+    assert "called from model.py:30 in forward" in out
+    assert "write         aten::fill_ on stream main (0x5000)" in out
+    assert "15 | z = torch.ones(1024, device='cuda')" in out
+    # the allocation's story
+    assert "allocation    3,145,728 bytes (3.0 MiB) at 0x7f0000001000, stream main (0x5000), graph pool (1, 0)" in out
+    assert "allocated at  model.py:10 in forward" in out
+    assert "10 | x = torch.empty(1024, device='cuda')" in out
+    assert "freed at      model.py:14 in forward" in out
+    assert "reused by     aten::fill_ on stream main (0x5000) at model.py:15" in out
+    # the missing edge and the fix
+    assert "missing edge  no happens-before edge from aten::sum on side" in out
+    assert "fix           keep the tensor alive until after `main.wait_stream(side)`" in out
+    assert f"signature     {_unsafe_free(model_py).signature}" in out
+    assert out.rstrip().endswith("summary: 1 finding (1 error); analysed 2 graphs, 12 ops, 30 accesses")
+
+
+def test_text_groups_by_graph_with_counts(model_py: str) -> None:
+    findings = [_unsafe_free(model_py, graph=1), _eager_race(), _noop(model_py)]
+
+    out = text.render([TraceResult("run.jsonl", _result(findings))])
+
+    lines = out.splitlines()
+    graph_1 = lines.index("  graph 1: 2 findings (1 error, 1 warning)")
+    eager = lines.index("  eager (outside any capture): 1 finding (1 error)")
+    assert graph_1 < eager  # groups in order of first occurrence
+    assert [line.strip()[:3] for line in lines if line.strip().startswith("[")] == ["[1]", "[2]", "[3]"]
+    assert "summary: 3 findings (2 errors, 1 warning)" in out
+
+
+def test_text_without_source_or_stack(model_py: str) -> None:
+    out = text.render([TraceResult("run.jsonl", _result([_eager_race()]))])
+
+    # an unnamed stream shows its handle once; a missing line says so; an unreadable file shows no text
+    assert "write         aten::add_ on stream 0x7000" in out
+    assert "no user source line recorded" in out
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip() == "at gone.py:5")
+    assert " | " not in lines[at + 1]
+    assert "(direction inferred: treated as a write)" in out
+    assert "(overlap assumed" in out
+
+
+def test_text_record_stream_noop_names_no_op_twice(model_py: str) -> None:
+    out = text.render([TraceResult("run.jsonl", _result([_noop(model_py)]))])
+
+    assert "[1] warning record-stream-noop" in out
+    assert "record_stream on stream main (0x5000)" in out
+    assert "record_stream record_stream" not in out
+    assert "13 | line_13 = 13" in out
+
+
+def test_text_no_findings(model_py: str) -> None:
+    out = text.render([TraceResult("clean.jsonl", _result([]))])
+
+    assert out == "clean.jsonl\n  summary: no findings; analysed 2 graphs, 12 ops, 30 accesses\n"
+
+
+def test_text_several_traces_end_with_a_total(model_py: str) -> None:
+    traces = [TraceResult("a.jsonl", _result([_unsafe_free(model_py)])), TraceResult("b.jsonl", _result([]))]
+
+    out = text.render(traces)
+
+    assert out.index("a.jsonl") < out.index("b.jsonl")
+    assert out.rstrip().splitlines()[-1] == "total: 1 finding (1 error) in 1 trace of 2 traces analysed"
+
+
+def test_text_style_sees_every_role(model_py: str) -> None:
+    """Colour is a Style; the layout must route its pieces through it."""
+    roles: set[str] = set()
+
+    def spy(piece: str, role: str) -> str:
+        roles.add(role)
+        return piece
+
+    findings = [_unsafe_free(model_py), _eager_race(), _noop(model_py)]
+    styled = text.render([TraceResult("run.jsonl", _result(findings))], style=spy)
+
+    assert styled == text.render([TraceResult("run.jsonl", _result(findings))])
+    assert {
+        "heading",
+        "error",
+        "warning",
+        "kind",
+        "hazard",
+        "op",
+        "stream",
+        "location",
+        "source",
+        "label",
+        "fix",
+    } <= roles
+
+
+# -- JSON ------------------------------------------------------------------------------------
+def test_json_is_the_contract(model_py: str) -> None:
+    result = _result([_unsafe_free(model_py), _noop(model_py)])
+
+    doc = json.loads(json_report.render([TraceResult("run.jsonl", result)]))
+
+    contract = result.to_dict(__version__)
+    assert doc["streamrace"] == __version__
+    assert doc["trace_format"] == FORMAT_VERSION
+    assert doc["findings"] == [{**f, "trace": "run.jsonl"} for f in contract["findings"]]
+    assert doc["summary"] == {**contract["summary"], "traces": 1}
+    assert doc["traces"] == [{"path": "run.jsonl", "summary": contract["summary"]}]
+    assert list(doc)[:4] == ["streamrace", "trace_format", "findings", "summary"]
+
+
+def test_json_merges_several_traces(model_py: str) -> None:
+    a, b = _result([_unsafe_free(model_py)], graphs=3), _result([_noop(model_py), _eager_race()], graphs=1)
+
+    doc = json_report.document([TraceResult("a.jsonl", a), TraceResult("b.jsonl", b)])
+
+    assert [f["trace"] for f in doc["findings"]] == ["a.jsonl", "b.jsonl", "b.jsonl"]
+    assert doc["summary"] == {"findings": 3, "graphs": 4, "ops": 24, "accesses": 60, "traces": 2}
+    assert [t["summary"]["findings"] for t in doc["traces"]] == [1, 2]
+
+
+def test_json_is_deterministic(model_py: str) -> None:
+    def once() -> str:
+        findings = [_unsafe_free(model_py), _eager_race(), _noop(model_py)]
+        return json_report.render([TraceResult("run.jsonl", _result(findings))])
+
+    assert once() == once()
+    assert once().endswith("}\n")
+
+
+# -- the registry and the one-result helper ----------------------------------------------------
+def test_reporters_registry_and_render(model_py: str) -> None:
+    result = _result([_unsafe_free(model_py)])
+
+    assert list(REPORTERS) == ["text", "json"]
+    assert render(result).startswith("<memory>\n")
+    assert json.loads(render(result, format="json"))["findings"][0]["trace"] == "<memory>"
+    with pytest.raises(ValueError, match="unknown report format 'sarif'"):
+        render(result, format="sarif")
