@@ -127,6 +127,10 @@ class Recorder:
         self._capturing_streams: dict[int, _Capture] = {}  # stream -> capture it belongs to
         self._block_owner: dict[int, tuple[int, int]] = {}  # addr -> (stream, device)
         self._allocs: list[dict[str, Any]] = []
+        self._resolved = 0  # self._allocs[:_resolved] have their size and stream
+        self._unknown_allocs: set[int] = set()  # seqs of allocs whose size nothing recorded
+        self._history_start = 0
+        self._history_pos = 0
         self._open_graphs: set[int] = set()
         self._event_capture: dict[int, _Capture] = {}  # event -> capture its latest record is in
         self._history_on = False
@@ -139,6 +143,10 @@ class Recorder:
         event.update((k, v) for k, v in fields.items() if v is not None)
         self.events.append(event)
         return event
+
+    def position(self) -> int:
+        """The seq the next event will have, or more: a session started now sees from here."""
+        return self.events[-1]["seq"] + 1 if self.events else 0
 
     def fail(self, where: str, exc: BaseException) -> None:
         message = f"{type(exc).__name__}: {exc}"
@@ -157,6 +165,11 @@ class Recorder:
         return self._stream(torch._C._cuda_getCurrentRawStream(device), device)
 
     # -- lifecycle ---------------------------------------------------------------------------
+    @staticmethod
+    def active() -> Recorder | None:
+        """The recorder running in this process, if any (``STREAMRACE=1`` starts one)."""
+        return _ACTIVE
+
     def start(self) -> None:
         global _ACTIVE
         with _LOCK:
@@ -178,7 +191,7 @@ class Recorder:
             _ACTIVE = None
             _uninstall_hooks()
         try:
-            self._fill_allocation_facts()
+            self._resolve_allocations()
         except Exception as exc:
             self.fail("finalize", exc)
         if self._history_on:
@@ -193,42 +206,52 @@ class Recorder:
         self._history_on = True
         self._history_start = len(self._allocs)
 
-    def _fill_allocation_facts(self) -> None:
-        """Match alloc events to the allocator's history entries (same order, same address)."""
-        sizes: dict[int, tuple[int, int]] = {}  # index in self._allocs -> (size, stream)
+    def _resolve_allocations(self) -> None:
+        """Give each new alloc event its size and stream from the allocator's history entries
+        (same order, same address), or from the live blocks; the rest stay unknown."""
+        pending = range(self._resolved, len(self._allocs))
+        if not pending:
+            return
+        entries: list[dict[str, Any]] = []
         if self._history_on:
             traces = torch.cuda.memory._snapshot()["device_traces"]
             entries = [e for dev in traces for e in dev if e["action"] == "alloc"]
-            j = 0
-            for i in range(self._history_start, len(self._allocs)):
-                addr = self._allocs[i]["addr"]
-                for k in range(j, min(j + 64, len(entries))):
-                    if entries[k]["addr"] == addr:
-                        sizes[i] = (entries[k]["size"], entries[k]["stream"])
-                        j = k + 1
-                        break
-        live = {}
+        live: dict[int, tuple[int, int]] = {}
         for segment in torch.cuda.memory.memory_snapshot() if torch.cuda.is_initialized() else []:
             for block in segment["blocks"]:
                 if block["state"] == "active_allocated":
                     live[block["address"]] = (block.get("requested_size") or block["size"], segment["stream"])
-        unknown: set[int] = set()
-        for i, event in enumerate(self._allocs):
-            fact = sizes.get(i) or live.get(event["addr"])
+        for i in pending:
+            event = self._allocs[i]
+            fact = None
+            if i >= self._history_start:
+                for k in range(self._history_pos, min(self._history_pos + 64, len(entries))):
+                    if entries[k]["addr"] == event["addr"]:
+                        fact = (entries[k]["size"], entries[k]["stream"])
+                        self._history_pos = k + 1
+                        break
+            fact = fact or live.get(event["addr"])
             if fact is None:
-                unknown.add(id(event))
+                self._unknown_allocs.add(event["seq"])
                 continue
             event["size"], stream = fact
             event["stream"] = self._stream(stream, event.get("device", 0))
-        if unknown:
-            # Blocks whose size nothing recorded (allocated and freed before the history was
-            # on) cannot take part in lifetime checks: drop them, and say how many.
-            self.events = [e for e in self.events if id(e) not in unknown]
-            self.emit(
-                "recorder_error",
-                message=f"{len(unknown)} allocation(s) of unknown size dropped",
-                where="allocations",
-            )
+        self._resolved = len(self._allocs)
+
+    def trace_events(self, since: int = 0) -> list[dict[str, Any]]:
+        """The events from seq ``since`` on, ready for a trace: stacks and streams defined
+        earlier are kept, and allocations of unknown size (allocated and freed before the
+        history was on) are left out, since they cannot take part in lifetime checks."""
+        self._resolve_allocations()
+        return [
+            e
+            for e in self.events
+            if e["seq"] not in self._unknown_allocs and (e["seq"] >= since or e["ev"] in ("stack", "stream"))
+        ]
+
+    @property
+    def dropped_allocations(self) -> int:
+        return len(self._unknown_allocs)
 
     # -- hooks: memory ----------------------------------------------------------------------
     def on_alloc(self, ptr: int) -> None:
@@ -310,6 +333,21 @@ class Recorder:
             nodes, edges = graph_data
             self.emit("graph", graph=capture.graph, nodes=nodes, edges=edges)
 
+    def on_record_stream(self, tensor: torch.Tensor, stream: Any) -> None:
+        """``t.record_stream(s)`` launches nothing; it tells the allocator about a block's users."""
+        if not tensor.is_cuda:
+            return
+        raw = torch.cuda.Stream(
+            stream_id=stream.stream_id, device_index=stream.device_index, device_type=stream.device_type
+        ).cuda_stream
+        self.emit(
+            "record_stream",
+            addr=tensor.untyped_storage().data_ptr(),
+            stream=self._stream(raw, tensor.device.index),
+            device=tensor.device.index,
+            stack=self.stacks.capture(4),
+        )
+
     # -- hooks: ops ------------------------------------------------------------------------
     def before_op(self) -> int | None:
         """Node count of the capture graph before an op, to attribute the nodes it creates."""
@@ -326,6 +364,9 @@ class Recorder:
 
     def on_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any, before: int | None) -> None:
         if not self._capturing_streams and not self.eager_ops:
+            return
+        if func is torch.ops.aten.record_stream.default:
+            self.on_record_stream(*args)
             return
         reads, writes = op_accesses(func, args, kwargs, outputs, _is_cuda_tensor)
         if not reads and not writes:

@@ -13,13 +13,15 @@ from streamrace.record.recorder import Recorder, process_facts
 from streamrace.trace.io import Trace, make_header, write_trace
 
 
-def build_trace(recorder: Recorder) -> Trace:
-    """The recorder's events as a trace, with a header describing this process and machine."""
+def build_trace(recorder: Recorder, since: int = 0) -> Trace:
+    """The recorder's events (from seq ``since``) as a trace, with a header describing this
+    process and machine."""
     from streamrace import __version__
 
     header = make_header(streamrace=__version__, **process_facts())
     header["recorder_errors"] = list(recorder.errors)
-    events = sorted(recorder.events, key=lambda e: e["seq"])
+    events = recorder.trace_events(since)
+    header["allocations_dropped"] = recorder.dropped_allocations
     stacks = {e["id"]: e["frames"] for e in events if e["ev"] == "stack"}
     return Trace(header=header, events=events, stacks=stacks)
 
@@ -27,9 +29,11 @@ def build_trace(recorder: Recorder) -> Trace:
 class Session:
     """What one ``watch()`` recorded; the analysis runs when the block ends."""
 
-    def __init__(self, recorder: Recorder, path: str | None) -> None:
+    def __init__(self, recorder: Recorder, path: str | None, since: int = 0, owned: bool = True) -> None:
         self.recorder = recorder
         self.path = path
+        self._since = since  # a nested session sees the process recorder's events from here
+        self._owned = owned
         self.trace: Trace | None = None
         self.result: AnalysisResult | None = None
 
@@ -51,8 +55,9 @@ class Session:
         return REPORTERS[format]([TraceResult(self.path or "<watch>", self.result)])
 
     def _finish(self) -> None:
-        self.recorder.stop()
-        self.trace = build_trace(self.recorder)
+        if self._owned:
+            self.recorder.stop()
+        self.trace = build_trace(self.recorder, self._since)
         if self.path:
             write_trace(self.path, self.trace.header, self.trace.events)
             self.trace.path = self.path
@@ -66,9 +71,16 @@ def watch(trace: str | os.PathLike[str] | None = None, *, eager_ops: bool = Fals
     ``trace``: also write the trace there (``.gz`` compresses). ``eager_ops``: record ops
     outside captures too. The block's own exceptions propagate unchanged, after recording.
     """
-    recorder = Recorder(eager_ops=eager_ops, **options)
-    session = Session(recorder, os.fspath(trace) if trace is not None else None)
-    recorder.start()
+    path = os.fspath(trace) if trace is not None else None
+    running = Recorder.active()
+    if running is not None:
+        # The whole process is being recorded (STREAMRACE=1, `streamrace run`): this block
+        # gets its own view of that recording instead of a second set of hooks.
+        session = Session(running, path, since=running.position(), owned=False)
+    else:
+        recorder = Recorder(eager_ops=eager_ops, **options)
+        session = Session(recorder, path)
+        recorder.start()
     try:
         yield session
     finally:

@@ -33,6 +33,8 @@ class StackTable:
         self._depth = depth
         self._ids: dict[tuple[tuple[str, int, str], ...], int] = {}
         self._is_user: dict[str, bool] = {}
+        self._shown: dict[str, str] = {}
+        self._cwd = os.getcwd()
 
     def _user_file(self, filename: str) -> bool:
         known = self._is_user.get(filename)
@@ -42,6 +44,15 @@ class StackTable:
             self._is_user[filename] = known
         return known
 
+    def _display_path(self, filename: str) -> str:
+        """Paths under the working directory are kept relative, so traces travel with the code."""
+        shown = self._shown.get(filename)
+        if shown is None:
+            path = os.path.abspath(filename)
+            shown = os.path.relpath(path, self._cwd) if path.startswith(self._cwd + os.sep) else filename
+            self._shown[filename] = shown
+        return shown
+
     def capture(self, skip: int = 1) -> int | None:
         """The id of the calling user stack (innermost first), or None if there is no user frame."""
         frame: FrameType | None = sys._getframe(skip)
@@ -49,7 +60,7 @@ class StackTable:
         while frame is not None and len(frames) < self._depth:
             code = frame.f_code
             if self._user_file(code.co_filename):
-                frames.append((code.co_filename, frame.f_lineno, code.co_name))
+                frames.append((self._display_path(code.co_filename), frame.f_lineno, code.co_name))
             frame = frame.f_back
         if not frames:
             return None
