@@ -130,6 +130,19 @@ def test_text_shows_everything_a_person_needs(model_py: str) -> None:
     assert out.rstrip().endswith("summary: 1 finding (1 error); analysed 2 graphs, 12 ops, 30 accesses")
 
 
+def test_text_prints_shared_callers_once(model_py: str) -> None:
+    finding = _unsafe_free(model_py)
+    finding.accesses[0].stack.append([model_py, 40, "main"])  # branch <- forward <- main
+    finding.accesses[1].stack.append([model_py, 40, "main"])  # forward <- main
+    finding.allocation.alloc_stack.append([model_py, 38, "main"])  # forward <- main, another line
+
+    out = text.render([TraceResult("run.jsonl", _result([finding]))])
+
+    assert out.count("called from model.py:40 in main") == 2
+    assert "called from model.py:40 in main, as above" in out
+    assert "called from model.py:38 in main\n" in out
+
+
 def test_text_groups_by_graph_with_counts(model_py: str) -> None:
     findings = [_unsafe_free(model_py, graph=1), _eager_race(), _noop(model_py)]
 

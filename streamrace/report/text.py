@@ -105,6 +105,7 @@ class _Report:
         self.style = style
         self.sources = SourceLines()
         self.lines: list[str] = []
+        self.callers_shown: set[tuple[tuple[str, int, str], ...]] = set()  # call chains printed in this finding
 
     def add(self, depth: int, *pieces: str) -> None:
         self.lines.append(INDENT * depth + "".join(pieces))
@@ -151,9 +152,22 @@ class _Report:
             text = self.sources.get(*parsed)
             if text is not None:
                 self.continued(depth, self.style(f"{parsed[1]:>6} | ", "dim"), self.style(text, "source"))
-        for file, line, fn in frames:
-            if (file, line) != parsed:
-                self.continued(depth, "called from ", self.style(f"{file}:{line}", "location"), f" in {fn}")
+        for index, (file, line, fn) in enumerate(frames):
+            if (file, line) == parsed:
+                continue
+            # A frame with the same callers all the way out is the same call chain.
+            chain = tuple(frames[index:])
+            seen = chain in self.callers_shown
+            self.callers_shown.add(chain)
+            self.continued(
+                depth,
+                "called from ",
+                self.style(f"{file}:{line}", "location"),
+                f" in {fn}",
+                self.style(", as above", "dim") if seen else "",
+            )
+            if seen:  # one finding's stacks share their outer frames: print them once
+                break
 
     # -- one finding ----------------------------------------------------------------------
     def access(self, depth: int, access: Access) -> None:
@@ -202,6 +216,7 @@ class _Report:
         if seen:
             head.append(f"({', '.join(seen)})")
         self.add(depth, self.style(f"[{number}]", "heading"), " ", " ".join(head))
+        self.callers_shown.clear()
         body = depth + 2
         for line in textwrap.wrap(finding.message, WIDTH - len(INDENT) * body):
             self.add(body, line)
