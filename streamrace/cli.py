@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from streamrace import __version__
+from streamrace.analysis import analyze
 from streamrace.errors import StreamraceError, UsageError
 from streamrace.report import REPORTERS, TraceResult
-from streamrace.trace import FORMAT_VERSION
+from streamrace.trace import FORMAT_VERSION, iter_trace
 
 EXIT_CLEAN = 0
 EXIT_FINDINGS = 1
@@ -61,11 +62,6 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_analyze(args: argparse.Namespace) -> int:
-    # Imported here so that `streamrace --help` and argument errors stay fast and never
-    # depend on the engine.
-    from streamrace.analysis import analyze
-    from streamrace.trace import iter_trace
-
     results = []
     for path in args.traces:
         # Streaming: the engine consumes events as they are read, never the whole trace.
