@@ -130,17 +130,19 @@ class Engine:
 
     # -- memory --------------------------------------------------------------------------------
     def _alloc(self, ev: dict[str, Any]) -> None:
-        self.lifetimes.alloc(ev, self._device(ev, ev["stream"]))
+        owner = ev["stream"]
+        domain, clock = self.hb.current(owner)
+        for lifetime, uses in self.lifetimes.settle(owner, domain, clock):
+            for use in uses:
+                unsafe = UnsafeFree(use, lifetime, domain)
+                use.unsafe_frees.append(unsafe)
+                self.detections.append(unsafe)
+        self.lifetimes.alloc(ev, self._device(ev, owner))
 
     def _free(self, ev: dict[str, Any]) -> None:
         lifetime = self.lifetimes.free(ev["addr"], self._device(ev, ev.get("stream")), ev)
-        if lifetime is None:
-            return
-        domain, clock = self.hb.current(lifetime.owner)
-        for use in self.lifetimes.unordered_uses(lifetime, domain, clock):
-            unsafe = UnsafeFree(use, lifetime, domain)
-            use.unsafe_frees.append(unsafe)
-            self.detections.append(unsafe)
+        if lifetime is not None:
+            self.lifetimes.await_reuse(lifetime, self.hb.domain(lifetime.owner))
 
     def _record_stream(self, ev: dict[str, Any]) -> None:
         stream = ev["stream"]
@@ -181,10 +183,10 @@ class Engine:
         collisions = list(_collisions(earlier, later))
         for old, new in collisions:
             for unsafe in earlier.unsafe_frees:
-                if unsafe.lifetime is old:
-                    # The reuse the unsafe free made possible: one finding, not two.
-                    if unsafe.racer is None:
-                        unsafe.racer, unsafe.how, unsafe.reused = later, how, new
+                if unsafe.lifetime is old and unsafe.racer is None:
+                    # The reuse the unsafe free made possible: one finding, not two. Later
+                    # races with the same use are reported as aliasing races of their own.
+                    unsafe.racer, unsafe.how, unsafe.reused = later, how, new
                     return
         if collisions:
             old, new = collisions[0]

@@ -1,9 +1,11 @@
 """Allocation lifetimes: which block an access touched, and whether a free was safe.
 
-PyTorch's caching allocator hands a freed block to the next allocation on the stream that
-allocated it, at once, unless ``record_stream`` named other users. So a free is unsafe when
-another stream used the block and that use is not ordered before the owner's free: the
-freed-before-join hazard H1 (docs/analysis.md §5), whether or not this trace reuses the block.
+PyTorch's caching allocator hands a freed block to a later allocation on the stream that
+allocated it, unless ``record_stream`` named other users. So a free is unsafe when, at the
+owner's next allocation in the domain of the free, another stream's use of the block is not
+ordered before the owner: the freed-before-join hazard H1 (docs/analysis.md §5), whether or
+not that allocation takes the block. A block whose owner allocates nothing more there is never
+handed out while the use is pending, and is safe.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class Lifetimes:
         self._live: dict[int, list[Lifetime]] = {}
         self._count = 0
         self._in_domain: dict[Domain, dict[int, Lifetime]] = {}  # capture -> lifetimes it used
+        # (domain, owner) -> freed lifetimes that await the owner's next allocation there
+        self._pending: dict[tuple[Domain, int], list[Lifetime]] = {}
 
     def _device(self, device: int) -> tuple[list[int], list[Lifetime]]:
         return self._starts.setdefault(device, []), self._live.setdefault(device, [])
@@ -75,6 +79,25 @@ class Lifetimes:
         del starts[i]
         lifetime.free = dict(event)
         return lifetime
+
+    def await_reuse(self, lifetime: Lifetime, domain: Domain) -> None:
+        """``lifetime`` was freed while its owner was in ``domain``: judge it at the owner's next
+        allocation there (``settle``)."""
+        if any(where == domain for where, _ in lifetime.last_use):
+            self._pending.setdefault((domain, lifetime.owner), []).append(lifetime)
+
+    def settle(self, owner: int, domain: Domain, clock: Mapping[int, int]) -> list[tuple[Lifetime, list[AccessRecord]]]:
+        """``owner`` allocates in ``domain`` at ``clock``: judge the blocks it freed there.
+
+        Returns the unsafe ones with their unordered uses; every judged block is settled for
+        good (clocks only grow).
+        """
+        unsafe = []
+        for lifetime in self._pending.pop((domain, owner), ()):
+            uses = self.unordered_uses(lifetime, domain, clock)
+            if uses:
+                unsafe.append((lifetime, uses))
+        return unsafe
 
     def containing(self, addr: int, device: int) -> Lifetime | None:
         starts, live = self._device(device)
@@ -117,6 +140,8 @@ class Lifetimes:
 
     def end_domain(self, graph: int) -> None:
         """A capture ended: its uses can no longer make a free unsafe."""
+        for key in [key for key in self._pending if key[0] == graph]:
+            del self._pending[key]
         for lifetime in self._in_domain.pop(graph, {}).values():
             for key in [key for key in lifetime.last_use if key[0] == graph]:
                 del lifetime.last_use[key]
