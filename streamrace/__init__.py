@@ -9,12 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["Session", "__version__", "name_stream", "watch"]
+__all__ = ["Session", "__version__", "kernel_access", "name_stream", "watch"]
 
 _RECORDER_API = {
     "watch": "streamrace.record.session",
     "Session": "streamrace.record.session",
     "name_stream": "streamrace.record.recorder",
+    "kernel_access": "streamrace.record.capture_nodes",
 }
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import os
 import sys
 import threading
 from collections.abc import Callable
@@ -28,8 +27,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from streamrace.record import graph_readback
-from streamrace.record.op_accesses import op_accesses
+from streamrace.record.capture_nodes import ACCESS_NODE_TYPES, CaptureNodes, KernelStats
+from streamrace.record.kernel_params import LiveBlocks
+from streamrace.record.op_accesses import op_accesses, tensor_range
 from streamrace.record.stacks import StackTable
+from streamrace.record.triton_launches import pointer_directions, tensor_arguments
 
 _ACTIVE: Recorder | None = None
 _LOCK = threading.Lock()
@@ -85,7 +87,11 @@ class _OpMode(TorchDispatchMode):
         kwargs = kwargs or {}
         rec = self.recorder
         before = rec.before_op()
-        outputs = func(*args, **kwargs)
+        rec.in_op = True
+        try:
+            outputs = func(*args, **kwargs)
+        finally:
+            rec.in_op = False
         try:
             rec.on_op(func, args, kwargs, outputs, before)
         except Exception as exc:  # the user's program must go on
@@ -96,7 +102,7 @@ class _OpMode(TorchDispatchMode):
 class _Capture:
     """What the recorder knows about one capture in progress."""
 
-    __slots__ = ("allocs", "begin", "graph", "handle", "op_nodes", "stream")
+    __slots__ = ("allocs", "begin", "graph", "handle", "nodes", "stream")
 
     def __init__(self, graph: int, stream: int, handle: int | None, begin: dict[str, Any]) -> None:
         self.graph = graph
@@ -104,7 +110,10 @@ class _Capture:
         self.handle = handle
         self.begin = begin  # the capture_begin event, completed with the pool at the end
         self.allocs: list[dict[str, Any]] = []  # alloc events from this capture's pool
-        self.op_nodes: list[tuple[int, int, int]] = []  # (op seq, first node, end node)
+        self.nodes = CaptureNodes(handle) if handle is not None else None
+
+
+_NodeMark = tuple[_Capture, int] | None  # a capture and its node count before a launch
 
 
 class Recorder:
@@ -135,6 +144,9 @@ class Recorder:
         self._event_capture: dict[int, _Capture] = {}  # event -> capture its latest record is in
         self._history_on = False
         self._mode: _OpMode | None = None
+        self.in_op = False  # nodes created while an op runs are that op's
+        self._free_seq: dict[int, int] = {}  # alloc seq -> free seq
+        self.kernel_stats = KernelStats()
         self.captures = 0
 
     # -- event emission --------------------------------------------------------------------
@@ -257,23 +269,33 @@ class Recorder:
     def on_alloc(self, ptr: int) -> None:
         device = torch.cuda.current_device()
         stream = self._current_stream(device)
-        self._block_owner[ptr] = (stream, device)
+        if self._capturing_streams and not self.in_op:
+            self._catch_up()
         event = self.emit("alloc", addr=ptr, size=1, stream=stream, device=device, stack=self.stacks.capture(3))
+        self._block_owner[ptr] = (stream, device, event["seq"])
         self._allocs.append(event)
         capture = self._capturing_streams.get(stream)
         if capture is not None:
             capture.allocs.append(event)
 
     def on_free(self, ptr: int) -> None:
-        stream, device = self._block_owner.pop(ptr, (None, torch.cuda.current_device()))
-        self.emit("free", addr=ptr, stream=stream, device=device, stack=self.stacks.capture(3))
+        if self._capturing_streams and not self.in_op:
+            self._catch_up()
+        stream, device, alloc_seq = self._block_owner.pop(ptr, (None, torch.cuda.current_device(), None))
+        event = self.emit("free", addr=ptr, stream=stream, device=device, stack=self.stacks.capture(3))
+        if alloc_seq is not None:
+            self._free_seq[alloc_seq] = event["seq"]
 
     # -- hooks: events and syncs ---------------------------------------------------------
     def on_event_record(self, event: int, stream: int) -> None:
+        if self._capturing_streams:
+            self._catch_up()
         self.emit("event_record", event=event, stream=self._stream(stream), stack=self.stacks.capture(3))
 
     def on_event_wait(self, event: int, stream: int) -> None:
         stream = self._stream(stream)
+        if self._capturing_streams:
+            self._catch_up()
         self.emit("event_wait", event=event, stream=stream, stack=self.stacks.capture(3))
         self._maybe_join(event, stream)
 
@@ -286,6 +308,7 @@ class Recorder:
     # -- hooks: captures -----------------------------------------------------------------
     def before_capture_begin(self) -> None:
         self._enable_history()
+        _install_triton_hook()
 
     def on_capture_begin(self, cuda_graph: Any, capture_error_mode: str, pool: Any) -> None:
         device = torch.cuda.current_device()
@@ -310,13 +333,81 @@ class Recorder:
 
     def before_capture_end(self, cuda_graph: Any) -> tuple[list[dict[str, Any]], list[list[Any]]] | None:
         capture = self._graph_of.get(id(cuda_graph))
-        if capture is None or capture.handle is None:
+        if capture is None or capture.nodes is None:
             return None
+        self._catch_up()
         nodes, edges = graph_readback.read_graph(capture.handle)
-        for seq, first, end in capture.op_nodes:
-            for node in nodes[first:end]:
-                node["op"] = seq
+        capture.nodes.finish(nodes, self._live_blocks(), self.kernel_stats)
         return nodes, edges
+
+    def _catch_up(self) -> None:
+        """Nodes that appeared since the last hook were launched by something the dispatcher
+        never saw: give each a kernel event here, in program order, on its stream."""
+        for capture in {id(c): c for c in self._capturing_streams.values()}.values():
+            if capture.nodes is None:
+                continue
+            streams = [s for s, c in self._capturing_streams.items() if c is capture]
+            for index, kind, stream in capture.nodes.take_unseen(streams):
+                if kind not in ACCESS_NODE_TYPES:
+                    continue
+                event = self.emit(
+                    "kernel",
+                    graph=capture.graph,
+                    node=index,
+                    name=kind,
+                    stream=stream if stream is not None else capture.stream,
+                    device=torch.cuda.current_device(),
+                    reads=[],
+                    writes=[],
+                    inferred=True,
+                    stack=self.stacks.capture(4),
+                )
+                capture.nodes.claim(event, index, index + 1)
+                capture.nodes.unresolved.append(event)
+
+    def on_triton_launch(
+        self, jit_function: Any, args: tuple[Any, ...], kwargs: dict[str, Any], kernel: Any, mark: _NodeMark
+    ) -> None:
+        if mark is None:
+            return
+        capture, first = mark
+        tensors = tensor_arguments(jit_function, args, kwargs, _is_cuda_tensor)
+        written = pointer_directions(kernel)
+        inferred = written is None or len(written) != len(tensors)
+        reads, writes = [], []
+        for i, tensor in enumerate(tensors):
+            rng = tensor_range(tensor)
+            if rng is not None:
+                (writes if inferred or written[i] else reads).append(rng)
+        device = tensors[0].device.index if tensors else torch.cuda.current_device()
+        event = self.emit(
+            "kernel",
+            graph=capture.graph,
+            node=first,
+            name=f"triton:{getattr(jit_function, '__name__', None) or jit_function.fn.__name__}",
+            stream=self._current_stream(device),
+            device=device,
+            reads=reads,
+            writes=writes,
+            inferred=inferred,
+            stack=self.stacks.capture(4),
+        )
+        capture.nodes.claim(event, first, capture.nodes.count())
+
+    def _live_blocks(self) -> LiveBlocks:
+        """Every recorded lifetime, plus the blocks that were live before recording began."""
+        self._resolve_allocations()
+        blocks = [
+            (a["addr"], a["size"], a["seq"], self._free_seq.get(a["seq"]))
+            for a in self._allocs
+            if a["seq"] not in self._unknown_allocs
+        ]
+        recorded = {a["addr"] for a in self._allocs}
+        for segment in torch.cuda.memory.memory_snapshot():
+            for block in segment["blocks"]:
+                if block["state"] == "active_allocated" and block["address"] not in recorded:
+                    blocks.append((block["address"], block["size"], -1, None))
+        return LiveBlocks(blocks)
 
     def on_capture_end(self, cuda_graph: Any, graph_data: tuple[list[Any], list[Any]] | None) -> None:
         capture = self._graph_of.pop(id(cuda_graph), None)
@@ -349,20 +440,29 @@ class Recorder:
         )
 
     # -- hooks: ops ------------------------------------------------------------------------
-    def before_op(self) -> int | None:
-        """Node count of the capture graph before an op, to attribute the nodes it creates."""
+    def before_op(self) -> _NodeMark:
+        """The capture of the current stream and its node count before an op, to attribute
+        the nodes the op creates."""
         if not self._capturing_streams:
             return None
         try:
+            self._catch_up()
             capture = self._capturing_streams.get(torch._C._cuda_getCurrentRawStream(torch.cuda.current_device()))
-            if capture is None or capture.handle is None:
+            if capture is None or capture.nodes is None:
                 return None
-            return graph_readback.node_count(capture.handle)
+            return capture, capture.nodes.seen
         except Exception as exc:
             self.fail("op nodes", exc)
             return None
 
-    def on_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any, before: int | None) -> None:
+    def on_op(
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        outputs: Any,
+        before: tuple[_Capture, int] | None,
+    ) -> None:
         if not self._capturing_streams and not self.eager_ops:
             return
         if func is torch.ops.aten.record_stream.default:
@@ -385,8 +485,8 @@ class Recorder:
             writes=writes,
             stack=self.stacks.capture(3),
         )
-        if capture is not None and before is not None:
-            capture.op_nodes.append((event["seq"], before, graph_readback.node_count(capture.handle)))
+        if before is not None and before[0] is capture:
+            capture.nodes.claim(event, before[1], capture.nodes.count())
 
 
 # -- global hook installation -------------------------------------------------------------
@@ -491,6 +591,33 @@ def _patched_capture_end(self: Any, *args: Any, **kwargs: Any) -> None:
             rec.fail("capture end", exc)
 
 
+def _patched_triton_run(self: Any, *args: Any, grid: Any = None, warmup: bool = False, **kwargs: Any) -> Any:
+    rec = _ACTIVE
+    run = _ORIGINALS["triton_run"]
+    if rec is None or warmup or not rec._capturing_streams:
+        return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+    mark = rec.before_op()
+    rec.in_op = True
+    try:
+        kernel = run(self, *args, grid=grid, warmup=warmup, **kwargs)
+    finally:
+        rec.in_op = False
+    try:
+        rec.on_triton_launch(self, args, kwargs, kernel, mark)
+    except Exception as exc:
+        rec.fail("triton launch", exc)
+    return kernel
+
+
+def _install_triton_hook() -> None:
+    """Only if the program uses Triton: importing it here would cost the program a second."""
+    jit = sys.modules.get("triton.runtime.jit")
+    if jit is None or "triton_run" in _ORIGINALS:
+        return
+    _ORIGINALS["triton_run"] = jit.JITFunction.run
+    jit.JITFunction.run = _patched_triton_run
+
+
 def _install_hooks() -> None:
     global _HOOKS_INSTALLED
     if _HOOKS_INSTALLED:
@@ -522,67 +649,6 @@ def _uninstall_hooks() -> None:
     graph_cls = torch.cuda.graphs.CUDAGraph
     graph_cls.capture_begin = _ORIGINALS.pop("capture_begin")
     graph_cls.capture_end = _ORIGINALS.pop("capture_end")
+    if "triton_run" in _ORIGINALS:
+        sys.modules["triton.runtime.jit"].JITFunction.run = _ORIGINALS.pop("triton_run")
     _HOOKS_INSTALLED = False
-
-
-def process_facts() -> dict[str, Any]:
-    """Header facts that make a trace reproducible: versions, devices, allocator settings."""
-    facts: dict[str, Any] = {
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "python": sys.version.split()[0],
-        "process": {
-            "pid": os.getpid(),
-            "rank": int(os.environ["RANK"]) if os.environ.get("RANK", "").isdigit() else None,
-            "argv": sys.argv[:20],
-        },
-        "allocator": {
-            "conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
-            "caching": os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "0") in ("", "0"),
-        },
-        "graph_readback": graph_readback.AVAILABLE,
-    }
-    try:
-        facts["allocator"]["backend"] = torch.cuda.get_allocator_backend()
-    except Exception:  # not initialised or no CUDA
-        facts["allocator"]["backend"] = None
-    try:
-        from cuda import bindings
-
-        facts["cuda_bindings"] = bindings.__version__
-    except Exception:
-        facts["cuda_bindings"] = None
-    facts.update(_nvml_facts())
-    return facts
-
-
-def _nvml_facts() -> dict[str, Any]:
-    try:
-        import pynvml
-    except ImportError:
-        return {"driver": None, "devices": []}
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # no driver on this machine
-        return {"driver": None, "devices": []}
-    devices = []
-    try:
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            device: dict[str, Any] = {"index": i}
-            for key, query in (
-                ("name", pynvml.nvmlDeviceGetName),
-                ("uuid", pynvml.nvmlDeviceGetUUID),
-                ("compute_capability", pynvml.nvmlDeviceGetCudaComputeCapability),
-                ("memory_total", lambda h: pynvml.nvmlDeviceGetMemoryInfo(h).total),
-            ):
-                try:
-                    value = query(handle)
-                    device[key] = list(value) if isinstance(value, tuple) else value
-                except Exception:  # MIG/ECC-style queries may be unsupported
-                    device[key] = None
-            devices.append(device)
-        driver = pynvml.nvmlSystemGetDriverVersion()
-    finally:
-        pynvml.nvmlShutdown()
-    return {"driver": driver, "devices": devices}

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from typing import Any
 
 from streamrace.analysis import AnalysisResult, analyze
 from streamrace.analysis.findings import Finding
-from streamrace.record.recorder import Recorder, process_facts
+from streamrace.record.facts import process_facts
+from streamrace.record.recorder import Recorder
 from streamrace.trace.io import Trace, make_header, write_trace
 
 
@@ -22,6 +24,7 @@ def build_trace(recorder: Recorder, since: int = 0) -> Trace:
     header["recorder_errors"] = list(recorder.errors)
     events = recorder.trace_events(since)
     header["allocations_dropped"] = recorder.dropped_allocations
+    header["kernel_nodes"] = asdict(recorder.kernel_stats)
     stacks = {e["id"]: e["frames"] for e in events if e["ev"] == "stack"}
     return Trace(header=header, events=events, stacks=stacks)
 

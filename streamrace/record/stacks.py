@@ -7,22 +7,34 @@ library) are skipped so the innermost frame is the line the user wrote.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import sysconfig
 from collections.abc import Callable
 from types import FrameType
 
-import torch
+# Frames of these packages are never "the user's line": the report points past them.
+_LIBRARIES = ("torch", "triton", "cupy", "cuda", "streamrace", "_pytest", "pluggy")
 
-_LIBRARY_DIRS = tuple(
-    os.path.normcase(os.path.abspath(p)) + os.sep
-    for p in {
-        os.path.dirname(torch.__file__),
-        os.path.dirname(os.path.dirname(__file__)),  # streamrace/
-        sysconfig.get_paths()["stdlib"],
-    }
-)
+
+def _library_dirs() -> tuple[str, ...]:
+    dirs = set()
+    for name in _LIBRARIES:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            dirs.update(spec.submodule_search_locations)
+    return tuple(_normal(p) for p in dirs)
+
+
+def _normal(path: str) -> str:
+    return os.path.normcase(os.path.abspath(path)) + os.sep
+
+
+_LIBRARY_DIRS = _library_dirs()
+_STDLIB = _normal(sysconfig.get_paths()["stdlib"])
+# The standard library may hold site-packages (a system Python): those are not library frames.
+_SITE = tuple({_normal(sysconfig.get_paths()[k]) for k in ("purelib", "platlib")})
 
 
 class StackTable:
@@ -40,7 +52,8 @@ class StackTable:
         known = self._is_user.get(filename)
         if known is None:
             path = os.path.normcase(os.path.abspath(filename))
-            known = not (filename.startswith("<") or path.startswith(_LIBRARY_DIRS))
+            stdlib = path.startswith(_STDLIB) and not path.startswith(_SITE)
+            known = not (filename.startswith("<") or stdlib or path.startswith(_LIBRARY_DIRS))
             self._is_user[filename] = known
         return known
 

@@ -1,0 +1,85 @@
+"""Triton launches: seen at the launch, with exact read/write direction from the kernel's IR.
+
+The dispatcher never sees a Triton kernel. Wrapping ``JITFunction.run`` gives the launch its
+place in program order, its stream, the user's line, and its tensor arguments; the kernel's
+Triton IR says which pointer arguments are stored through (``tt.store``, atomics, descriptor
+stores), so the others are only read. Kernels launched some other way (inductor's compiled
+launchers) are still found as graph nodes with no event, with inferred accesses.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_SIGNATURE = re.compile(r"tt\.func\s+(?:public\s+|private\s+)?@[\w$.]+\((.*?)\)\s*(?:attributes|\{)", re.S)
+_ARG = re.compile(r"(%[\w#]+)\s*:\s*(!tt\.ptr<[^>]*>|[^,{]+)")
+_DEF = re.compile(r"^\s*(%[\w#]+)(?::\d+)?\s*=\s*([\w.]+)(.*)$")
+_BIND = re.compile(r"(%[\w#]+)\s*=\s*(%[\w#]+)")  # loop iter_args and block arguments
+_VALUE = re.compile(r"%[\w#]+")
+_STORES = ("tt.store", "tt.atomic_rmw", "tt.atomic_cas", "tt.descriptor_store", "tt.descriptor_scatter")
+
+
+def stored_pointer_args(ttir: str) -> list[bool] | None:
+    """For each pointer argument of the kernel, in order: is memory written through it?
+
+    None when the IR cannot be read (then every pointer is treated as written, inferred).
+    """
+    signature = _SIGNATURE.search(ttir)
+    if signature is None:
+        return None
+    args = [(name, kind) for name, kind in _ARG.findall(signature.group(1))]
+    pointers = [name for name, kind in args if kind.startswith("!tt.ptr")]
+    operands: dict[str, list[str]] = {}
+    loaded: set[str] = set()
+    store_targets: list[str] = []
+    for line in ttir.splitlines():
+        code = line.split(" loc(", 1)[0]
+        for bound, source in _BIND.findall(code):
+            operands.setdefault(bound, []).append(source)
+        match = _DEF.match(code)
+        if match:
+            name, op, rest = match.groups()
+            if op == "tt.load" or op.startswith("tt.descriptor_load"):
+                loaded.add(name)  # loaded data is not where a pointer comes from
+            operands.setdefault(name, []).extend(_VALUE.findall(rest))
+            if op in _STORES:
+                store_targets.extend(_VALUE.findall(rest)[:1])
+            continue
+        stripped = code.strip()
+        for op in _STORES:
+            if stripped.startswith(op):
+                store_targets.extend(_VALUE.findall(stripped)[:1])
+    written: set[str] = set()
+    for target in store_targets:
+        stack, seen = [target], set()
+        while stack:
+            value = stack.pop()
+            if value in seen or value in loaded:
+                continue
+            seen.add(value)
+            if value in pointers:
+                written.add(value)
+            stack.extend(operands.get(value, ()))
+    return [name in written for name in pointers]
+
+
+_DIRECTIONS: dict[Any, list[bool] | None] = {}
+
+
+def pointer_directions(kernel: Any) -> list[bool] | None:
+    """Cached per compiled kernel: which pointer arguments it writes through."""
+    key = id(kernel)
+    if key not in _DIRECTIONS:
+        try:
+            _DIRECTIONS[key] = stored_pointer_args(kernel.asm["ttir"])
+        except (AttributeError, KeyError, TypeError):
+            _DIRECTIONS[key] = None
+    return _DIRECTIONS[key]
+
+
+def tensor_arguments(jit_function: Any, args: tuple[Any, ...], kwargs: dict[str, Any], is_tensor: Any) -> list[Any]:
+    """The launch's tensor arguments in signature order (Triton passes each as a pointer)."""
+    values = dict(zip(jit_function.arg_names, args, strict=False))
+    values.update((k, v) for k, v in kwargs.items() if k in jit_function.arg_names)
+    return [values[name] for name in jit_function.arg_names if name in values and is_tensor(values[name])]

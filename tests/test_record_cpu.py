@@ -1,0 +1,180 @@
+"""The recorder's CPU-testable parts: op read/write sets from schemas (CSAN's argument-handling
+cases, keyed on storage bytes), Triton IR directions, pointer resolution, user stacks."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+from streamrace.record.kernel_params import LiveBlocks  # noqa: E402
+from streamrace.record.op_accesses import op_accesses, tensor_range  # noqa: E402
+from streamrace.record.stacks import StackTable  # noqa: E402
+from streamrace.record.triton_launches import stored_pointer_args  # noqa: E402
+
+
+class _Accesses(TorchDispatchMode):
+    """Collects (op, reads, writes) for CPU tensors, as the recorder does for CUDA ones."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[tuple[str, list[dict], list[dict]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        reads, writes = op_accesses(func, args, kwargs, out, lambda t: isinstance(t, torch.Tensor))
+        self.ops.append((func._schema.name, reads, writes))
+        return out
+
+
+def _record(fn):
+    mode = _Accesses()
+    with mode:
+        fn()
+    return mode.ops
+
+
+def _addr(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
+
+
+def test_add_reads_both_inputs_and_writes_the_output():
+    a, b = torch.ones(5, 3), torch.ones(5, 3)
+    out = {}
+    ops = _record(lambda: out.setdefault("c", torch.add(a, b)))
+    [(name, reads, writes)] = ops
+    assert name == "aten::add"
+    assert sorted(r["addr"] for r in reads) == sorted([_addr(a), _addr(b)])
+    assert [w["addr"] for w in writes] == [_addr(out["c"])]
+
+
+def test_cat_reads_every_list_element():
+    a, b, c = torch.ones(2, 3), torch.ones(2, 3), torch.ones(2, 3)
+    [(name, reads, writes)] = _record(lambda: torch.cat([a, b, c]))
+    assert name == "aten::cat" and len(reads) == 3 and len(writes) == 1
+
+
+def test_split_is_a_view_and_touches_nothing():
+    a = torch.ones(6, 3)
+    ops = _record(lambda: torch.split(a, 2))
+    assert ops == [("aten::split", [], [])]
+
+
+def test_inplace_writes_self_and_reads_the_other():
+    a, b = torch.ones(5, 3), torch.ones(5, 3)
+    [(name, reads, writes)] = _record(lambda: a.add_(b))
+    assert name == "aten::add_"
+    assert [r["addr"] for r in reads] == [_addr(b)] and [w["addr"] for w in writes] == [_addr(a)]
+
+
+def test_out_argument_is_written():
+    a, b, c = torch.ones(5, 3), torch.ones(5, 3), torch.empty(5, 3)
+    [(name, reads, writes)] = _record(lambda: torch.add(a, b, out=c))
+    assert name == "aten::add" and [w["addr"] for w in writes] == [_addr(c)] and len(reads) == 2
+
+
+def test_several_outputs_are_all_written():
+    a = torch.randn(4, 6)
+    [(name, reads, writes)] = _record(lambda: a.max(dim=0))
+    assert name == "aten::max" and [r["addr"] for r in reads] == [_addr(a)] and len(writes) == 2
+
+
+def test_nonzero_as_tuple_reads_input_writes_result():
+    a = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    ops = _record(lambda: torch.nonzero(a, as_tuple=True))
+    assert ops[0][0] == "aten::nonzero" and [r["addr"] for r in ops[0][1]] == [_addr(a)] and len(ops[0][2]) == 1
+    assert all(not reads and not writes for _, reads, writes in ops[1:]), "the unbind that follows is a view"
+
+
+def test_keyword_and_alias_names_are_bound_by_schema():
+    a, b = torch.ones(3), torch.ones(3)
+    [(_, reads, writes)] = _record(lambda: torch.ops.aten.mul.Tensor(a, other=b))
+    assert sorted(r["addr"] for r in reads) == sorted([_addr(a), _addr(b)]) and len(writes) == 1
+
+
+def test_index_driven_write_covers_the_whole_destination_and_reads_indices():
+    dest = torch.zeros(8, 4)
+    index = torch.tensor([1, 5])
+    values = torch.ones(2, 4)
+    [(name, reads, writes)] = _record(lambda: dest.index_copy_(0, index, values))
+    assert name == "aten::index_copy_"
+    assert writes == [tensor_range(dest)]
+    assert sorted(r["addr"] for r in reads) == sorted([_addr(index), _addr(values)])
+
+
+def test_factory_like_reads_nothing_and_empty_writes_nothing():
+    a = torch.ones(4)
+    ops = dict((name, (r, w)) for name, r, w in _record(lambda: (torch.empty_like(a), torch.zeros_like(a))))
+    assert ops["aten::empty_like"] == ([], [])
+    assert ops["aten::zeros_like"][0] == [] and len(ops["aten::zeros_like"][1]) == 1
+
+
+def test_strided_view_range_is_storage_offset_and_strides():
+    base = torch.zeros(4, 6)
+    view = base[1:, ::2]
+    rng = tensor_range(view)
+    assert rng == {"addr": _addr(base) + 6 * 4, "shape": [3, 3], "stride": [6, 2], "itemsize": 4}
+    assert tensor_range(torch.zeros(0)) is None
+
+
+def test_metadata_only_inplace_view_touches_nothing():
+    a = torch.ones(4)
+    ops = _record(lambda: a.resize_(4))
+    assert ops == [("aten::resize_", [], [])]
+
+
+TTIR = """
+module {
+  tt.func public @kern(%arg0: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %arg1: !tt.ptr<i64>,
+                       %arg2: !tt.ptr<f32>, %arg3: i32) attributes {noinline = false} {
+    %0 = tt.get_program_id x : i32 loc(#loc1)
+    %1 = tt.make_range {end = 128 : i32, start = 0 : i32} : tensor<128xi32> loc(#loc2)
+    %2 = tt.splat %arg1 : !tt.ptr<i64> -> tensor<128x!tt.ptr<i64>> loc(#loc3)
+    %3 = tt.addptr %2, %1 : tensor<128x!tt.ptr<i64>>, tensor<128xi32> loc(#loc3)
+    %4 = tt.load %3 : tensor<128x!tt.ptr<i64>> loc(#loc4)
+    %5 = tt.splat %arg0 : !tt.ptr<f32> -> tensor<128x!tt.ptr<f32>> loc(#loc5)
+    %6 = tt.addptr %5, %4 : tensor<128x!tt.ptr<f32>>, tensor<128xi64> loc(#loc5)
+    %7 = tt.splat %arg2 : !tt.ptr<f32> -> tensor<128x!tt.ptr<f32>> loc(#loc6)
+    %8 = tt.addptr %7, %1 : tensor<128x!tt.ptr<f32>>, tensor<128xi32> loc(#loc6)
+    %9 = tt.load %8 : tensor<128x!tt.ptr<f32>> loc(#loc7)
+    tt.store %6, %9 : tensor<128x!tt.ptr<f32>> loc(#loc8)
+    tt.return loc(#loc9)
+  } loc(#loc)
+} loc(#loc)
+"""
+
+
+def test_triton_ir_says_which_pointers_are_stored_through():
+    # A scatter: out[idx[i]] = src[i]. The index is loaded data, not where the store's pointer
+    # comes from, so the index buffer stays a read.
+    assert stored_pointer_args(TTIR) == [True, False, False]
+    atomic = TTIR.replace("tt.store %6, %9", "%10 = tt.atomic_rmw fadd, acq_rel, gpu, %8, %9")
+    assert stored_pointer_args(atomic) == [False, False, True]
+    assert stored_pointer_args("not triton ir") is None
+
+
+def test_pointers_resolve_against_blocks_live_at_that_time():
+    live = LiveBlocks([(0x1000, 0x100, 1, 10), (0x1000, 0x400, 20, None), (0x9000, 0x10, -1, None)])
+    assert live.resolve(0x1080, 5) == (0x1000, 0x100)
+    assert live.resolve(0x1200, 5) is None, "outside the first lifetime"
+    assert live.resolve(0x1200, 25) == (0x1000, 0x400), "inside the reuse"
+    assert live.resolve(0x1080, 15) is None, "between lifetimes"
+    assert live.resolve(0x9008, 0) == (0x9000, 0x10), "live since before recording"
+    assert live.ranges([0x1040, 0x1010, 0x5], 5) == [{"addr": 0x1010, "nbytes": 0xF0}]
+
+
+def test_user_stack_skips_library_frames():
+    emitted = []
+    table = StackTable(lambda ev, **fields: emitted.append(fields))
+
+    def user_code():
+        return table.capture(1)
+
+    first, second = user_code(), user_code()
+    assert first == second == 1, "one entry per distinct stack"
+    frames = emitted[0]["frames"]
+    assert frames[0][0] == "tests/test_record_cpu.py" and frames[0][2] == "user_code"
+    assert not any("torch" in f[0] or "streamrace/" in f[0] for f in frames)
