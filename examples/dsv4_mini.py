@@ -52,6 +52,14 @@ def capture(
     side = torch.cuda.Stream()
     model = MiniSparseAttention(dim, q_dim, topk, tokens, side).to("cuda", torch.bfloat16)
     hidden = torch.randn(tokens, dim, device="cuda", dtype=torch.bfloat16)
+    # Warm up eagerly on a side stream, as serving engines do: cuBLAS cannot initialise
+    # itself inside a capture.
+    warmup = torch.cuda.Stream()
+    warmup.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(warmup):
+        for _ in range(2):
+            model(hidden)
+    torch.cuda.current_stream().wait_stream(warmup)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = model(hidden)

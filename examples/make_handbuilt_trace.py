@@ -77,7 +77,7 @@ def build() -> TraceBuilder:
         tb.record(qkv_ready, main, at=at("qkv_ready.record()"))
         tb.wait(qkv_ready, side, at=at("self.side.wait_event(qkv_ready)"))
         tb.op(
-            "aten::mm",
+            "aten::mm.out",
             side,
             reads=[whole(qkv, TOKENS, QKV_COLS), whole(w_idx, QKV_COLS, TOPK)],
             writes=[whole(topk_scores, TOKENS, TOPK)],
@@ -93,8 +93,9 @@ def build() -> TraceBuilder:
             writes=[whole(q, TOKENS, Q_DIM)],
             at=line,
         )
-        # The bug: qkv's last reference dies here, while the indexer may still be reading it.
-        tb.free(qkv, at=at("return q"))
+        # The bug: qkv's last reference dies as _prologue returns, while the indexer may still be
+        # reading it. The free happens in the caller's line, as the recorder sees it.
+        tb.free(qkv, at=at("q = self._prologue(hidden)"))
 
         # forward: the next same-size main-stream allocation gets qkv's block.
         line = at("mixed = self.wmix(q)")

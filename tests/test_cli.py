@@ -166,7 +166,7 @@ def test_bundled_race_trace_names_ops_streams_lines_and_fix() -> None:
     out = proc.stdout
     assert "unsafe-free" in out
     # both ops, on both streams
-    assert "aten::mm on stream indexer" in out
+    assert "aten::mm.out on stream indexer" in out
     assert "aten::linear on stream main" in out
     # the source lines, with their text from examples/dsv4_mini.py
     assert "examples/dsv4_mini.py:42" in out
