@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from streamrace.analysis import analyze
+from streamrace.analysis.engine import Engine
 from streamrace.analysis.findings import DATA_RACE, RECORD_STREAM_NOOP, UNSAFE_FREE
 from streamrace.trace.builder import TraceBuilder
 
@@ -83,6 +84,21 @@ def test_free_without_a_later_owner_allocation_is_safe():
     assert analyze(tb.trace()).raw_findings == []
 
 
+def test_free_judged_at_the_next_owner_allocation_after_the_join_is_safe():
+    """Freed before the join, but the owner allocates again only after joining: never handed out early."""
+    tb = TraceBuilder()
+    main, side = tb.stream("main"), tb.stream("side")
+    with tb.capture(main):
+        x = tb.alloc(SIZE, main, at="model.py:10")
+        tb.wait_stream(side, main)
+        tb.op("aten::sum", side, reads=[tb.span(x, SIZE)], at="model.py:13")
+        tb.free(x, at="model.py:15")
+        tb.wait_stream(main, side)
+        y = tb.alloc(SIZE, main, addr=x, at="model.py:16")
+        tb.op("aten::mul", main, writes=[tb.span(y, SIZE)], at="model.py:17")
+    assert analyze(tb.trace()).raw_findings == []
+
+
 def test_record_stream_on_the_allocating_stream_is_a_noop():
     tb = TraceBuilder()
     main, side = tb.stream("main"), tb.stream("side")
@@ -130,6 +146,23 @@ def test_eager_race_reports_the_most_recent_racing_access():
     (f,) = analyze(tb.trace()).raw_findings
     assert (f.kind, f.graph, f.accesses[0].seq) == (DATA_RACE, None, second)
     assert (f.accesses[0].stream_label, f.accesses[1].stream_label) == ("stream#0", "side")
+
+
+def test_covered_accesses_are_forgotten():
+    tb = TraceBuilder()
+    main, side = tb.stream("main"), tb.stream("side")
+    x = tb.alloc(SIZE, main)
+    for _ in range(50):
+        tb.op("aten::add_", main, reads=[tb.span(x, SIZE)], writes=[tb.span(x, SIZE)])
+    tb.wait_stream(side, main)
+    for _ in range(50):
+        tb.op("aten::sum", side, reads=[tb.span(x, SIZE)])
+    engine = Engine()
+    for ev in tb.events:
+        engine.feed(ev)
+    (shadow,) = engine.shadows.values()
+    assert len(shadow) == 2  # main's last write and side's last read
+    assert engine.detections == []
 
 
 def test_host_sync_orders_eager_reuse():

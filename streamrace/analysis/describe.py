@@ -28,6 +28,7 @@ class Describer:
         self._stacks = engine.stacks
         self._names = engine.names
         self._appearance = engine.appearance
+        self._sites: dict[int, tuple[list[list[Any]], str | None]] = {}  # stack id -> frames, location
 
     def findings(self, detections: list[Detection]) -> list[Finding]:
         out: list[Finding] = []
@@ -49,17 +50,20 @@ class Describer:
             return "default"
         return f"stream#{self._appearance.get(stream, len(self._appearance))}"
 
-    def _frames(self, event: Mapping[str, Any]) -> list[list[Any]]:
-        stack = event.get("stack")
-        return [list(frame) for frame in self._stacks.get(stack, ())] if stack is not None else []
-
-    @staticmethod
-    def _location(frames: list[list[Any]]) -> str | None:
-        return f"{frames[0][0]}:{frames[0][1]}" if frames else None
+    def _site(self, event: Mapping[str, Any] | None) -> tuple[list[list[Any]], str | None]:
+        """The event's stack (a fresh list) and its user location, ``file:line`` of the innermost frame."""
+        stack = event.get("stack") if event else None
+        if stack is None:
+            return [], None
+        site = self._sites.get(stack)
+        if site is None:
+            frames = [list(frame) for frame in self._stacks.get(stack, ())]
+            site = self._sites[stack] = (frames, f"{frames[0][0]}:{frames[0][1]}" if frames else None)
+        return list(site[0]), site[1]
 
     def _access(self, rec: AccessRecord, how: Overlap) -> Access:
         ev = rec.event
-        frames = self._frames(ev)
+        frames, location = self._site(ev)
         rng = dict(rec.raw)
         if how is Overlap.APPROXIMATE:
             rng["approximate"] = True
@@ -69,7 +73,7 @@ class Describer:
             stream_label=self.label(rec.stream),
             access="write" if rec.write else "read",
             seq=ev["seq"],
-            location=self._location(frames),
+            location=location,
             stack=frames,
             graph=rec.domain,
             range=rng,
@@ -78,22 +82,22 @@ class Describer:
 
     def _free_access(self, lifetime: Lifetime, domain: Domain) -> Access:
         free = lifetime.free or {}
-        frames = self._frames(free)
+        frames, location = self._site(free)
         return Access(
             op="free",
             stream=lifetime.owner,
             stream_label=self.label(lifetime.owner),
             access="free",
             seq=free["seq"],
-            location=self._location(frames),
+            location=location,
             stack=frames,
             graph=domain,
             range={"addr": lifetime.addr, "nbytes": lifetime.size},
         )
 
     def _allocation(self, lifetime: Lifetime, reuse: tuple[Access, Lifetime] | None = None) -> Allocation:
-        alloc_frames = self._frames(lifetime.alloc)
-        free_frames = self._frames(lifetime.free) if lifetime.free else []
+        alloc_frames, alloc_location = self._site(lifetime.alloc)
+        free_frames, free_location = self._site(lifetime.free)
         reused_by = None
         if reuse is not None:
             access, new = reuse
@@ -104,7 +108,7 @@ class Describer:
                 "seq": access.seq,
                 "location": access.location,
                 "alloc_seq": new.alloc["seq"],
-                "alloc_location": self._location(self._frames(new.alloc)),
+                "alloc_location": self._site(new.alloc)[1],
             }
         return Allocation(
             addr=lifetime.addr,
@@ -114,10 +118,10 @@ class Describer:
             device=lifetime.device,
             pool=lifetime.alloc.get("pool"),
             alloc_seq=lifetime.alloc["seq"],
-            alloc_location=self._location(alloc_frames),
+            alloc_location=alloc_location,
             alloc_stack=alloc_frames,
             free_seq=lifetime.free["seq"] if lifetime.free else None,
-            free_location=self._location(free_frames),
+            free_location=free_location,
             free_stack=free_frames,
             reused_by=reused_by,
         )
@@ -158,7 +162,7 @@ class Describer:
         use = self._access(unsafe.use, unsafe.how)
         free = self._free_access(lifetime, unsafe.domain)
         owner, user = free.stream_label, use.stream_label
-        site = self._location(self._frames(lifetime.alloc))
+        site = self._site(lifetime.alloc)[1]
         message = (
             f"The block allocated{f' at {site}' if site else ''} is freed on {owner}{_at(free)} "
             f"while {_what(use)} may still {'write' if unsafe.use.write else 'read'} it"
@@ -188,17 +192,16 @@ class Describer:
 
     def _noop(self, noop: RecordStreamNoop) -> Finding:
         ev = noop.event
-        frames = self._frames(ev)
+        frames, location = self._site(ev)
         call = Access(
             op="record_stream",
             stream=ev["stream"],
             stream_label=self.label(ev["stream"]),
             access="record_stream",
             seq=ev["seq"],
-            location=self._location(frames),
+            location=location,
             stack=frames,
             graph=noop.domain,
-            range={"addr": ev["addr"], "nbytes": 0},
         )
         consumer = self.label(noop.users[0]) if noop.users else "consumer"
         return Finding(

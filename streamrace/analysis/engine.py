@@ -135,6 +135,8 @@ class Engine:
         for lifetime, uses in self.lifetimes.settle(owner, domain, clock):
             for use in uses:
                 unsafe = UnsafeFree(use, lifetime, domain)
+                if use.unsafe_frees is None:
+                    use.unsafe_frees = []
                 use.unsafe_frees.append(unsafe)
                 self.detections.append(unsafe)
         self.lifetimes.alloc(ev, self._device(ev, owner))
@@ -182,7 +184,7 @@ class Engine:
     def _race(self, earlier: AccessRecord, later: AccessRecord, how: Overlap) -> None:
         collisions = list(_collisions(earlier, later))
         for old, new in collisions:
-            for unsafe in earlier.unsafe_frees:
+            for unsafe in earlier.unsafe_frees or ():
                 if unsafe.lifetime is old and unsafe.racer is None:
                     # The reuse the unsafe free made possible: one finding, not two. Later
                     # races with the same use are reported as aliasing races of their own.

@@ -20,7 +20,7 @@ from streamrace.analysis.ranges import ByteRange, overlaps
 from streamrace.analysis.shadow import AccessRecord
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Lifetime:
     """One allocation of a block, from ``alloc`` to ``free``."""
 

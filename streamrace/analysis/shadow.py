@@ -9,7 +9,7 @@ more recent, so the reported partner (the most recent racing access) does not ch
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from streamrace.analysis.clocks import Domain, VectorClock
@@ -20,7 +20,7 @@ GRANULE_BITS = 21  # 2 MiB: the allocator's small-segment size
 _MAX_GRANULES = 64
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class AccessRecord:
     """One range of one op: its epoch, its bytes and what the report needs to name it."""
 
@@ -34,7 +34,7 @@ class AccessRecord:
     event: dict[str, Any]  # the op (or kernel) event
     raw: dict[str, Any]  # the range as written in the trace
     lifetimes: tuple[Any, ...] = ()  # the live allocation lifetimes it touched
-    unsafe_frees: list[Any] = field(default_factory=list)  # unsafe frees it is the unordered use of
+    unsafe_frees: list[Any] | None = None  # the unsafe frees it is the unordered use of
     forgotten: bool = False
 
 
@@ -50,29 +50,13 @@ class ShadowMemory:
         live = {rec.order for bucket in self._granules.values() for rec in bucket if not rec.forgotten}
         return len(live) + sum(not rec.forgotten for rec in self._wide)
 
-    def _candidates(self, rng: ByteRange) -> dict[int, AccessRecord]:
-        """Remembered accesses in the granules of ``rng``, by order; drops forgotten ones."""
-        first, last = rng.lo >> GRANULE_BITS, (rng.hi - 1) >> GRANULE_BITS
+    def _granule_keys(self, first: int, last: int) -> list[int]:
+        if first == last:
+            return [first] if first in self._granules else []
         if last - first < 4 * _MAX_GRANULES:
-            keys = [g for g in range(first, last + 1) if g in self._granules]
-        else:  # a huge range: cheaper to scan the granules that exist than every one it spans
-            keys = [g for g in self._granules if first <= g <= last]
-        found: dict[int, AccessRecord] = {}
-        for g in keys:
-            bucket = self._granules[g]
-            for rec in bucket:
-                found[rec.order] = rec
-            if any(rec.forgotten for rec in bucket):
-                live = [rec for rec in bucket if not rec.forgotten]
-                if live:
-                    self._granules[g] = live
-                else:
-                    del self._granules[g]
-        if self._wide:
-            for rec in self._wide:
-                found[rec.order] = rec
-            self._wide = [rec for rec in self._wide if not rec.forgotten]
-        return found
+            return [g for g in range(first, last + 1) if g in self._granules]
+        # A huge range: cheaper to scan the granules that exist than every one it spans.
+        return [g for g in self._granules if first <= g <= last]
 
     def check(self, new: AccessRecord, clock: VectorClock) -> tuple[AccessRecord | None, Overlap]:
         """The most recent earlier access racing with ``new`` (issued at ``clock``), if any.
@@ -80,20 +64,41 @@ class ShadowMemory:
         Also forgets the earlier accesses ``new`` makes redundant. Returns the racing access
         and how its overlap was decided.
         """
+        rng, stream, write = new.rng, new.stream, new.write
+        first, last = rng.lo >> GRANULE_BITS, (rng.hi - 1) >> GRANULE_BITS
+        keys = self._granule_keys(first, last)
+        lists = [self._granules[g] for g in keys]
+        if self._wide:
+            lists.append(self._wide)
         racer: AccessRecord | None = None
         how = Overlap.NONE
-        rng, stream, write = new.rng, new.stream, new.write
-        for old in self._candidates(rng).values():
-            if old.forgotten:
-                continue
-            if old.tick <= clock.get(old.stream, 0):  # old happens before new
-                if (write or not old.write) and covers(rng, old.rng):
-                    old.forgotten = True
-            elif (write or old.write) and old.stream != stream and (racer is None or old.order > racer.order):
-                hit = overlaps(old.rng, rng)
-                if hit:
-                    racer, how = old, hit
+        stale = False
+        # An access spanning several granules is met once per granule: the checks repeat
+        # harmlessly, cheaper than de-duplicating every lookup.
+        for bucket in lists:
+            for old in bucket:
+                if old.forgotten:
+                    stale = True
+                elif old.tick <= clock.get(old.stream, 0):  # old happens before new
+                    if (write or not old.write) and covers(rng, old.rng):
+                        old.forgotten = stale = True
+                elif (write or old.write) and old.stream != stream and (racer is None or old.order > racer.order):
+                    hit = overlaps(old.rng, rng)
+                    if hit:
+                        racer, how = old, hit
+        if stale:
+            self._compact(keys)
         return racer, how
+
+    def _compact(self, keys: list[int]) -> None:
+        for g in keys:
+            live = [rec for rec in self._granules[g] if not rec.forgotten]
+            if live:
+                self._granules[g] = live
+            else:
+                del self._granules[g]
+        if self._wide:
+            self._wide = [rec for rec in self._wide if not rec.forgotten]
 
     def insert(self, rec: AccessRecord) -> None:
         first, last = rec.rng.lo >> GRANULE_BITS, (rec.rng.hi - 1) >> GRANULE_BITS
