@@ -45,9 +45,6 @@ class HappensBefore:
         """The domain work issued on ``stream`` now belongs to."""
         return self._graph_of.get(stream, EAGER)
 
-    def capturing(self, stream: int) -> bool:
-        return stream in self._graph_of
-
     def members(self, graph: int) -> frozenset[int]:
         """The streams capturing into ``graph`` (empty once the capture ended)."""
         return frozenset(self._members.get(graph, ()))

@@ -118,6 +118,8 @@ class Engine:
     # -- captures ----------------------------------------------------------------------------
     def _capture_begin(self, ev: dict[str, Any]) -> None:
         self.graphs += 1
+        if ev.get("device") is not None:
+            self.devices.setdefault(ev["stream"], ev["device"])
         self.hb.capture_begin(ev["graph"], ev["stream"])
 
     def _capture_end(self, ev: dict[str, Any]) -> None:
