@@ -4,8 +4,24 @@ import re
 from pathlib import Path
 
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).parent
+AUTOSTART_PTH = "streamrace-autostart.pth"
+
+
+class BuildWithAutostart(build_py):
+    """Ship a .pth next to the package: with STREAMRACE=1 in its environment, every Python
+    process of an unmodified program starts recording (docs/recording.md)."""
+
+    def run(self) -> None:
+        super().run()
+        self.copy_file(str(HERE / AUTOSTART_PTH), str(Path(self.build_lib) / AUTOSTART_PTH))
+
+    def get_outputs(self, include_bytecode: bool = True) -> list[str]:
+        return [*super().get_outputs(include_bytecode), str(Path(self.build_lib) / AUTOSTART_PTH)]
+
+
 VERSION = re.search(r'__version__ = "([^"]+)"', (HERE / "streamrace" / "__init__.py").read_text()).group(1)
 
 setup(
@@ -25,6 +41,7 @@ setup(
         # ruff is pinned because `ruff format --check` in .ci/run changes verdicts between releases.
         "test": ["pytest>=7.0", "hypothesis>=6.0", "ruff==0.17.6"],
     },
+    cmdclass={"build_py": BuildWithAutostart},
     entry_points={"console_scripts": ["streamrace=streamrace.cli:main"]},
     classifiers=[
         "Programming Language :: Python :: 3",

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,7 +22,16 @@ from typing import NoReturn
 from streamrace import __version__
 from streamrace.analysis import analyze
 from streamrace.errors import StreamraceError, UsageError
+from streamrace.record.autostart import ENV_DIR, ENV_EAGER, ENV_ENABLE
 from streamrace.report import REPORTERS, TraceResult
+from streamrace.run_program import (
+    EXIT_PROGRAM_FAILED,
+    child_environment,
+    keep_traces,
+    program_failed_note,
+    record_program,
+    warn,
+)
 from streamrace.trace import FORMAT_VERSION, iter_trace
 
 EXIT_CLEAN = 0
@@ -31,7 +42,8 @@ EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
 EXIT_CODES = """exit codes:
   0  no findings
   1  findings
-  2  usage or input error (one line on stderr)"""
+  2  usage or input error (one line on stderr)
+  3  (run) the program itself failed; the report covers what it recorded"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -61,16 +73,58 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
 
 
-def _run_analyze(args: argparse.Namespace) -> int:
+def _analyze_files(paths: Sequence[str], shown_as: Sequence[str] | None = None) -> list[TraceResult]:
     results = []
-    for path in args.traces:
+    for path, shown in zip(paths, shown_as or paths, strict=True):
         # Streaming: the engine consumes events as they are read, never the whole trace.
         events = iter_trace(path)
         header = next(events)
-        results.append(TraceResult(path, analyze(header, events)))
-    report = REPORTERS[args.format](results)
-    _emit(report, args.output)
+        results.append(TraceResult(shown, analyze(header, events)))
+    return results
+
+
+def _verdict(results: Sequence[TraceResult]) -> int:
     return EXIT_FINDINGS if any(item.result.findings for item in results) else EXIT_CLEAN
+
+
+def _run_analyze(args: argparse.Namespace) -> int:
+    results = _analyze_files(args.traces)
+    _emit(REPORTERS[args.format](results), args.output)
+    return _verdict(results)
+
+
+# -- run -------------------------------------------------------------------------------------
+def _configure_run(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-o", "--output", metavar="TRACE", help="keep the trace here (several processes: TRACE with each pid inserted)"
+    )
+    parser.add_argument("--format", choices=list(REPORTERS), default="text", help="report format on stdout")
+    parser.add_argument("--json", metavar="FILE", help="also write the JSON report to FILE")
+    parser.add_argument("--eager-ops", action="store_true", help="also record ops outside captures")
+    parser.add_argument("program", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...", help="the program to run")
+
+
+def _run_run(args: argparse.Namespace) -> int:
+    command = args.program[1:] if args.program[:1] == ["--"] else args.program
+    returncode, trace_dir, traces = record_program(command, args.eager_ops)
+    try:
+        shown = [os.path.basename(t) for t in traces]
+        if args.output and traces:
+            shown = keep_traces(traces, args.output)
+            traces = shown
+        results = _analyze_files(traces, shown)
+        if traces:
+            _emit(REPORTERS[args.format](results), None)
+        else:
+            warn("streamrace: no process of the program recorded anything (no torch import, or no capture)")
+        if args.json:
+            _emit(REPORTERS["json"](results), args.json)
+    finally:
+        shutil.rmtree(trace_dir, ignore_errors=True)
+    if returncode != 0:
+        warn(program_failed_note(returncode))
+        return EXIT_PROGRAM_FAILED
+    return _verdict(results)
 
 
 def _emit(report: str, output: str | None) -> None:
@@ -91,8 +145,25 @@ def _emit(report: str, output: str | None) -> None:
         raise UsageError(f"{output}: cannot write the report: {exc.strerror or exc}") from None
 
 
+# -- env -------------------------------------------------------------------------------------
+def _configure_env(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trace-dir", default=".", metavar="DIR", help="where each process writes its trace")
+    parser.add_argument("--eager-ops", action="store_true", help="also record ops outside captures")
+
+
+def _run_env(args: argparse.Namespace) -> int:
+    """Shell exports that make every Python process record itself: for programs started by
+    a launcher that ``streamrace run`` cannot wrap (``eval "$(streamrace env)"``)."""
+    env = child_environment(os.path.abspath(args.trace_dir), args.eager_ops)
+    names = [ENV_ENABLE, ENV_DIR, "PYTHONPATH"] + ([ENV_EAGER] if args.eager_ops else [])
+    _emit("".join(f"export {name}={shlex.quote(env[name])}\n" for name in names), None)
+    return EXIT_CLEAN
+
+
 COMMANDS: tuple[Command, ...] = (
     Command("analyze", "Find races and unsafe frees in recorded traces.", _configure_analyze, _run_analyze),
+    Command("run", "Run a program with every CUDA graph capture recorded, then analyse.", _configure_run, _run_run),
+    Command("env", "Print shell exports that record every Python process started later.", _configure_env, _run_env),
 )
 
 

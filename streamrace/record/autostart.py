@@ -71,9 +71,15 @@ class _StartAfterTorchImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+_installed = False
+
+
 def install_from_env() -> None:
-    if os.environ.get(ENV_ENABLE) != "1":
+    """Called by the site hook in every process; does something only with STREAMRACE=1, once."""
+    global _installed
+    if os.environ.get(ENV_ENABLE) != "1" or _installed:
         return
+    _installed = True
     if "torch" in sys.modules:
         _start()
     else:

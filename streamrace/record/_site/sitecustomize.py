@@ -14,11 +14,13 @@ except Exception as exc:  # never stop the user's program from starting
 # Chain to a sitecustomize that ours shadows, if there is one.
 _here = os.path.dirname(os.path.abspath(__file__))
 _saved = sys.path[:]
+_ours = sys.modules.pop("sitecustomize", None)
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
-del sys.modules["sitecustomize"]
 try:
     importlib.import_module("sitecustomize")
 except ImportError:
     pass
 finally:
     sys.path[:] = _saved
+    # The import system looks this module up by name once it has run: put ours back.
+    sys.modules["sitecustomize"] = _ours
