@@ -196,6 +196,9 @@ class Recorder:
 
     def stop(self) -> None:
         global _ACTIVE
+        for capture in list(self._graph_of.values()):  # captures the program never ended (it raised)
+            self._end_capture(capture, None, None, aborted=True)
+        self._graph_of.clear()
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
             self._mode = None
@@ -409,17 +412,24 @@ class Recorder:
                     blocks.append((block["address"], block["size"], -1, None))
         return LiveBlocks(blocks)
 
-    def on_capture_end(self, cuda_graph: Any, graph_data: tuple[list[Any], list[Any]] | None) -> None:
+    def on_capture_end(
+        self, cuda_graph: Any, graph_data: tuple[list[Any], list[Any]] | None, aborted: bool = False
+    ) -> None:
         capture = self._graph_of.pop(id(cuda_graph), None)
-        if capture is None:
-            return
+        if capture is not None:
+            self._end_capture(capture, None if aborted else list(cuda_graph.pool()), graph_data, aborted)
+
+    def _end_capture(
+        self, capture: _Capture, pool: list[int] | None, graph_data: tuple[list[Any], list[Any]] | None, aborted: bool
+    ) -> None:
         self._open_graphs.discard(capture.graph)
-        pool = list(cuda_graph.pool())
-        for event in [capture.begin, *capture.allocs]:
-            event["pool"] = pool
+        if pool is not None:
+            for event in [capture.begin, *capture.allocs]:
+                event["pool"] = pool
         for stream in [s for s, c in self._capturing_streams.items() if c is capture]:
             del self._capturing_streams[stream]
-        self.emit("capture_end", graph=capture.graph, stack=self.stacks.capture(3))
+        # A capture that failed still ends in the trace, so what it recorded can be analysed.
+        self.emit("capture_end", graph=capture.graph, stack=self.stacks.capture(3), aborted=aborted or None)
         if graph_data is not None:
             nodes, edges = graph_data
             self.emit("graph", graph=capture.graph, nodes=nodes, edges=edges)
@@ -583,7 +593,15 @@ def _patched_capture_end(self: Any, *args: Any, **kwargs: Any) -> None:
             graph_data = rec.before_capture_end(self)
         except Exception as exc:
             rec.fail("graph read-back", exc)
-    _ORIGINALS["capture_end"](self, *args, **kwargs)
+    try:
+        _ORIGINALS["capture_end"](self, *args, **kwargs)
+    except BaseException:
+        if rec is not None:
+            try:
+                rec.on_capture_end(self, graph_data, aborted=True)
+            except Exception as exc:
+                rec.fail("capture end", exc)
+        raise
     if rec is not None:
         try:
             rec.on_capture_end(self, graph_data)

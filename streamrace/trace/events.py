@@ -35,7 +35,8 @@ EVENT_FIELDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
         {"graph": NONNEG, "stream": NONNEG},
         {"device": NONNEG, "pool": POOL, "mode": STR, "stack": NONNEG},
     ),
-    "capture_end": ({"graph": NONNEG}, {"stack": NONNEG}),
+    # aborted: the capture failed (or never ended); what it recorded is still analysed.
+    "capture_end": ({"graph": NONNEG}, {"stack": NONNEG, "aborted": BOOL}),
     "alloc": (
         {"addr": NONNEG, "size": POS, "stream": NONNEG},
         {"device": NONNEG, "pool": POOL, "stack": NONNEG},
@@ -53,6 +54,7 @@ EVENT_FIELDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "stream_sync": ({"stream": NONNEG}, {}),
     "event_sync": ({"event": NONNEG}, {}),
     "device_sync": ({}, {"device": NONNEG}),
+    # frames: innermost (the user's own line) first, then its callers.
     "stack": ({"id": NONNEG, "frames": FRAMES}, {}),
     # Reserved for graph read-back and dispatcher-invisible kernels: accepted and kept,
     # and the v1 analysis does not yet use them for ordering.

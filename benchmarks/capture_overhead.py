@@ -1,0 +1,139 @@
+"""Capture and replay cost of recording, side by side in one process (needs a CUDA GPU).
+
+The DSV4 decode example (examples/dsv4_mini_decode.py, fixed variant) stacked N layers deep is
+captured repeatedly:
+
+* plain, and under ``streamrace.watch()`` (alternating, so drift hits both alike);
+* then under PyTorch's CUDA sanitizer (CSAN), last, because enabling it cannot be undone;
+
+and the graphs captured plain and under streamrace are replayed alternately. Printed: median
+times and the ratios to plain. Absolute times only mean something on the machine that ran it.
+
+    python benchmarks/capture_overhead.py --layers 32 --repeats 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import pathlib
+import statistics
+import sys
+import time
+
+import torch
+
+import streamrace
+from streamrace.analysis import analyze
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("dsv4_mini_decode", ROOT / "examples" / "dsv4_mini_decode.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class DeepDecoder:
+    """N example layers sharing one set of streams, each layer's output feeding the next."""
+
+    def __init__(self, dsv4, layers: int) -> None:
+        streams = dsv4.DecodeStreams()
+        self.layers = [dsv4.MiniDecodeLayer("keep-alive", False, 0, streams) for _ in range(layers)]
+
+    def forward(self, x: torch.Tensor, loc: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            out = layer.forward(x, loc)
+            x = torch.cat([out, out], dim=1)
+        return x
+
+
+def capture(model: DeepDecoder, x: torch.Tensor, loc: torch.Tensor, stream: torch.cuda.Stream, pool) -> tuple:
+    """One capture, timed from the first captured op to the instantiated graph."""
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    with torch.cuda.graph(graph, pool=pool, stream=stream):
+        out = model.forward(x, loc)
+    return time.perf_counter() - start, graph, out
+
+
+def replay_time(graph: torch.cuda.CUDAGraph, replays: int) -> float:
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1000 / replays
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layers", type=int, default=32)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--replays", type=int, default=200)
+    parser.add_argument("--no-csan", action="store_true", help="skip the CUDA sanitizer comparison")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU")
+
+    dsv4 = _example()
+    model = DeepDecoder(dsv4, args.layers)
+    x = torch.randn(args.batch, dsv4.HIDDEN, device="cuda")
+    loc = torch.arange(args.batch, device="cuda")
+    stream = torch.cuda.Stream()
+    pool = torch.cuda.graph_pool_handle()
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            model.forward(x, loc)  # warm-up: cuBLAS handles, workspaces, allocator segments
+    torch.cuda.synchronize()
+
+    times: dict[str, list[float]] = {"plain": [], "streamrace": []}
+    graphs = {}
+    ops = analysis = 0.0
+    for _ in range(args.repeats):
+        elapsed, graphs["plain"], _ = capture(model, x, loc, stream, pool)
+        times["plain"].append(elapsed)
+        with streamrace.watch() as session:
+            elapsed, graphs["streamrace"], _ = capture(model, x, loc, stream, pool)
+        times["streamrace"].append(elapsed)
+        ops = session.result.summary["ops"]
+        start = time.perf_counter()
+        analyze(session.trace)
+        analysis = time.perf_counter() - start
+        assert session.findings == [], session.report()
+
+    replays: dict[str, list[float]] = {"plain": [], "streamrace": []}
+    for _ in range(args.repeats):
+        for name in ("plain", "streamrace"):
+            replays[name].append(replay_time(graphs[name], args.replays))
+
+    if not args.no_csan:
+        from torch.cuda._sanitizer import enable_cuda_sanitizer
+
+        enable_cuda_sanitizer()
+        times["csan"] = [capture(model, x, loc, stream, pool)[0] for _ in range(args.repeats)]
+
+    plain = statistics.median(times["plain"])
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.layers} layers, batch {args.batch}")
+    print(f"captured ops per graph: {ops}; analysis of one capture's trace: {analysis * 1e3:.1f} ms")
+    print(f"{'capture':<12}{'median ms':>12}{'ratio':>10}")
+    for name, values in times.items():
+        median = statistics.median(values)
+        print(f"{name:<12}{median * 1e3:>12.2f}{median / plain:>10.2f}")
+    base = statistics.median(replays["plain"])
+    print(f"{'replay':<12}{'median us':>12}{'ratio':>10}")
+    for name, values in replays.items():
+        median = statistics.median(values)
+        print(f"{name:<12}{median * 1e6:>12.2f}{median / base:>10.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
