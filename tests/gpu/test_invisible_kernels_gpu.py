@@ -4,6 +4,7 @@ corrupts at replay; each twin is clean and exact."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 
 import pytest
@@ -17,12 +18,16 @@ SLEEP = 20_000_000
 HERE = pathlib.Path(__file__).name
 
 
-def _capture_and_replay(body, check, replays: int = 3):
-    """Capture ``body`` under watch() on a named main stream; count replays where ``check`` fails."""
+def _capture_and_replay(body, check, name: str, replays: int = 3):
+    """Capture ``body`` under watch() on a named main stream; count replays where ``check`` fails.
+
+    With STREAMRACE_FIXTURE_DIR set, the trace is kept there as NAME.jsonl.gz (CI fixtures)."""
     main = torch.cuda.Stream()
     streamrace.name_stream(main, "main")
     graph = torch.cuda.CUDAGraph()
-    with streamrace.watch() as session, torch.cuda.graph(graph, stream=main):
+    fixtures = os.environ.get("STREAMRACE_FIXTURE_DIR")
+    trace = os.path.join(fixtures, f"{name}.jsonl.gz") if fixtures else None
+    with streamrace.watch(trace) as session, torch.cuda.graph(graph, stream=main):
         outputs = body()
     corrupted = 0
     for _ in range(replays):
@@ -72,7 +77,7 @@ def test_triton_kernel_on_side_stream(fixed):
         return good
 
     buf.zero_()
-    session, corrupted = _capture_and_replay(body, check)
+    session, corrupted = _capture_and_replay(body, check, f"triton_{'fixed' if fixed else 'buggy'}")
     kernels = [e for e in session.trace.events if e["ev"] == "kernel" and e["name"].startswith("triton:")]
     assert len(kernels) == 1
     assert kernels[0]["inferred"] is False and len(kernels[0]["reads"]) == 1 and len(kernels[0]["writes"]) == 1
@@ -138,7 +143,8 @@ def test_cupy_raw_kernel_on_torch_stream(fixed, annotated):
         return good
 
     try:
-        session, corrupted = _capture_and_replay(body, check)
+        name = f"cupy_{'annotated_' if annotated else ''}{'fixed' if fixed else 'buggy'}"
+        session, corrupted = _capture_and_replay(body, check, name)
     finally:
         streamrace.record.capture_nodes._ANNOTATIONS.clear()
     kernels = [e for e in session.trace.events if e["ev"] == "kernel" and e["name"] == "triple_into"]
@@ -232,7 +238,7 @@ def test_extension_writes_an_undeclared_pointer(extension, fixed):
         torch.cuda.synchronize()
         return good
 
-    session, corrupted = _capture_and_replay(body, check)
+    session, corrupted = _capture_and_replay(body, check, f"extension_{'fixed' if fixed else 'buggy'}")
     if fixed:
         assert session.findings == [] and corrupted == 0, session.report()
         return
