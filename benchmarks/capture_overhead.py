@@ -32,6 +32,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 def _example():
     spec = importlib.util.spec_from_file_location("dsv4_mini_decode", ROOT / "examples" / "dsv4_mini_decode.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules["dsv4_mini_decode"] = module  # dataclasses look their module up here
     spec.loader.exec_module(module)
     return module
 

@@ -79,6 +79,12 @@ def _guarded(where: str) -> Callable[[Callable[..., None]], Callable[..., None]]
 class _OpMode(TorchDispatchMode):
     """Records every aten op on CUDA tensors; never changes what the op does."""
 
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        # Stay out of torch.compile's tracing (which would otherwise refuse to compile under a
+        # dispatch mode) and see the compiled artifact's ops when it runs.
+        return True
+
     def __init__(self, recorder: Recorder) -> None:
         super().__init__()
         self.recorder = recorder
