@@ -19,11 +19,65 @@ from streamrace.trace.events import FORMAT_VERSION
 from streamrace.trace.io import Trace
 
 
+@dataclass(frozen=True)
+class Note:
+    """A fact about the trace that limits what its analysis can say: the recorder failed,
+    allocations are missing, or the allocator is one the lifetime model does not describe.
+    Notes come from the header; they are not findings and do not change the exit code."""
+
+    code: str  # "recorder-errors", "allocations-dropped", "allocator-model"
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+def header_notes(header: Mapping[str, Any]) -> list[Note]:
+    """The notes a trace header calls for (docs/trace-format.md, header fields)."""
+    notes = []
+    errors = header.get("recorder_errors") or []
+    if errors:
+        times = "once" if len(errors) == 1 else f"{len(errors)} times"
+        notes.append(
+            Note(
+                "recorder-errors",
+                f"the recorder failed {times} (first: {errors[0]}); what it missed was not analysed, "
+                "so findings may be missing",
+            )
+        )
+    dropped = header.get("allocations_dropped") or 0
+    if dropped:
+        notes.append(
+            Note(
+                "allocations-dropped",
+                f"{dropped} allocation{'s were' if dropped != 1 else ' was'} left out of the trace "
+                "(size unknown to the recorder); their lifetimes were not checked",
+            )
+        )
+    allocator = header.get("allocator") or {}
+    why = None
+    if allocator.get("backend") == "cudaMallocAsync":
+        why = "the allocator backend is cudaMallocAsync"
+    elif allocator.get("caching") is False:
+        why = "the caching allocator is off (PYTORCH_NO_CUDA_MEMORY_CACHING)"
+    if why:
+        notes.append(
+            Note(
+                "allocator-model",
+                f"{why}: the block-reuse model (PyTorch's caching allocator, docs/analysis.md) does "
+                "not apply, so unsafe-free findings and their absence say nothing about this run; "
+                "races between accesses are still checked",
+            )
+        )
+    return notes
+
+
 @dataclass
 class AnalysisResult:
     findings: list[Finding]  # deduplicated, by first occurrence
     raw_findings: list[Finding]  # one per detected instance, in detection order
     summary: dict[str, int] = field(default_factory=dict)
+    notes: list[Note] = field(default_factory=list)  # from the trace header, in a fixed order
 
     def to_dict(self, streamrace_version: str = __version__) -> dict[str, Any]:
         return {
@@ -31,6 +85,7 @@ class AnalysisResult:
             "trace_format": FORMAT_VERSION,
             "findings": [f.to_dict() for f in self.findings],
             "summary": dict(self.summary),
+            "notes": [n.to_dict() for n in self.notes],
         }
 
 
@@ -39,8 +94,10 @@ def analyze(trace: Trace | Mapping[str, Any], events: Iterable[Mapping[str, Any]
     if isinstance(trace, Trace):
         engine = Engine(trace.stacks)
         events = trace.events
+        header = trace.header
     else:
         engine = Engine()
+        header = trace
     for ev in events or ():
         engine.feed(ev)
     raw = Describer(engine).findings(engine.detections)
@@ -52,7 +109,7 @@ def analyze(trace: Trace | Mapping[str, Any], events: Iterable[Mapping[str, Any]
     }
     findings = deduplicate(raw)
     summary["findings"] = len(findings)
-    return AnalysisResult(findings=findings, raw_findings=raw, summary=summary)
+    return AnalysisResult(findings=findings, raw_findings=raw, summary=summary, notes=header_notes(header))
 
 
-__all__ = ["AnalysisResult", "Finding", "analyze"]
+__all__ = ["AnalysisResult", "Finding", "Note", "analyze", "header_notes"]

@@ -8,7 +8,9 @@ sentence, the missing happens-before edge and a concrete fix.
 
 from __future__ import annotations
 
+import keyword
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from streamrace.analysis.clocks import Domain
@@ -149,8 +151,8 @@ class Describer:
             fix=(
                 f"record an event on {first.stream_label} after {first.op}{_at(first)} and wait on it "
                 f"on {second.stream_label} before {second.op}{_at(second)}, e.g. "
-                f"`{second.stream_label}.wait_stream({first.stream_label})` just before "
-                f"{second.location or second.op}"
+                f"`{_join(second, first)}` just before {second.location or second.op}"
+                + _where((second, _LATER), (first, _EARLIER))
             ),
             aliasing=aliasing,
             graph=race.later.domain,
@@ -161,7 +163,7 @@ class Describer:
         lifetime = unsafe.lifetime
         use = self._access(unsafe.use, unsafe.how)
         free = self._free_access(lifetime, unsafe.domain)
-        owner, user = free.stream_label, use.stream_label
+        owner = free.stream_label
         site = self._site(lifetime.alloc)[1]
         message = (
             f"The block allocated{f' at {site}' if site else ''} is freed on {owner}{_at(free)} "
@@ -182,8 +184,9 @@ class Describer:
             message=message + ".",
             missing_edge=f"no happens-before edge from {_what(use)} to the free on {owner}{_at(free)}",
             fix=(
-                f"keep the tensor alive until after `{owner}.wait_stream({user})` (join, then free), "
-                f"or call `t.record_stream({user})` after {use.op}{_at(use)}"
+                f"keep the tensor alive until after `{_join(free, use)}` (join, then free), "
+                f"or call `t.record_stream({_stream_code(use, _USER)})` after {use.op}{_at(use)}"
+                + _where((free, _OWNER), (use, _USER))
             ),
             aliasing=reuse is not None,
             graph=unsafe.domain,
@@ -203,7 +206,13 @@ class Describer:
             stack=frames,
             graph=noop.domain,
         )
-        consumer = self.label(noop.users[0]) if noop.users else "consumer"
+        if noop.users:
+            user = self.label(noop.users[0])
+            consumer, where = _code_name(user), ""
+            if consumer is None:
+                consumer, where = _CONSUMER, f", where `{_CONSUMER}` is {user}"
+        else:
+            consumer, where = _CONSUMER, f", where `{_CONSUMER}` is the stream that uses the tensor"
         return Finding(
             kind=RECORD_STREAM_NOOP,
             hazard=None,
@@ -212,7 +221,7 @@ class Describer:
                 f"record_stream{_at(call)} names {call.stream_label}, the stream that allocated the block, "
                 "so it does nothing and the consumer stream's use stays unprotected."
             ),
-            fix=f"record on the consumer stream, not the allocating one: `t.record_stream({consumer})`",
+            fix=f"record on the consumer stream, not the allocating one: `t.record_stream({consumer})`{where}",
             graph=noop.domain,
             allocation=self._allocation(noop.lifetime),
         )
@@ -230,3 +239,72 @@ def _verb(access: Access, past: bool = False) -> str:
     if access.access == "write":
         return "wrote" if past else "writes"
     return "read" if past else "reads"
+
+
+# -- fixes as code -----------------------------------------------------------------------------
+# A fix names streams in code. A recorded name that is a Python identifier is what the user
+# called the stream (``name_stream(s, "side")``), so it stands as is; handle 0 is
+# ``torch.cuda.default_stream()``; anything else (``stream#3``, "kv cache") is not Python, so
+# the code uses a placeholder named for the stream's role and the fix says which stream it is.
+_LATER, _EARLIER = "later_stream", "earlier_stream"
+_OWNER, _USER, _CONSUMER = "owner_stream", "user_stream", "consumer_stream"
+_ROLE = {
+    _LATER: "the stream of {op}",
+    _EARLIER: "the stream of {op}",
+    _OWNER: "the stream that allocated the tensor",
+    _USER: "the stream of {op}",
+}
+
+
+def _code_name(label: str) -> str | None:
+    """The stream as a Python expression, or None when its label is not one."""
+    if label == "default":
+        return "torch.cuda.default_stream()"
+    if label.isidentifier() and not keyword.iskeyword(label):
+        return label
+    return None
+
+
+def _stream_code(access: Access, placeholder: str) -> str:
+    return _code_name(access.stream_label) or placeholder
+
+
+def _join(waiter: Access, waited: Access) -> str:
+    """``waiter.wait_stream(waited)`` in code, with placeholders for streams without a name: a
+    free waits as the owner for the user, a later access for the earlier one."""
+    waiter_role, waited_role = (_OWNER, _USER) if waiter.access == "free" else (_LATER, _EARLIER)
+    return f"{_stream_code(waiter, waiter_role)}.wait_stream({_stream_code(waited, waited_role)})"
+
+
+def _where(*streams: tuple[Access, str]) -> str:
+    """The clause that names each placeholder's stream, e.g. ``where `later_stream` is stream#3``."""
+    parts = [
+        f"`{placeholder}` is {access.stream_label} ({_ROLE[placeholder].format(op=access.op)})"
+        for access, placeholder in streams
+        if _code_name(access.stream_label) is None
+    ]
+    return f", where {' and '.join(parts)}" if parts else ""
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """The fix as one line of code to add just before a source line."""
+
+    code: str
+    before: str  # "file:line" where the code goes
+    why: str  # what the line does, for a person
+
+
+def suggestion(finding: Finding) -> Suggestion | None:
+    """The fix of a finding as code at a source line, where its structure says where: a race
+    is fixed by a join just before the later access, an unsafe free by a join just before the
+    free. None when there is no such line (a lint, or no source line recorded)."""
+    if finding.kind == DATA_RACE and len(finding.accesses) == 2:
+        earlier, later = finding.accesses
+        if later.location:
+            return Suggestion(_join(later, earlier), later.location, f"order {later.op} after {earlier.op}")
+    if finding.kind == UNSAFE_FREE and finding.allocation is not None and finding.allocation.free_location:
+        use, alloc = finding.accesses[0], finding.allocation
+        owner = Access("free", alloc.stream, alloc.stream_label, "free", alloc.free_seq or 0)
+        return Suggestion(_join(owner, use), alloc.free_location, f"join {use.stream_label} before the free")
+    return None

@@ -1,0 +1,119 @@
+"""Fixes are advice a person can paste: stream names in code are Python, or placeholders
+that the sentence explains; ``suggestion`` places the fix's join at a source line."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import pytest
+
+from streamrace.analysis import analyze
+from streamrace.analysis.describe import suggestion
+from streamrace.analysis.findings import DATA_RACE, RECORD_STREAM_NOOP, UNSAFE_FREE
+from streamrace.trace.builder import TraceBuilder
+
+SIZE = 4096
+PLACEHOLDER = r"\b(?:owner|user|later|earlier|consumer)_stream\b"
+
+
+def _freed_before_join(main_name: str | None, side_name: str | None):
+    tb = TraceBuilder()
+    main, side = tb.stream(main_name), tb.stream(side_name)
+    with tb.capture(main):
+        x = tb.alloc(SIZE, main, at="model.py:1")
+        tb.op("aten::fill_", main, writes=[tb.span(x, SIZE)], at="model.py:2")
+        tb.wait_stream(side, main, at="model.py:3")
+        tb.op("aten::sum", side, reads=[tb.span(x, SIZE)], at="model.py:4")
+        tb.free(x, at="model.py:5")
+        y = tb.alloc(SIZE, main, addr=x, at="model.py:6")
+        tb.op("aten::mul", main, writes=[tb.span(y, SIZE)], at="model.py:7")
+        tb.wait_stream(main, side, at="model.py:8")
+    (finding,) = analyze(tb.trace()).findings
+    assert finding.kind == UNSAFE_FREE
+    return finding
+
+
+def _race(first_name: str | None, second_name: str | None):
+    tb = TraceBuilder()
+    main, side = tb.stream(first_name), tb.stream(second_name)
+    with tb.capture(main):
+        x = tb.alloc(SIZE, main, at="model.py:1")
+        tb.wait_stream(side, main, at="model.py:2")
+        tb.op("aten::fill_", main, writes=[tb.span(x, SIZE)], at="model.py:3")
+        tb.op("aten::sum", side, reads=[tb.span(x, SIZE)], at="model.py:4")
+        tb.wait_stream(main, side, at="model.py:5")
+    (finding,) = analyze(tb.trace()).findings
+    assert finding.kind == DATA_RACE
+    return finding
+
+
+def _code_spans(text: str) -> list[str]:
+    return re.findall(r"`([^`]+)`", text)
+
+
+def _assert_python(code: str) -> None:
+    ast.parse(code)  # raises SyntaxError for `stream#3.wait_stream(stream#2)`
+
+
+@pytest.mark.parametrize("names", [("main", "side"), (None, None), (None, "side"), ("main", "kv cache")])
+def test_unsafe_free_fix_is_python(names):
+    finding = _freed_before_join(*names)
+    spans = _code_spans(finding.fix)
+    assert spans and all(_assert_python(code) is None for code in spans), finding.fix
+    assert "#" not in "".join(spans)
+    for placeholder in {name for code in spans for name in re.findall(PLACEHOLDER, code)}:
+        assert f"`{placeholder}` is " in finding.fix, f"{placeholder} is not explained: {finding.fix}"
+
+
+def test_named_streams_stay_in_the_code():
+    finding = _freed_before_join("main", "side")
+    assert "`main.wait_stream(side)`" in finding.fix and "`t.record_stream(side)`" in finding.fix
+    assert "where" not in finding.fix
+
+
+def test_unnamed_streams_get_explained_placeholders():
+    finding = _freed_before_join(None, None)
+    assert "`owner_stream.wait_stream(user_stream)`" in finding.fix
+    assert "`owner_stream` is stream#0" in finding.fix and "`user_stream` is stream#1" in finding.fix
+    race = _race(None, "side")
+    assert "`side.wait_stream(earlier_stream)`" in race.fix
+    assert "`earlier_stream` is stream#0 (the stream of aten::fill_)" in race.fix
+    for code in _code_spans(race.fix):
+        _assert_python(code)
+
+
+def test_default_stream_is_torch_cuda_default_stream():
+    tb = TraceBuilder()
+    side = tb.stream("side")
+    x = tb.alloc(SIZE, 0, at="model.py:1")
+    tb.op("aten::fill_", 0, writes=[tb.span(x, SIZE)], at="model.py:2")
+    tb.op("aten::sum", side, reads=[tb.span(x, SIZE)], at="model.py:3")
+    (race,) = analyze(tb.trace()).findings
+    assert "`side.wait_stream(torch.cuda.default_stream())`" in race.fix
+
+
+def test_suggestion_joins_before_the_later_access_or_the_free():
+    race = _race("main", "side")
+    hint = suggestion(race)
+    assert (hint.code, hint.before) == ("side.wait_stream(main)", "model.py:4")
+    unsafe = _freed_before_join(None, "side")
+    hint = suggestion(unsafe)
+    assert (hint.code, hint.before) == ("owner_stream.wait_stream(side)", "model.py:5")
+    assert hint.code in unsafe.fix, "the suggestion is the fix's own code"
+
+
+def test_record_stream_noop_fix_names_the_consumer_in_python():
+    tb = TraceBuilder()
+    main, side = tb.stream(None), tb.stream(None)
+    with tb.capture(main):
+        x = tb.alloc(SIZE, main, at="model.py:1")
+        tb.wait_stream(side, main, at="model.py:2")
+        tb.op("aten::sum", side, reads=[tb.span(x, SIZE)], at="model.py:3")
+        tb.record_stream(x, main, at="model.py:4")
+        tb.free(x, at="model.py:5")
+        tb.alloc(SIZE, main, at="model.py:6")
+        tb.wait_stream(main, side, at="model.py:7")
+    noop = next(f for f in analyze(tb.trace()).findings if f.kind == RECORD_STREAM_NOOP)
+    assert "`t.record_stream(consumer_stream)`" in noop.fix and "`consumer_stream` is stream#1" in noop.fix
+    assert suggestion(noop) is None
