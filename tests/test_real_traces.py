@@ -85,7 +85,7 @@ def test_gallery_buggy_flagged_fixed_clean(hazard):
 
 
 def _captured_ops(trace):
-    """Per graph: the op events with their graph nodes, and the graph's DAG (ground truth)."""
+    """Per graph: the op and kernel events with their graph nodes, and the graph's DAG (the truth)."""
     graphs: dict[int, tuple[list[dict], nx.DiGraph]] = {}
     ops_of: dict[int, list[dict]] = {}
     for e in trace.events:
@@ -101,8 +101,8 @@ def _captured_ops(trace):
         elif e["ev"] == "capture_begin":
             ops_of[e["graph"]] = []
             current = e["graph"]
-        elif e["ev"] == "op":
-            ops_of[current].append(e)
+        elif e["ev"] == "op" or (e["ev"] == "kernel" and "stream" in e):
+            ops_of[current].append(e)  # dispatcher ops and the launches it never saw
     return graphs
 
 
@@ -134,3 +134,37 @@ def test_model_agrees_with_the_captured_graph(name):
     assert reported <= unordered_conflicts
     # ...and every later op of an unordered conflict is reported (the engine names one partner).
     assert {b for _, b in unordered_conflicts} == {b for _, b in reported}
+
+
+INVISIBLE = {
+    # trace: (hazard, the earlier access's op and whether its direction was inferred, the later op)
+    "triton_buggy": ("RAW", "triton:double_into", False, "aten::add.Tensor"),
+    "cupy_buggy": ("RAW", "triple_into", True, "aten::sub.Tensor"),
+    "cupy_annotated_buggy": ("RAW", "triple_into", False, "aten::sub.Tensor"),
+    "extension_buggy": ("WAR", "aten::add.Tensor", False, "streamrace_test::scale"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INVISIBLE))
+def test_kernels_the_dispatcher_never_saw(name):
+    """Triton (IR-derived directions), CuPy (parameter words, or annotated), and a custom
+    extension writing through a pointer its schema hides: each buggy capture is one race
+    naming both launches, each fixed twin is clean."""
+    hazard, first_op, first_inferred, second_op = INVISIBLE[name]
+    _, buggy = _analyze(name)
+    [race] = buggy.findings
+    first, second = race.accesses
+    assert (race.kind, race.hazard) == (DATA_RACE, hazard)
+    assert (first.op, first.inferred, second.op) == (first_op, first_inferred, second_op)
+    assert {first.stream_label, second.stream_label} == {"main", "side"}
+    assert first.location.startswith("tests/gpu/test_invisible_kernels_gpu.py:")
+    if name == "extension_buggy":
+        assert second.inferred and second.access == "write", "the hidden write is inferred from the kernel's pointer"
+    _, fixed = _analyze(name.replace("buggy", "fixed"))
+    assert fixed.findings == []
+
+
+def test_parameter_words_resolve_to_live_blocks():
+    trace, _ = _analyze("cupy_buggy")
+    stats = trace.header["kernel_nodes"]
+    assert stats["invisible_kernels"] >= 1 and stats["resolved_words"] >= 2

@@ -114,17 +114,19 @@ class CaptureNodes:
             if owner is None:
                 continue
             node["op"] = owner["seq"]
-            if node["type"] not in ACCESS_NODE_TYPES:
-                continue
+            resolve = id(owner) in unresolved
+            check = owner["ev"] == "op" and not owner["op"].startswith(_TRUSTED_NAMESPACES)
+            if node["type"] not in ACCESS_NODE_TYPES or not (resolve or check):
+                continue  # reading a node's parameters costs; only these two need them
             access = node_access(handles[node["id"]], node["type"])
-            if id(owner) in unresolved:
+            if resolve:
                 owner["name"] = access.name or node["type"]
                 if node["type"] == "kernel":
                     self._resolve_kernel(owner, access, live, stats)
                 else:
                     owner["reads"], owner["writes"] = access.reads, access.writes
                     owner["inferred"] = False
-            elif owner["ev"] == "op" and access.words and not owner["op"].startswith(_TRUSTED_NAMESPACES):
+            elif access.words:
                 self._cross_check(owner, access.words, live)
 
     @staticmethod

@@ -58,13 +58,35 @@ def _tensors(value: Any, is_tensor: Callable[[Any], bool]) -> Iterator[Any]:
             yield from _tensors(item, is_tensor)
 
 
-def _bind(schema: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[tuple[Any, Any]]:
-    """Pairs (schema argument, value) for what the caller passed."""
-    for i, argument in enumerate(schema.arguments):
-        if i < len(args) and not argument.kwarg_only:
-            yield argument, args[i]
-        elif argument.name in kwargs:
-            yield argument, kwargs[argument.name]
+_SKIP, _READ, _WRITE = 0, 1, 2
+
+
+class _Plan:
+    """What the schema says about each argument and return of one op, worked out once."""
+
+    __slots__ = ("args", "returns", "touches")
+
+    def __init__(self, func: Any) -> None:
+        schema = func._schema
+        base_name = schema.name.split("::", 1)[-1]
+        self.touches = not (base_name in _NO_ACCESS or torch.Tag.inplace_view in func.tags)
+        is_factory = bool(_FACTORY.match(base_name))
+        self.args: list[tuple[int, str, bool, int]] = []  # (position, name, kwarg only, role)
+        for i, argument in enumerate(schema.arguments):
+            alias = argument.alias_info
+            if alias is not None and alias.is_write:
+                role = _WRITE
+            elif is_factory or alias is not None:
+                role = _SKIP  # metadata only: a view's input, a factory's template
+            else:
+                role = _READ
+            self.args.append((i, argument.name, argument.kwarg_only, role))
+        # A returned tensor that aliases nothing is written, unless the op only allocates.
+        fresh = not _ALLOCATE_ONLY.match(base_name)
+        self.returns = [fresh and ret.alias_info is None for ret in schema.returns]
+
+
+_PLANS: dict[Any, _Plan] = {}
 
 
 def op_accesses(
@@ -75,35 +97,39 @@ def op_accesses(
     is_tensor: Callable[[Any], bool],
 ) -> tuple[list[Range], list[Range]]:
     """(reads, writes) of one dispatched op; ``is_tensor`` selects the tensors to track."""
-    schema = func._schema
-    base_name = schema.name.split("::", 1)[-1]
-    if base_name in _NO_ACCESS or torch.Tag.inplace_view in func.tags:
+    plan = _PLANS.get(func)
+    if plan is None:
+        plan = _PLANS[func] = _Plan(func)
+    if not plan.touches:
         return [], []
-    is_factory = bool(_FACTORY.match(base_name))
     reads: list[Range] = []
     writes: list[Range] = []
-    for argument, value in _bind(schema, args, kwargs):
-        alias = argument.alias_info
-        is_write = alias is not None and alias.is_write
-        if not is_write and (is_factory or alias is not None):
+    for position, name, kwarg_only, role in plan.args:
+        if role == _SKIP:
             continue
-        target = writes if is_write else reads
+        if position < len(args) and not kwarg_only:
+            value = args[position]
+        elif name in kwargs:
+            value = kwargs[name]
+        else:
+            continue
+        target = writes if role == _WRITE else reads
         for t in _tensors(value, is_tensor):
             rng = tensor_range(t)
             if rng is not None:
                 target.append(rng)
-    if not _ALLOCATE_ONLY.match(base_name):
+    if any(plan.returns):
         results = outputs if isinstance(outputs, (list, tuple)) else (outputs,)
-        returns = schema.returns
+        returns = plan.returns
         for i, value in enumerate(results):
             # A list return (split, unbind) has one schema return for all its items.
-            ret = returns[min(i, len(returns) - 1)] if returns else None
-            if ret is not None and ret.alias_info is not None:
-                continue  # a view or the in-place argument itself: counted above, or no bytes
+            if not returns[min(i, len(returns) - 1)]:
+                continue
             for t in _tensors(value, is_tensor):
                 rng = tensor_range(t)
                 if rng is not None and rng not in writes:
                     writes.append(rng)
-    # An in-place op reads and writes self: the write covers it for race checking.
-    reads = [r for r in reads if r not in writes]
+    if writes and reads:
+        # An in-place op reads and writes self: the write covers it for race checking.
+        reads = [r for r in reads if r not in writes]
     return reads, writes

@@ -276,10 +276,10 @@ class Recorder:
 
     # -- hooks: memory ----------------------------------------------------------------------
     def on_alloc(self, ptr: int) -> None:
+        # No catch-up here: a launch noticed after an allocation is still placed before any
+        # free or stream event that could matter to it.
         device = torch.cuda.current_device()
         stream = self._current_stream(device)
-        if self._capturing_streams and not self.in_op:
-            self._catch_up()
         event = self.emit("alloc", addr=ptr, size=1, stream=stream, device=device, stack=self.stacks.capture(3))
         self._block_owner[ptr] = (stream, device, event["seq"])
         self._allocs.append(event)

@@ -12,7 +12,7 @@ import os
 import sys
 import sysconfig
 from collections.abc import Callable
-from types import FrameType
+from types import CodeType, FrameType
 
 # Frames of these packages are never "the user's line": the report points past them.
 _LIBRARIES = ("torch", "triton", "cupy", "cuda", "streamrace", "_pytest", "pluggy")
@@ -40,41 +40,41 @@ _SITE = tuple({_normal(sysconfig.get_paths()[k]) for k in ("purelib", "platlib")
 class StackTable:
     """Interns stacks; ``emit`` writes each new one as a ``stack`` event before its first use."""
 
-    def __init__(self, emit: Callable[..., object], depth: int = 8) -> None:
+    def __init__(self, emit: Callable[..., object], depth: int = 8, max_walk: int = 64) -> None:
         self._emit = emit
         self._depth = depth
+        self._max_walk = max_walk  # frames looked at, user or not: deep framework stacks stop here
         self._ids: dict[tuple[tuple[str, int, str], ...], int] = {}
-        self._is_user: dict[str, bool] = {}
-        self._shown: dict[str, str] = {}
+        self._shown: dict[CodeType, str | None] = {}  # code -> path to show, None for library code
         self._cwd = os.getcwd()
 
-    def _user_file(self, filename: str) -> bool:
-        known = self._is_user.get(filename)
-        if known is None:
-            path = os.path.normcase(os.path.abspath(filename))
-            stdlib = path.startswith(_STDLIB) and not path.startswith(_SITE)
-            known = not (filename.startswith("<") or stdlib or path.startswith(_LIBRARY_DIRS))
-            self._is_user[filename] = known
-        return known
-
-    def _display_path(self, filename: str) -> str:
-        """Paths under the working directory are kept relative, so traces travel with the code."""
-        shown = self._shown.get(filename)
-        if shown is None:
-            path = os.path.abspath(filename)
-            shown = os.path.relpath(path, self._cwd) if path.startswith(self._cwd + os.sep) else filename
-            self._shown[filename] = shown
-        return shown
+    def _shown_path(self, code: CodeType) -> str | None:
+        """The path to show for a user frame's file (relative under the working directory, so
+        traces travel with the code), or None for library code. One lookup per code object."""
+        filename = code.co_filename
+        path = os.path.normcase(os.path.abspath(filename))
+        stdlib = path.startswith(_STDLIB) and not path.startswith(_SITE)
+        if filename.startswith("<") or stdlib or path.startswith(_LIBRARY_DIRS):
+            return None
+        path = os.path.abspath(filename)
+        return os.path.relpath(path, self._cwd) if path.startswith(self._cwd + os.sep) else filename
 
     def capture(self, skip: int = 1) -> int | None:
         """The id of the calling user stack (innermost first), or None if there is no user frame."""
         frame: FrameType | None = sys._getframe(skip)
         frames: list[tuple[str, int, str]] = []
-        while frame is not None and len(frames) < self._depth:
+        shown_paths = self._shown
+        walked = 0
+        while frame is not None and len(frames) < self._depth and walked < self._max_walk:
             code = frame.f_code
-            if self._user_file(code.co_filename):
-                frames.append((self._display_path(code.co_filename), frame.f_lineno, code.co_name))
+            try:
+                shown = shown_paths[code]
+            except KeyError:
+                shown = shown_paths[code] = self._shown_path(code)
+            if shown is not None:
+                frames.append((shown, frame.f_lineno, code.co_name))
             frame = frame.f_back
+            walked += 1
         if not frames:
             return None
         key = tuple(frames)
