@@ -10,7 +10,7 @@ import pytest
 from streamrace import __version__
 from streamrace.analysis import AnalysisResult
 from streamrace.analysis.findings import DATA_RACE, RECORD_STREAM_NOOP, UNSAFE_FREE, Access, Allocation, Finding
-from streamrace.report import REPORTERS, TraceResult, json_report, render, text
+from streamrace.report import REPORTERS, ReportOptions, TraceResult, json_report, render, text
 from streamrace.trace import FORMAT_VERSION
 
 MAIN, SIDE = 0x5000, 0x5010
@@ -202,7 +202,7 @@ def test_text_style_sees_every_role(model_py: str) -> None:
         return piece
 
     findings = [_unsafe_free(model_py), _eager_race(), _noop(model_py)]
-    styled = text.render([TraceResult("run.jsonl", _result(findings))], style=spy)
+    styled = text.render([TraceResult("run.jsonl", _result(findings))], ReportOptions(style=spy))
 
     assert styled == text.render([TraceResult("run.jsonl", _result(findings))])
     assert {
@@ -217,6 +217,7 @@ def test_text_style_sees_every_role(model_py: str) -> None:
         "source",
         "label",
         "fix",
+        "code",
     } <= roles
 
 
@@ -230,8 +231,10 @@ def test_json_is_the_contract(model_py: str) -> None:
     assert doc["streamrace"] == __version__
     assert doc["trace_format"] == FORMAT_VERSION
     assert doc["findings"] == [{**f, "trace": "run.jsonl"} for f in contract["findings"]]
-    assert doc["summary"] == {**contract["summary"], "traces": 1}
-    assert doc["traces"] == [{"path": "run.jsonl", "summary": contract["summary"]}]
+    counts = {**contract["summary"], "suppressed": 0, "baselined": 0}
+    assert doc["summary"] == {**counts, "traces": 1}
+    assert doc["traces"] == [{"path": "run.jsonl", "summary": counts, "notes": []}]
+    assert doc["notes"] == [] and doc["suppressed"] == []
     assert list(doc)[:4] == ["streamrace", "trace_format", "findings", "summary"]
 
 
@@ -241,7 +244,15 @@ def test_json_merges_several_traces(model_py: str) -> None:
     doc = json_report.document([TraceResult("a.jsonl", a), TraceResult("b.jsonl", b)])
 
     assert [f["trace"] for f in doc["findings"]] == ["a.jsonl", "b.jsonl", "b.jsonl"]
-    assert doc["summary"] == {"findings": 3, "graphs": 4, "ops": 24, "accesses": 60, "traces": 2}
+    assert doc["summary"] == {
+        "findings": 3,
+        "graphs": 4,
+        "ops": 24,
+        "accesses": 60,
+        "suppressed": 0,
+        "baselined": 0,
+        "traces": 2,
+    }
     assert [t["summary"]["findings"] for t in doc["traces"]] == [1, 2]
 
 
@@ -258,8 +269,8 @@ def test_json_is_deterministic(model_py: str) -> None:
 def test_reporters_registry_and_render(model_py: str) -> None:
     result = _result([_unsafe_free(model_py)])
 
-    assert list(REPORTERS) == ["text", "json"]
+    assert list(REPORTERS) == ["text", "json", "sarif"]
     assert render(result).startswith("<memory>\n")
     assert json.loads(render(result, format="json"))["findings"][0]["trace"] == "<memory>"
-    with pytest.raises(ValueError, match="unknown report format 'sarif'"):
-        render(result, format="sarif")
+    with pytest.raises(ValueError, match="unknown report format 'html'"):
+        render(result, format="html")

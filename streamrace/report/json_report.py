@@ -1,11 +1,12 @@
 """The JSON report: one document for all traces of a run (schema in docs/json-report.md).
 
-The top level is the analysis contract (``AnalysisResult.to_dict``): ``streamrace``,
-``trace_format``, ``findings`` and ``summary``, so a consumer written for one trace reads a
-run over several unchanged. Several traces merge into it: every finding names its ``trace``,
-``summary`` adds the counts up and gains ``traces``, and the ``traces`` list keeps each
-trace's own summary. Output is byte-identical for the same inputs: no timestamps, no
-absolute paths the user did not give, insertion-ordered keys.
+The top level starts with the analysis contract (``AnalysisResult.to_dict``): ``streamrace``,
+``trace_format``, ``findings``, ``summary`` and ``notes``, so a consumer written for one trace
+reads a run over several unchanged. Several traces merge into it: every finding and note
+names its ``trace``, ``summary`` adds the counts up and gains ``traces``, and the ``traces``
+list keeps each trace's own summary. Findings a CI gate accepted are in ``suppressed``, not in
+``findings``, each with ``suppressed_by``. Output is byte-identical for the same inputs: no
+timestamps, no absolute paths the user did not give, insertion-ordered keys.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamrace import __version__
+from streamrace.report.options import DEFAULT, ReportOptions
 from streamrace.trace import FORMAT_VERSION
 
 if TYPE_CHECKING:
@@ -24,24 +26,35 @@ if TYPE_CHECKING:
 def document(traces: Sequence[TraceResult]) -> dict[str, Any]:
     """The report as a JSON-ready dict."""
     findings: list[dict[str, Any]] = []
+    notes: list[dict[str, Any]] = []
+    suppressed: list[dict[str, Any]] = []
     summary: dict[str, int] = {}
     per_trace: list[dict[str, Any]] = []
     for item in traces:
         part = item.result.to_dict(__version__)
         for finding in part["findings"]:
             findings.append({**finding, "trace": item.path})
-        for key, value in part["summary"].items():
+        for note in part["notes"]:
+            notes.append({**note, "trace": item.path})
+        for accepted in item.suppressed:
+            suppressed.append({**accepted.finding.to_dict(), "trace": item.path, "suppressed_by": accepted.to_dict()})
+        baselined = sum(accepted.entry is None for accepted in item.suppressed)
+        counts = {**part["summary"], "suppressed": len(item.suppressed) - baselined, "baselined": baselined}
+        for key, value in counts.items():
             summary[key] = summary.get(key, 0) + value
-        per_trace.append({"path": item.path, "summary": part["summary"]})
+        per_trace.append({"path": item.path, "summary": counts, "notes": part["notes"]})
     summary["traces"] = len(per_trace)
     return {
         "streamrace": __version__,
         "trace_format": FORMAT_VERSION,
         "findings": findings,
         "summary": summary,
+        "notes": notes,
         "traces": per_trace,
+        "suppressed": suppressed,
     }
 
 
-def render(traces: Sequence[TraceResult]) -> str:
+def render(traces: Sequence[TraceResult], options: ReportOptions = DEFAULT) -> str:
+    """The JSON report; ``options`` are for people's formats and change nothing here."""
     return json.dumps(document(traces), indent=2, ensure_ascii=False) + "\n"

@@ -1,39 +1,98 @@
 """The text report: findings for a person at a terminal.
 
-Per trace, findings are grouped by the graph they occur in (eager work has its own group).
-Each finding shows its kind, severity, hazard and aliasing, the two accesses (op, stream and
-user source line, with the line's text when the file is readable), the allocation's story
-(size, pool, where it was allocated, freed and reused), the missing edge and the fix.
+Per trace, the header's notes (recorder failures, allocators outside the model), then the
+findings grouped by the graph they occur in (eager work has its own group). Each finding
+shows its kind, severity, hazard and aliasing, the two accesses (op, stream and user source
+line, with the line's text when the file is readable, and the innermost callers), the
+allocation's story (size, pool, where it was allocated, freed and reused), the missing edge,
+the fix and, where the finding's structure says where, the fix as a line of code. Findings a
+CI gate accepted (suppressions, a baseline) are listed after, one line each.
 
 All layout is in ``_Report``; every piece of text passes through one ``Style`` function with
 a role name ("error", "op", "stream", ...). ``plain`` ignores the role, so colour is a
-different ``Style`` and nothing else.
+different ``Style`` (``terminal_style``, through rich) and nothing else.
 """
 
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
+from streamrace.analysis.describe import Suggestion, suggestion
 from streamrace.analysis.findings import Access, Allocation, Finding
+from streamrace.report.options import DEFAULT, ReportOptions, Style
 
 if TYPE_CHECKING:
     from streamrace.report import TraceResult
-
-Style = Callable[[str, str], str]
-"""``style(text, role) -> text``. Roles: heading, error, warning, kind, hazard, op, stream,
-location, source, label, text, fix, dim."""
+    from streamrace.suppressions import Suppressed
 
 INDENT = "  "
 LABEL_WIDTH = 14  # the body of a finding is two columns: a label ("missing edge") and its text
-WIDTH = 100  # prose (messages, fixes) wraps here; code lines and paths never do
+MIN_WIDTH = 60  # a narrow terminal still gets readable prose; code lines and paths never wrap
+
+# rich style for each role on a terminal (``terminal_style``)
+THEME = {
+    "heading": "bold",
+    "error": "bold red",
+    "warning": "bold yellow",
+    "kind": "bold",
+    "hazard": "magenta",
+    "op": "cyan",
+    "stream": "green",
+    "location": "blue",
+    "label": "bold",
+    "fix": "green",
+    "code": "bold green",
+    "dim": "dim",
+    "note": "yellow",
+}
 
 
-def plain(text: str, role: str) -> str:
-    """No styling: the text as it is, whatever its role."""
-    return text
+def terminal_style(stream: IO[str]) -> tuple[Style, int] | None:
+    """A rich-coloured ``Style`` and the width for ``stream`` when it is a terminal that takes
+    colour (rich honours NO_COLOR, FORCE_COLOR and TERM=dumb), else None."""
+    from rich.color import ColorSystem
+    from rich.console import Console
+    from rich.style import Style as RichStyle
+
+    console = Console(file=stream)
+    if not console.is_terminal or console.color_system is None:
+        return None
+    system = {
+        "standard": ColorSystem.STANDARD,
+        "256": ColorSystem.EIGHT_BIT,
+        "truecolor": ColorSystem.TRUECOLOR,
+        "windows": ColorSystem.WINDOWS,
+    }[console.color_system]
+    styles = {role: RichStyle.parse(spec) for role, spec in THEME.items()}
+
+    def style(text: str, role: str) -> str:
+        rich_style = styles.get(role)
+        return rich_style.render(text, color_system=system) if rich_style and text else text
+
+    return style, max(MIN_WIDTH, min(console.width, 140))
+
+
+def _code_spans(line: str, in_code: bool) -> tuple[list[tuple[str, bool]], bool]:
+    """Split a line of prose at backticks into (text, is code) pieces; a code span may go on
+    over a line break, so the state carries over."""
+    pieces: list[tuple[str, bool]] = []
+    current = ""
+    for char in line:
+        if char == "`" and not in_code:
+            if current:
+                pieces.append((current, False))
+            current, in_code = char, True
+        elif char == "`":
+            pieces.append((current + char, True))
+            current, in_code = "", False
+        else:
+            current += char
+    if current:
+        pieces.append((current, in_code))
+    return pieces, in_code
 
 
 class SourceLines:
@@ -101,8 +160,10 @@ def _split_location(location: str) -> tuple[str, int] | None:
 
 
 class _Report:
-    def __init__(self, style: Style) -> None:
-        self.style = style
+    def __init__(self, options: ReportOptions) -> None:
+        self.style = options.style
+        self.width = max(MIN_WIDTH, options.width)
+        self.stack_depth = options.stack_depth
         self.sources = SourceLines()
         self.lines: list[str] = []
         self.callers_shown: set[tuple[tuple[str, int, str], ...]] = set()  # call chains printed in this finding
@@ -115,11 +176,17 @@ class _Report:
         self.add(depth, self.style(label, "label"), " " * (LABEL_WIDTH - len(label)), *pieces)
 
     def prose(self, depth: int, label: str, text: str, role: str) -> None:
-        """A sentence in the second column, wrapped to the report's width."""
-        lines = textwrap.wrap(text, WIDTH - len(INDENT) * depth - LABEL_WIDTH) or [""]
-        self.labelled(depth, label, self.style(lines[0], role))
-        for line in lines[1:]:
-            self.continued(depth, self.style(line, role))
+        """A sentence in the second column, wrapped to the report's width; `code` in it is
+        styled as code."""
+        lines = textwrap.wrap(text, self.width - len(INDENT) * depth - LABEL_WIDTH) or [""]
+        in_code = False
+        for index, line in enumerate(lines):
+            pieces, in_code = _code_spans(line, in_code)
+            styled = [self.style(piece, "code" if code else role) for piece, code in pieces]
+            if index == 0:
+                self.labelled(depth, label, *styled)
+            else:
+                self.continued(depth, *styled)
 
     def continued(self, depth: int, *pieces: str) -> None:
         """A further line in the second column, under the text of the line above."""
@@ -152,12 +219,18 @@ class _Report:
             text = self.sources.get(*parsed)
             if text is not None:
                 self.continued(depth, self.style(f"{parsed[1]:>6} | ", "dim"), self.style(text, "source"))
+        shown = 1  # the source line itself
         for index, (file, line, fn) in enumerate(frames):
             if (file, line) == parsed:
                 continue
             # A frame with the same callers all the way out is the same call chain.
             chain = tuple(frames[index:])
             seen = chain in self.callers_shown
+            if not seen and self.stack_depth is not None and shown >= self.stack_depth:
+                rest = sum((f[0], f[1]) != parsed for f in frames[index:])
+                self.continued(depth, self.style(f"({_plural(rest, 'more frame')})", "dim"))
+                break
+            shown += 1
             self.callers_shown.add(chain)
             self.continued(
                 depth,
@@ -218,7 +291,7 @@ class _Report:
         self.add(depth, self.style(f"[{number}]", "heading"), " ", " ".join(head))
         self.callers_shown.clear()
         body = depth + 2
-        for line in textwrap.wrap(finding.message, WIDTH - len(INDENT) * body):
+        for line in textwrap.wrap(finding.message, self.width - len(INDENT) * body):
             self.add(body, line)
         for access in finding.accesses:
             self.access(body, access)
@@ -228,13 +301,30 @@ class _Report:
             self.prose(body, "missing edge", finding.missing_edge, "text")
         if finding.fix:
             self.prose(body, "fix", finding.fix, "fix")
+        hint = suggestion(finding)
+        if hint is not None:
+            self.suggestion(body, hint)
         self.labelled(body, "signature", self.style(finding.signature, "dim"))
+
+    def suggestion(self, depth: int, hint: Suggestion) -> None:
+        """The fix as code: the line to add, then the source line it goes before."""
+        self.labelled(depth, "suggestion", hint.why, " (", self.style(hint.before, "location"), "):")
+        self.continued(depth, self.style(f"{'+':>6} | ", "dim"), self.style(hint.code, "code"))
+        parsed = _split_location(hint.before)
+        text = self.sources.get(*parsed) if parsed is not None else None
+        if text is not None:
+            self.continued(depth, self.style(f"{parsed[1]:>6} | ", "dim"), self.style(text, "source"))
 
     # -- one trace, several traces --------------------------------------------------------
     def trace(self, item: TraceResult) -> None:
         findings: list[Finding] = list(item.result.findings)
         summary = item.result.summary
         self.add(0, self.style(item.path, "heading"))
+        for note in item.result.notes:
+            lines = textwrap.wrap(note.message, self.width - len(INDENT) - len("note: ")) or [""]
+            self.add(1, self.style("note: ", "note"), lines[0])
+            for line in lines[1:]:
+                self.add(1, " " * len("note: "), line)
         groups: dict[int | None, list[Finding]] = {}
         for finding in findings:  # findings come in order of first occurrence; groups keep it
             groups.setdefault(finding.graph, []).append(finding)
@@ -246,26 +336,63 @@ class _Report:
                 number += 1
                 self.finding(2, number, finding)
                 self.lines.append("")
+        if item.suppressed:
+            self.accepted(1, item.suppressed)
         analysed = (
             f"analysed {_plural(summary['graphs'], 'graph')}, {_plural(summary['ops'], 'op')}, "
             f"{_plural(summary['accesses'], 'access', 'accesses')}"
         )
-        self.add(1, self.style("summary: ", "heading"), f"{_verdict(findings)}; {analysed}")
+        verdict = _verdict(findings) + _accepted_counts(item.suppressed)
+        self.add(1, self.style("summary: ", "heading"), f"{verdict}; {analysed}")
+
+    def accepted(self, depth: int, suppressed: Sequence[Suppressed]) -> None:
+        """Findings a suppression or the baseline accepted: one line each, with the reason."""
+        for item in suppressed:
+            finding = item.finding
+            where = next((a.location for a in reversed(finding.accesses) if a.location), None)
+            how = "known" if item.entry is None else "suppressed"
+            self.add(
+                depth,
+                self.style(f"{how}: ", "dim"),
+                self.style(finding.kind, "kind"),
+                f" {finding.hazard}" if finding.hazard else "",
+                f" at {where}" if where else "",
+                " ",
+                self.style(finding.signature, "dim"),
+                f" ({_accepted_by(item)})",
+            )
 
     def total(self, traces: Sequence[TraceResult]) -> None:
         findings = [f for item in traces for f in item.result.findings]
         with_findings = sum(bool(item.result.findings) for item in traces)
+        suppressed = [s for item in traces for s in item.suppressed]
         self.lines.append("")
         self.add(
             0,
             self.style("total: ", "heading"),
-            f"{_verdict(findings)} in {_plural(with_findings, 'trace')} of {_plural(len(traces), 'trace')} analysed",
+            f"{_verdict(findings)}{_accepted_counts(suppressed)} in {_plural(with_findings, 'trace')} "
+            f"of {_plural(len(traces), 'trace')} analysed",
         )
 
 
-def render(traces: Sequence[TraceResult], style: Style = plain) -> str:
+def _accepted_by(item: Suppressed) -> str:
+    if item.entry is None:
+        return item.reason
+    return f"suppression {item.entry} by {item.by}: {item.reason}"
+
+
+def _accepted_counts(suppressed: Sequence[Suppressed]) -> str:
+    """The counts of accepted findings for a summary line (", 2 suppressed"), or nothing."""
+    by_entry = sum(s.entry is not None for s in suppressed)
+    known = len(suppressed) - by_entry
+    parts = [f"{by_entry} suppressed"] if by_entry else []
+    parts += [f"{known} known from the baseline"] if known else []
+    return "".join(f", {part}" for part in parts)
+
+
+def render(traces: Sequence[TraceResult], options: ReportOptions = DEFAULT) -> str:
     """The text report for one or more analysed traces."""
-    report = _Report(style)
+    report = _Report(options)
     for index, item in enumerate(traces):
         if index:
             report.lines.append("")

@@ -1,0 +1,33 @@
+"""What a reporter may be asked besides the results: styling, width and stack depth.
+
+Machine formats (JSON, SARIF) take the same options and ignore them: their output never
+depends on the terminal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+Style = Callable[[str, str], str]
+"""``style(text, role) -> text``. Roles: heading, error, warning, kind, hazard, op, stream,
+location, source, label, text, fix, code, dim, note."""
+
+
+def plain(text: str, role: str) -> str:
+    """No styling: the text as it is, whatever its role."""
+    return text
+
+
+WIDTH = 100  # prose (messages, fixes) wraps here when the terminal does not say otherwise
+STACK_DEPTH = 3  # frames shown per stack in the text report, the source line's own included
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    style: Style = plain
+    width: int = WIDTH
+    stack_depth: int | None = STACK_DEPTH  # None: every frame
+
+
+DEFAULT = ReportOptions()

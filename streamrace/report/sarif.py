@@ -1,0 +1,242 @@
+"""The SARIF 2.1.0 report: findings for code-scanning tools (GitHub code scanning, IDEs).
+
+One run for all traces; one result per finding. ``ruleId`` is the finding kind, with rule
+metadata and help taken from docs/findings.md (a test keeps the two in step). A result's
+primary location is the user source line of the later access (for a lint, the call); the
+earlier access and the allocation's alloc, free and reuse sites are related locations, and
+each access's stack is a SARIF stack. ``partialFingerprints`` carries the finding's
+signature, so a code-scanning service tracks one alert across runs. Findings a CI gate
+accepted are results too: a suppression is a SARIF ``suppressions`` entry with its reason,
+a baseline match has ``baselineState: "unchanged"``. Trace notes (recorder failures,
+allocators outside the model) are tool execution notifications.
+
+Paths are as recorded (relative to the directory the program ran in, normally the
+repository root), so a relative path becomes a relative URI against ``%SRCROOT%``.
+Output is deterministic, like the JSON report.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Sequence
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from streamrace import __version__
+from streamrace.analysis.findings import DATA_RACE, RECORD_STREAM_NOOP, SEVERITY, UNSAFE_FREE, Access, Finding
+from streamrace.report.options import DEFAULT, ReportOptions
+
+if TYPE_CHECKING:
+    from streamrace.report import TraceResult
+    from streamrace.suppressions import Suppressed
+
+SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+FINGERPRINT = "streamraceSignature/v1"
+SRCROOT = "%SRCROOT%"
+
+# Rule metadata: the sentences are docs/findings.md's, word for word (tests/test_sarif.py checks).
+RULES: dict[str, dict[str, str]] = {
+    UNSAFE_FREE: {
+        "name": "UnsafeFree",
+        "short": "A tensor is freed while another stream may still use its block",
+        "full": (
+            "A tensor allocated on stream A was used by stream B, and its last reference died on A "
+            "before A waited for B. PyTorch's caching allocator gives the freed block back to the "
+            "next allocation on A right away; inside a CUDA graph all of these come from the graph's "
+            "private pool, so at replay the new owner's kernels and B's still-running kernel touch the "
+            "same bytes at once."
+        ),
+        "fix": (
+            "Keep the reference alive until after the join: `main.wait_stream(side)` first, then let "
+            "the tensor go (this is what SGLang #36547 does). Or `t.record_stream(side)` after the side "
+            "stream's use."
+        ),
+    },
+    DATA_RACE: {
+        "name": "DataRace",
+        "short": "Two streams touch overlapping bytes with nothing ordering them",
+        "full": (
+            "Two streams touch overlapping bytes, at least one of them writes, and no chain of event "
+            "records and waits orders the first before the second. At replay the graph may run them in "
+            "either order or at once."
+        ),
+        "fix": (
+            "Record an event on the first stream after the first op and wait on it on the second before "
+            "the second op, usually as `second.wait_stream(first)` just before the second access's line."
+        ),
+    },
+    RECORD_STREAM_NOOP: {
+        "name": "RecordStreamNoop",
+        "short": "record_stream names the allocating stream, so it does nothing",
+        "full": (
+            "`t.record_stream(s)` was called with `s` the stream that allocated `t`. PyTorch's allocator "
+            "ignores that: it already orders the block against its own stream."
+        ),
+        "fix": (
+            "Record on the consumer stream, `t.record_stream(consumer)`, or, better, keep a reference "
+            "until after the join."
+        ),
+    },
+}
+_RULE_ORDER = list(RULES)
+_LEVEL = {"error": "error", "warning": "warning"}
+
+
+def _rule(kind: str) -> dict[str, Any]:
+    meta = RULES[kind]
+    plain_help = f"{meta['full']}\n\nFix: {meta['fix']}\n\nSee docs/findings.md, section `{kind}`."
+    return {
+        "id": kind,
+        "name": meta["name"],
+        "shortDescription": {"text": meta["short"]},
+        "fullDescription": {"text": meta["full"]},
+        "help": {
+            "text": plain_help,
+            "markdown": f"{meta['full']}\n\n**Fix:** {meta['fix']}\n\nSee `docs/findings.md`, section `{kind}`.",
+        },
+        "defaultConfiguration": {"level": _LEVEL[SEVERITY[kind]]},
+        "properties": {"tags": ["concurrency", "cuda", "cuda-graphs"], "precision": "high"},
+    }
+
+
+def _uri(path: str) -> dict[str, str]:
+    if posixpath.isabs(path):
+        return {"uri": PurePosixPath(path).as_uri()}
+    return {"uri": quote(path, safe="/"), "uriBaseId": SRCROOT}
+
+
+def _location(
+    where: str | None, stack: Sequence[Sequence[Any]] = (), message: str | None = None
+) -> dict[str, Any] | None:
+    """A SARIF location for ``file:line``, with the function from the stack when it is there."""
+    if not where:
+        return None
+    path, _, line = where.rpartition(":")
+    if not path or not line.isdigit() or int(line) < 1:
+        return None
+    location: dict[str, Any] = {
+        "physicalLocation": {"artifactLocation": _uri(path), "region": {"startLine": int(line)}}
+    }
+    function = next((str(f[2]) for f in stack if len(f) > 2 and f"{f[0]}:{f[1]}" == where), None)
+    if function:
+        location["logicalLocations"] = [{"name": function, "kind": "function"}]
+    if message:
+        location["message"] = {"text": message}
+    return location
+
+
+def _stack(frames: Sequence[Sequence[Any]], message: str) -> dict[str, Any] | None:
+    """A SARIF stack, innermost frame first, as the trace records it."""
+    located = [_location(f"{f[0]}:{f[1]}", [f]) for f in frames if len(f) >= 2]
+    out = [{"location": loc} for loc in located if loc is not None]
+    return {"message": {"text": message}, "frames": out} if out else None
+
+
+def _what(access: Access) -> str:
+    if access.access in ("free", "record_stream"):
+        return f"{access.access} on stream {access.stream_label}"
+    return f"{access.access} by {access.op} on stream {access.stream_label}"
+
+
+def _message(finding: Finding) -> str:
+    parts = [finding.message]
+    if finding.missing_edge:
+        parts.append(f"Missing edge: {finding.missing_edge}.")
+    if finding.fix:
+        parts.append(f"Fix: {finding.fix}.")
+    return " ".join(parts)
+
+
+def _result(finding: Finding, trace: str, accepted: Suppressed | None) -> dict[str, Any]:
+    later = finding.accesses[-1]
+    earlier = finding.accesses[0] if len(finding.accesses) > 1 else None
+    primary = _location(later.location, later.stack)
+    related: list[dict[str, Any]] = []
+    if earlier is not None:
+        related.append(_location(earlier.location, earlier.stack, _what(earlier)))
+        if primary is None:  # no line for the later access: the earlier one stands in
+            primary = _location(earlier.location, earlier.stack)
+    alloc = finding.allocation
+    if alloc is not None:
+        related.append(_location(alloc.alloc_location, alloc.alloc_stack, f"allocated on stream {alloc.stream_label}"))
+        related.append(_location(alloc.free_location, alloc.free_stack, f"freed on stream {alloc.stream_label}"))
+        reuse = alloc.reused_by or {}
+        if reuse.get("alloc_location") and reuse.get("alloc_location") != later.location:
+            text = f"block allocated again on stream {reuse.get('stream_label')}"
+            related.append(_location(reuse["alloc_location"], (), text))
+    related = [{"id": number, **loc} for number, loc in enumerate((r for r in related if r is not None), start=1)]
+    stacks = [_stack(a.stack, _what(a)) for a in finding.accesses]
+    if alloc is not None:
+        stacks.append(_stack(alloc.alloc_stack, f"allocated on stream {alloc.stream_label}"))
+        stacks.append(_stack(alloc.free_stack, f"freed on stream {alloc.stream_label}"))
+    result: dict[str, Any] = {
+        "ruleId": finding.kind,
+        "ruleIndex": _RULE_ORDER.index(finding.kind),
+        "kind": "fail",
+        "level": _LEVEL[finding.severity],
+        "message": {"text": _message(finding)},
+        "locations": [primary] if primary is not None else [],
+        "relatedLocations": related,
+        "stacks": [s for s in stacks if s is not None],
+        "partialFingerprints": {FINGERPRINT: finding.signature},
+        "properties": {
+            "trace": trace,
+            "hazard": finding.hazard,
+            "aliasing": finding.aliasing,
+            "count": finding.count,
+            "graphs": finding.graphs or ([finding.graph] if finding.graph is not None else []),
+            "missingEdge": finding.missing_edge,
+            "fix": finding.fix,
+            "signature": finding.signature,
+        },
+    }
+    if accepted is not None and accepted.entry is None:
+        result["baselineState"] = "unchanged"
+    elif accepted is not None:
+        result["suppressions"] = [{"kind": "external", "status": "accepted", "justification": accepted.reason}]
+    return result
+
+
+def document(traces: Sequence[TraceResult]) -> dict[str, Any]:
+    """The SARIF log as a JSON-ready dict."""
+    results = []
+    notifications = []
+    for item in traces:
+        results += [_result(finding, item.path, None) for finding in item.result.findings]
+        results += [_result(accepted.finding, item.path, accepted) for accepted in item.suppressed]
+        notifications += [
+            {
+                "level": "warning",
+                "message": {"text": f"{item.path}: {note.message}"},
+                "descriptor": {"id": note.code},
+            }
+            for note in item.result.notes
+        ]
+    invocation: dict[str, Any] = {"executionSuccessful": True}
+    if notifications:
+        invocation["toolExecutionNotifications"] = notifications
+    return {
+        "$schema": SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "streamrace",
+                        "version": __version__,
+                        "semanticVersion": __version__,
+                        "rules": [_rule(kind) for kind in _RULE_ORDER],
+                    }
+                },
+                "invocations": [invocation],
+                "results": results,
+            }
+        ],
+    }
+
+
+def render(traces: Sequence[TraceResult], options: ReportOptions = DEFAULT) -> str:
+    """The SARIF log; ``options`` are for people's formats and change nothing here."""
+    return json.dumps(document(traces), indent=2, ensure_ascii=False) + "\n"
