@@ -2,7 +2,8 @@
 
 Exit codes mean one thing each: 0 no findings, 1 findings, 2 a usage or input error. A user
 error is one line on stderr, ``streamrace: error: <what>``, never a traceback; argparse's own
-errors go the same way.
+errors go the same way. Findings accepted by ``--suppressions`` or ``--baseline`` are listed
+but do not count for the exit code.
 
 A subcommand is a ``Command``: a name, a help line, a function that adds its arguments and a
 function that runs it. ``COMMANDS`` is the one place they are registered.
@@ -22,8 +23,11 @@ from typing import NoReturn
 from streamrace import __version__
 from streamrace.analysis import analyze
 from streamrace.errors import StreamraceError, UsageError
+from streamrace.progress import analysis_progress
 from streamrace.record.autostart import ENV_DIR, ENV_EAGER, ENV_ENABLE
-from streamrace.report import REPORTERS, TraceResult
+from streamrace.report import REPORTERS, ReportOptions, TraceResult
+from streamrace.report.options import STACK_DEPTH
+from streamrace.report.text import terminal_style
 from streamrace.run_program import (
     EXIT_PROGRAM_FAILED,
     child_environment,
@@ -32,6 +36,7 @@ from streamrace.run_program import (
     record_program,
     warn,
 )
+from streamrace.suppressions import Gate, load_gate, used_entries
 from streamrace.trace import FORMAT_VERSION, iter_trace
 
 EXIT_CLEAN = 0
@@ -40,7 +45,7 @@ EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
 
 EXIT_CODES = """exit codes:
-  0  no findings
+  0  no findings (or only suppressed and baseline ones)
   1  findings
   2  usage or input error (one line on stderr)
   3  (run) the program itself failed; the report covers what it recorded"""
@@ -62,15 +67,43 @@ class Command:
 
 
 # -- analyze ---------------------------------------------------------------------------------
+FORMAT_HELP = "text for people (default), json for machines (docs/json-report.md), sarif for code scanning"
+
+
+def _stack_depth(value: str) -> int | None:
+    if value == "all":
+        return None
+    if value.isdigit() and int(value) >= 1:
+        return int(value)
+    raise argparse.ArgumentTypeError(f"expected a number of frames (1 or more) or 'all', got {value!r}")
+
+
+def _configure_report(parser: argparse.ArgumentParser) -> None:
+    """The flags that shape the report and the gate, shared by analyze and run."""
+    parser.add_argument(
+        "--suppressions",
+        metavar="FILE",
+        help="accept the findings listed in FILE (TOML, each with a reason; docs/ci.md)",
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="REPORT",
+        help="accept the findings of an earlier JSON report: only new findings count (docs/ci.md)",
+    )
+    parser.add_argument(
+        "--stack-depth",
+        type=_stack_depth,
+        default=STACK_DEPTH,
+        metavar="N",
+        help=f"text report: frames shown per stack, the source line included (default {STACK_DEPTH}; 'all')",
+    )
+
+
 def _configure_analyze(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("traces", nargs="+", metavar="TRACE", help="trace file (.jsonl or .jsonl.gz)")
-    parser.add_argument(
-        "--format",
-        choices=list(REPORTERS),
-        default="text",
-        help="text for people (default), json for machines (docs/json-report.md)",
-    )
+    parser.add_argument("--format", choices=list(REPORTERS), default="text", help=FORMAT_HELP)
     parser.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
+    _configure_report(parser)
 
 
 def _analyze_files(paths: Sequence[str], shown_as: Sequence[str] | None = None) -> list[TraceResult]:
@@ -79,7 +112,22 @@ def _analyze_files(paths: Sequence[str], shown_as: Sequence[str] | None = None) 
         # Streaming: the engine consumes events as they are read, never the whole trace.
         events = iter_trace(path)
         header = next(events)
-        results.append(TraceResult(shown, analyze(header, events)))
+        with analysis_progress(path, events) as counted:
+            results.append(TraceResult(shown, analyze(header, counted)))
+    return results
+
+
+def _gate(args: argparse.Namespace) -> Gate:
+    """Suppressions and baseline are read before any trace: a bad file fails fast."""
+    return load_gate(args.suppressions, args.baseline)
+
+
+def _apply_gate(gate: Gate, results: list[TraceResult]) -> list[TraceResult]:
+    if not gate:
+        return results
+    results = gate.apply(results)
+    for message in gate.stale_messages(used_entries(results)):
+        warn(message)
     return results
 
 
@@ -87,9 +135,20 @@ def _verdict(results: Sequence[TraceResult]) -> int:
     return EXIT_FINDINGS if any(item.result.findings for item in results) else EXIT_CLEAN
 
 
+def _report(results: Sequence[TraceResult], format: str, output: str | None, stack_depth: int | None) -> None:
+    """Render and write; text to a terminal gets rich colour and the terminal's width."""
+    options = ReportOptions(stack_depth=stack_depth)
+    if format == "text" and output is None:
+        terminal = terminal_style(sys.stdout)
+        if terminal is not None:
+            options = ReportOptions(style=terminal[0], width=terminal[1], stack_depth=stack_depth)
+    _emit(REPORTERS[format](results, options), output)
+
+
 def _run_analyze(args: argparse.Namespace) -> int:
-    results = _analyze_files(args.traces)
-    _emit(REPORTERS[args.format](results), args.output)
+    gate = _gate(args)
+    results = _apply_gate(gate, _analyze_files(args.traces))
+    _report(results, args.format, args.output, args.stack_depth)
     return _verdict(results)
 
 
@@ -98,27 +157,31 @@ def _configure_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-o", "--output", metavar="TRACE", help="keep the trace here (several processes: TRACE with each pid inserted)"
     )
-    parser.add_argument("--format", choices=list(REPORTERS), default="text", help="report format on stdout")
+    parser.add_argument("--format", choices=list(REPORTERS), default="text", help=f"on stdout: {FORMAT_HELP}")
     parser.add_argument("--json", metavar="FILE", help="also write the JSON report to FILE")
+    parser.add_argument("--sarif", metavar="FILE", help="also write the SARIF report to FILE")
     parser.add_argument("--eager-ops", action="store_true", help="also record ops outside captures")
+    _configure_report(parser)
     parser.add_argument("program", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...", help="the program to run")
 
 
 def _run_run(args: argparse.Namespace) -> int:
     command = args.program[1:] if args.program[:1] == ["--"] else args.program
+    gate = _gate(args)
     returncode, trace_dir, traces = record_program(command, args.eager_ops)
     try:
         shown = [os.path.basename(t) for t in traces]
         if args.output and traces:
             shown = keep_traces(traces, args.output)
             traces = shown
-        results = _analyze_files(traces, shown)
+        results = _apply_gate(gate, _analyze_files(traces, shown))
         if traces:
-            _emit(REPORTERS[args.format](results), None)
+            _report(results, args.format, None, args.stack_depth)
         else:
             warn("streamrace: no process of the program recorded anything (no torch import, or no capture)")
-        if args.json:
-            _emit(REPORTERS["json"](results), args.json)
+        for format, path in (("json", args.json), ("sarif", args.sarif)):
+            if path:
+                _report(results, format, path, args.stack_depth)
     finally:
         shutil.rmtree(trace_dir, ignore_errors=True)
     if returncode != 0:

@@ -207,7 +207,7 @@ def test_json_output_to_file(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert finding["trace"] == str(BUNDLED)
     assert [a["stream_label"] for a in finding["accesses"]] == ["indexer", "main"]
     per_trace = {key: value for key, value in doc["summary"].items() if key != "traces"}
-    assert doc["traces"] == [{"path": str(BUNDLED), "summary": per_trace}]
+    assert doc["traces"] == [{"path": str(BUNDLED), "summary": per_trace, "notes": []}]
 
 
 def test_json_is_byte_identical_across_runs(tmp_path: Path) -> None:

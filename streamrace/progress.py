@@ -1,0 +1,69 @@
+"""A progress bar for long analyses: rich, on stderr, only when stderr is a terminal and the
+trace is large, so pipes, files and CI logs never see it.
+
+The reader streams events and the engine consumes them one by one, so neither knows how far
+through the file it is. The bar's total is the trace's size as text (the file's size, or for
+gzip the uncompressed size its trailer records) and its progress is estimated from the
+encoded size of one event in every ``SAMPLE``: cheap, and close enough for a bar.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import IO, Any
+
+LARGE = 32 << 20  # bytes of trace text: below this an analysis takes a few seconds at most
+SAMPLE = 256
+
+
+def text_size(path: str) -> int | None:
+    """The size of the trace's text: the file's, or the uncompressed size a gzip trailer
+    records (modulo 4 GiB, so an implausible value means unknown)."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as raw:
+            if raw.read(2) != b"\x1f\x8b":
+                return size
+            raw.seek(-4, os.SEEK_END)
+            (isize,) = struct.unpack("<I", raw.read(4))
+    except (OSError, struct.error):
+        return None
+    return isize if isize >= size else None
+
+
+@contextmanager
+def analysis_progress(
+    path: str, events: Iterator[dict[str, Any]], stream: IO[str] | None = None, threshold: int = LARGE
+) -> Iterator[Iterator[dict[str, Any]]]:
+    """``events`` unchanged, with a transient progress bar on ``stream`` (stderr) while they
+    are consumed, when the stream is a terminal and the trace has at least ``threshold``
+    bytes of text."""
+    stream = stream if stream is not None else sys.stderr
+    total = text_size(path) if stream.isatty() else None
+    if total is None or total < threshold:
+        yield events
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (TextColumn("analysing {task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=Console(file=stream), transient=True) as bar:
+        task = bar.add_task(os.path.basename(path), total=total)
+
+        def counted() -> Iterator[dict[str, Any]]:
+            for index, event in enumerate(events):
+                if index % SAMPLE == 0:
+                    estimate = SAMPLE * (len(json.dumps(event, separators=(",", ":"))) + 1)
+                    bar.update(task, completed=min(total, bar.tasks[0].completed + estimate))
+                yield event
+            bar.update(task, completed=total)
+
+        yield counted()
+
+
+__all__ = ["LARGE", "analysis_progress", "text_size"]
