@@ -35,14 +35,17 @@ setup(
     package_data={"streamrace": ["py.typed"]},
     # torch is deliberately absent: recording uses the torch the user already has, and the
     # analysis needs none. An unpinned torch requirement would pull a multi-GB CUDA build.
-    install_requires=["networkx>=3.0"],
+    install_requires=["networkx>=3.0", "rich>=13.0", "tomli>=1.1; python_version < '3.11'"],
     extras_require={
         "record": ["nvidia-ml-py>=12.0"],
         # ruff is pinned because `ruff format --check` in .ci/run changes verdicts between releases.
-        "test": ["pytest>=7.0", "hypothesis>=6.0", "ruff==0.17.6"],
+        "test": ["pytest>=8.0", "hypothesis>=6.0", "ruff==0.17.6", "pytest-xdist>=3.0", "jsonschema>=4.0"],
     },
     cmdclass={"build_py": BuildWithAutostart},
-    entry_points={"console_scripts": ["streamrace=streamrace.cli:main"]},
+    entry_points={
+        "console_scripts": ["streamrace=streamrace.cli:main"],
+        "pytest11": ["streamrace = streamrace.pytest_plugin"],
+    },
     classifiers=[
         "Programming Language :: Python :: 3",
         "Environment :: GPU :: NVIDIA CUDA",
