@@ -15,7 +15,10 @@ DATA_RACE = "data-race"
 UNSAFE_FREE = "unsafe-free"
 RECORD_STREAM_NOOP = "record-stream-noop"
 
-SEVERITY = {DATA_RACE: "error", UNSAFE_FREE: "error", RECORD_STREAM_NOOP: "warning"}
+# The stream model and a captured graph's own edges disagree: a fault in streamrace, said loudly.
+MODEL_DISAGREEMENT = "model-disagreement"
+
+SEVERITY = {DATA_RACE: "error", UNSAFE_FREE: "error", RECORD_STREAM_NOOP: "warning", MODEL_DISAGREEMENT: "error"}
 
 
 @dataclass
