@@ -7,6 +7,7 @@ trace then lacks the ``graph`` events (the header says so).
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 try:  # cuda-bindings 12.x/13.x; optional
@@ -17,6 +18,22 @@ except ImportError:  # pragma: no cover - exercised on machines without cuda-bin
 
 AVAILABLE = _rt is not None
 MAX_KERNEL_NAME = 200
+
+
+def _driver_node_count() -> Any:
+    """cuGraphGetNodes through ctypes: the recorder asks for a node count around every op, and
+    a plain C call costs a fraction of a binding call. None where libcuda cannot be loaded."""
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+        get_nodes = libcuda.cuGraphGetNodes
+    except (OSError, AttributeError):
+        return None
+    get_nodes.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
+    get_nodes.restype = ctypes.c_int
+    return get_nodes
+
+
+_GET_NODES = _driver_node_count() if AVAILABLE else None
 
 
 class ReadbackError(RuntimeError):
@@ -42,6 +59,10 @@ def capture_graph(stream: int) -> int | None:
 def node_count(graph: int) -> int:
     """Nodes in the graph so far; new nodes are appended, so counts before and after an op
     delimit the nodes the op created."""
+    if _GET_NODES is not None:
+        count = ctypes.c_size_t(0)
+        if _GET_NODES(graph, None, ctypes.byref(count)) == 0:
+            return count.value
     result = _ok(_rt.cudaGraphGetNodes(_rt.cudaGraph_t(init_value=graph), numNodes=0))
     return int(result[-1])
 
