@@ -47,6 +47,19 @@ def _is_cuda_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.is_cuda
 
 
+_RECORD_STREAM = torch.ops.aten.record_stream.default
+_OP_NAMES: dict[Any, str] = {}
+
+
+def _op_name(func: Any) -> str:
+    """``aten::add.Tensor``: the schema name with its overload, as reports show it."""
+    name = _OP_NAMES.get(func)
+    if name is None:
+        overload = func._overloadname
+        name = _OP_NAMES[func] = func._schema.name + (f".{overload}" if overload != "default" else "")
+    return name
+
+
 def _op_device(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     """The device an op runs on: that of its first CUDA tensor argument."""
     for value in itertools.chain(args, kwargs.values()):
@@ -481,7 +494,7 @@ class Recorder:
     ) -> None:
         if not self._capturing_streams and not self.eager_ops:
             return
-        if func is torch.ops.aten.record_stream.default:
+        if func is _RECORD_STREAM:
             self.on_record_stream(*args)
             return
         reads, writes = op_accesses(func, args, kwargs, outputs, _is_cuda_tensor)
@@ -494,7 +507,7 @@ class Recorder:
             return
         event = self.emit(
             "op",
-            op=func._schema.name + (f".{func._overloadname}" if func._overloadname != "default" else ""),
+            op=_op_name(func),
             stream=stream,
             device=device,
             reads=reads,
