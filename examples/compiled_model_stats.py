@@ -34,8 +34,15 @@ def main() -> int:
         exact = torch.allclose(out, model(x), atol=1e-3, rtol=1e-3)
     events = session.trace.events
     nodes = [n for e in events if e["ev"] == "graph" for n in e["nodes"]]
+    owner_kind = {
+        e["seq"]: ("op" if e["ev"] == "op" else e["name"].split(":")[0]) for e in events if e["ev"] in ("op", "kernel")
+    }
+    owners: dict[str, int] = {}
+    for node in nodes:
+        kind = owner_kind.get(node.get("op"), "unowned")
+        owners[kind if kind in ("op", "triton", "unowned") else "other launch"] = owners.get(kind, 0) + 1
     stats = session.trace.header["kernel_nodes"]
-    print(f"captures: {session.result.summary['graphs']}, graph nodes: {len(nodes)}")
+    print(f"captures: {session.result.summary['graphs']}, graph nodes: {len(nodes)}, created by: {owners}")
     print(
         f"kernel nodes: {sum(n['type'] == 'kernel' for n in nodes)}, of which dispatcher-invisible: "
         f"{stats['invisible_kernels']}"

@@ -259,5 +259,6 @@ def test_torch_compile_reduce_overhead_is_clean():
             out = compiled(x)
     torch.cuda.synchronize()
     assert torch.allclose(out, model(x), atol=1e-4)
+    assert session.result.summary["graphs"] >= 1, "cudagraph trees captured under the recorder"
     assert session.findings == [], session.report()
     assert not session.errors, session.errors
