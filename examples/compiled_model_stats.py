@@ -40,7 +40,8 @@ def main() -> int:
     owners: dict[str, int] = {}
     for node in nodes:
         kind = owner_kind.get(node.get("op"), "unowned")
-        owners[kind if kind in ("op", "triton", "unowned") else "other launch"] = owners.get(kind, 0) + 1
+        key = kind if kind in ("op", "triton", "unowned") else "other launch"
+        owners[key] = owners.get(key, 0) + 1
     stats = session.trace.header["kernel_nodes"]
     print(f"captures: {session.result.summary['graphs']}, graph nodes: {len(nodes)}, created by: {owners}")
     print(
