@@ -265,7 +265,8 @@ class _StreamracePlugin:
         tally = self.tally
         tests = f"{tally.recorded} test{'s' if tally.recorded != 1 else ''}"
         parts = [
-            f"{tests} recorded ({tally.captured} with CUDA graph captures)",
+            f"{tests} recorded",
+            f"{tally.captured} with CUDA graph captures",
             f"{tally.with_findings} with findings",
         ]
         if tally.suppressed:
