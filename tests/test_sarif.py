@@ -1,0 +1,138 @@
+"""The SARIF 2.1.0 report: valid against the OASIS schema (shipped in tests/data, no network),
+locations at the right source lines, rules that say what docs/findings.md says."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from streamrace.analysis import analyze
+from streamrace.cli import main
+from streamrace.report import TraceResult, sarif
+from streamrace.suppressions import Gate, Suppression
+from streamrace.trace import load_trace
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = json.loads((REPO / "tests" / "data" / "sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
+RACE = REPO / "examples" / "traces" / "dsv4_mini_race.jsonl.gz"
+EXAMPLE = REPO / "examples" / "dsv4_mini_decode.py"
+
+
+def _validate(doc: dict) -> None:
+    jsonschema.Draft4Validator(SCHEMA).validate(doc)
+
+
+@pytest.fixture(autouse=True)
+def _from_repo_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)  # trace paths are relative to the repository root
+
+
+@pytest.fixture
+def race_sarif(tmp_path: Path) -> dict:
+    out = tmp_path / "race.sarif"
+    assert main(["analyze", str(RACE.relative_to(REPO)), "--format", "sarif", "-o", str(out)]) == 1
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def _line(location: dict) -> tuple[str, int]:
+    physical = location["physicalLocation"]
+    return physical["artifactLocation"]["uri"], physical["region"]["startLine"]
+
+
+def _source(line: int) -> str:
+    return EXAMPLE.read_text(encoding="utf-8").splitlines()[line - 1]
+
+
+def test_the_schema_is_the_oasis_one_and_catches_mistakes(race_sarif: dict) -> None:
+    assert SCHEMA["id"].endswith("/sarif-schema-2.1.0.json") and "2.1.0" in SCHEMA["title"]
+    broken = copy.deepcopy(race_sarif)
+    broken["runs"][0]["results"][0]["level"] = "fatal"
+    with pytest.raises(jsonschema.ValidationError):
+        _validate(broken)
+
+
+def test_race_trace_sarif_is_valid_with_the_right_lines(race_sarif: dict) -> None:
+    _validate(race_sarif)
+    assert race_sarif["version"] == "2.1.0"
+    (run,) = race_sarif["runs"]
+    (finding,) = analyze(load_trace(RACE)).findings
+    (result,) = run["results"]
+    assert result["ruleId"] == "unsafe-free" and result["level"] == "error"
+    assert run["tool"]["driver"]["rules"][result["ruleIndex"]]["id"] == "unsafe-free"
+    assert result["partialFingerprints"] == {sarif.FINGERPRINT: finding.signature}
+    # primary: the later access, the new owner's write (line 120: q = q_lora @ self.w_qb)
+    (primary,) = result["locations"]
+    uri, line = _line(primary)
+    assert uri == "examples/dsv4_mini_decode.py" and f"{uri}:{line}" == finding.accesses[1].location
+    assert "q_lora @ self.w_qb" in _source(line)
+    assert primary["physicalLocation"]["artifactLocation"]["uriBaseId"] == "%SRCROOT%"
+    # related: the kv stream's read, the allocation, the free
+    related = {loc["message"]["text"]: _line(loc)[1] for loc in result["relatedLocations"]}
+    assert related == {
+        "read by aten::mul.Tensor on stream kv": int(finding.accesses[0].location.rsplit(":", 1)[1]),
+        "allocated on stream main": int(finding.allocation.alloc_location.rsplit(":", 1)[1]),
+        "freed on stream main": int(finding.allocation.free_location.rsplit(":", 1)[1]),
+    }
+    assert "rsqrt" in _source(related["read by aten::mul.Tensor on stream kv"])
+    assert "qkv = x @ self.w_qkv" in _source(related["allocated on stream main"])
+    assert "del qkv" in _source(related["freed on stream main"])
+    assert [loc["id"] for loc in result["relatedLocations"]] == [1, 2, 3]
+    # the message carries the fix, the stacks carry the call chains
+    assert "main.wait_stream(kv)" in result["message"]["text"]
+    assert result["stacks"][0]["frames"][0]["location"]["logicalLocations"][0]["name"] == "rms_norm"
+    assert len(result["stacks"][0]["frames"]) == len(finding.accesses[0].stack)
+
+
+def test_clean_trace_is_a_valid_empty_run(tmp_path: Path) -> None:
+    out = tmp_path / "fixed.sarif"
+    assert main(["analyze", "examples/traces/dsv4_mini_fixed.jsonl.gz", "--format", "sarif", "-o", str(out)]) == 0
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    _validate(doc)
+    assert doc["runs"][0]["results"] == [] and len(doc["runs"][0]["tool"]["driver"]["rules"]) == 3
+
+
+def test_suppressed_and_baselined_findings_are_marked_not_dropped() -> None:
+    result = analyze(load_trace(RACE))
+    signature = result.findings[0].signature
+    suppressed = Gate((Suppression(1, "known, SGLang #36547", signature=signature),)).apply([TraceResult("r", result)])
+    known = Gate(baseline=frozenset({signature}), baseline_path="old.json").apply([TraceResult("r", result)])
+    for items, key in ((suppressed, "suppressions"), (known, "baselineState")):
+        doc = sarif.document(items)
+        _validate(doc)
+        (res,) = doc["runs"][0]["results"]
+        assert key in res
+    (s_res,) = sarif.document(suppressed)["runs"][0]["results"]
+    assert s_res["suppressions"] == [
+        {"kind": "external", "status": "accepted", "justification": "known, SGLang #36547"}
+    ]
+    (b_res,) = sarif.document(known)["runs"][0]["results"]
+    assert b_res["baselineState"] == "unchanged"
+
+
+def test_trace_notes_are_tool_notifications() -> None:
+    trace = load_trace(RACE)
+    trace.header["allocator"] = {"backend": "cudaMallocAsync", "caching": True}
+    doc = sarif.document([TraceResult("r.jsonl.gz", analyze(trace))])
+    _validate(doc)
+    (note,) = doc["runs"][0]["invocations"][0]["toolExecutionNotifications"]
+    assert note["descriptor"]["id"] == "allocator-model" and "cudaMallocAsync" in note["message"]["text"]
+
+
+def test_rules_say_what_docs_findings_md_says() -> None:
+    docs = " ".join((REPO / "docs" / "findings.md").read_text(encoding="utf-8").split())
+    for kind, meta in sarif.RULES.items():
+        assert f"## `{kind}`" in docs, kind
+        assert " ".join(meta["full"].split()) in docs, f"{kind}: fullDescription is not docs/findings.md's text"
+        for code in re.findall(r"`([^`]+)`", meta["fix"]):
+            assert f"`{code}`" in docs, f"{kind}: the fix's `{code}` is not in docs/findings.md"
+
+
+def test_absolute_paths_become_file_uris() -> None:
+    location = sarif._location("/opt/app/model v2.py:7")
+    assert location["physicalLocation"]["artifactLocation"] == {"uri": "file:///opt/app/model%20v2.py"}
+    assert sarif._location("model.py:0") is None and sarif._location(None) is None
