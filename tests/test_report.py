@@ -274,3 +274,104 @@ def test_reporters_registry_and_render(model_py: str) -> None:
     assert json.loads(render(result, format="json"))["findings"][0]["trace"] == "<memory>"
     with pytest.raises(ValueError, match="unknown report format 'html'"):
         render(result, format="html")
+
+
+# -- stack depth, notes, the fix as code, terminal colour, progress ---------------------------
+def _deep(model_py: str) -> Finding:
+    finding = _unsafe_free(model_py)
+    finding.accesses[0].stack.extend([[model_py, 31 + n, f"caller{n}"] for n in range(5)])
+    return finding
+
+
+def test_text_stack_depth_limits_frames(model_py: str) -> None:
+    result = _result([_deep(model_py)])
+
+    short = text.render([TraceResult("run.jsonl", result)])
+    full = text.render([TraceResult("run.jsonl", result)], ReportOptions(stack_depth=None))
+    one = text.render([TraceResult("run.jsonl", result)], ReportOptions(stack_depth=1))
+
+    # the read's stack: model.py:12 (its line), 30, 31, ..., 35: 7 frames
+    assert "called from model.py:30 in forward" in short and "called from model.py:31 in caller0" in short
+    assert "called from model.py:32" not in short and "(4 more frames)" in short
+    assert "called from model.py:35 in caller4" in full and "more frame" not in full
+    assert "called from model.py:30" not in one and "(6 more frames)" in one
+
+
+def test_text_shows_trace_notes_first(model_py: str) -> None:
+    from streamrace.analysis import Note
+
+    result = _result([])
+    result.notes = [Note("allocator-model", "the allocator backend is cudaMallocAsync: the model does not apply")]
+
+    out = text.render([TraceResult("run.jsonl", result)])
+
+    assert out.splitlines()[1] == "  note: the allocator backend is cudaMallocAsync: the model does not apply"
+
+
+def test_text_fix_as_code_before_the_free(model_py: str) -> None:
+    out = text.render([TraceResult("run.jsonl", _result([_unsafe_free(model_py)]))])
+
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith("suggestion"))
+    assert lines[at].strip() == "suggestion    join side before the free (model.py:14):"
+    assert lines[at + 1].strip() == "+ | main.wait_stream(side)"
+    assert lines[at + 2].strip() == "14 | del x"
+
+
+def test_terminal_style_colours_only_terminals() -> None:
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert text.terminal_style(io.StringIO()) is None, "a pipe or file gets plain text"
+    styled = text.terminal_style(Terminal())
+    assert styled is not None
+    style, width = styled
+    assert style("error", "error") != "error" and "\x1b[" in style("error", "error")
+    assert style("plain words", "text") == "plain words"
+    assert 60 <= width <= 140
+
+
+def test_terminal_style_honours_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    styled = text.terminal_style(Terminal())
+    assert styled is not None
+    assert styled[0]("error", "error") == "\x1b[1merror\x1b[0m", "bold, not red"
+
+
+def test_progress_only_on_a_terminal_for_large_traces(tmp_path: Path) -> None:
+    import io
+
+    from streamrace.progress import analysis_progress, text_size
+    from streamrace.trace import iter_trace
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    race = Path(__file__).resolve().parents[1] / "examples" / "traces" / "dsv4_mini_race.jsonl.gz"
+    assert text_size(str(race)) > race.stat().st_size, "gzip: the uncompressed size from the trailer"
+    expected = list(iter_trace(race))
+
+    quiet = io.StringIO()
+    with analysis_progress(str(race), iter(expected), stream=quiet, threshold=0) as events:
+        assert list(events) == expected
+    assert quiet.getvalue() == "", "not a terminal: no bar"
+
+    shown = Terminal()
+    with analysis_progress(str(race), iter(expected), stream=shown, threshold=0) as events:
+        assert list(events) == expected
+    assert "analysing dsv4_mini_race.jsonl.gz" in shown.getvalue()
+
+    small = Terminal()
+    with analysis_progress(str(race), iter(expected), stream=small) as events:
+        assert list(events) == expected
+    assert small.getvalue() == "", "a small trace: no bar"

@@ -67,6 +67,8 @@ def terminal_style(stream: IO[str]) -> tuple[Style, int] | None:
         "windows": ColorSystem.WINDOWS,
     }[console.color_system]
     styles = {role: RichStyle.parse(spec) for role, spec in THEME.items()}
+    if console.no_color:  # NO_COLOR: bold and dim stay, colours go
+        styles = {role: rich_style.without_color for role, rich_style in styles.items()}
 
     def style(text: str, role: str) -> str:
         rich_style = styles.get(role)
