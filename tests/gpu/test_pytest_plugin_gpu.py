@@ -1,0 +1,78 @@
+"""`pytest --streamrace` on the H200: a suite of real tests built from the hazard gallery and
+the DSV4 example, recorded for real; exactly the racy tests fail, each with its report."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import load_example
+
+pytest_plugins = ["pytester"]
+
+HAZARDS = ["H2", "H3", "H4", "H5", "H6", "H10"]
+
+SUITE = f"""
+import pytest
+
+# Loaded by the outer test through tests/gpu/conftest.py's load_example (examples are scripts).
+import dsv4_mini_decode
+import hazard_gallery
+
+
+@pytest.mark.parametrize("variant", ["buggy", "fixed"])
+@pytest.mark.parametrize("hazard", {HAZARDS!r})
+def test_gallery(hazard, variant):
+    hazard_gallery.run(hazard, fixed=variant == "fixed", replays=1)
+
+
+@pytest.mark.streamrace(expect=["unsafe-free"])
+def test_dsv4_bug_is_expected():
+    dsv4_mini_decode.run("bug")
+
+
+def test_dsv4_keep_alive():
+    dsv4_mini_decode.run("keep-alive")
+
+
+@pytest.mark.streamrace(skip=True)
+def test_dsv4_bug_opted_out():
+    dsv4_mini_decode.run("bug")
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _examples():
+    load_example("hazard_gallery")
+    load_example("dsv4_mini_decode")
+
+
+def test_exactly_the_racy_tests_fail(pytester: pytest.Pytester):
+    pytester.makepyfile(test_suite=SUITE)
+    # In process: the inner tests import the examples this module loaded.
+    result = pytester.runpytest_inprocess("--streamrace", "-p", "no:cacheprovider")
+    out = result.stdout.str()
+    failed = sorted(re.findall(r"^FAILED test_suite.py::(\S+?)(?: - .*)?$", out, re.M))
+    assert failed == sorted(f"test_gallery[{h}-buggy]" for h in HAZARDS), out
+    result.assert_outcomes(failed=len(HAZARDS), passed=len(HAZARDS) + 3)
+    for hazard in HAZARDS:
+        assert re.search(rf"_ test_gallery\[{hazard}-buggy\] _+\n+streamrace: \d+ findings? \(", out), hazard
+    summary = next(line for line in result.outlines if re.match(r"streamrace: \d+ tests? recorded", line))
+    n = 2 * len(HAZARDS) + 2
+    assert summary == f"streamrace: {n} tests recorded, {n} with CUDA graph captures, {len(HAZARDS) + 1} with findings"
+
+
+def test_a_failing_race_test_names_the_source_lines(pytester: pytest.Pytester):
+    pytester.makepyfile(
+        test_one="""
+        import hazard_gallery
+
+        def test_late_join():
+            hazard_gallery.run("H2", fixed=False, replays=1)
+        """
+    )
+    result = pytester.runpytest_inprocess("--streamrace", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "error data-race RAW" in out and "hazard_gallery.py:" in out
+    assert "wait_stream(side)" in out
