@@ -117,3 +117,17 @@ def test_record_stream_noop_fix_names_the_consumer_in_python():
     noop = next(f for f in analyze(tb.trace()).findings if f.kind == RECORD_STREAM_NOOP)
     assert "`t.record_stream(consumer_stream)`" in noop.fix and "`consumer_stream` is stream#1" in noop.fix
     assert suggestion(noop) is None
+
+
+def test_a_free_where_a_local_died_at_return_is_not_an_exact_place():
+    """handbuilt: qkv is a local of _prologue, freed when it returns to forward's line 31;
+    dsv4_mini_race: ``del qkv`` in the function that made it."""
+    from pathlib import Path
+
+    from streamrace.trace import load_trace
+
+    traces = Path(__file__).resolve().parents[1] / "examples" / "traces"
+    (returned,) = analyze(load_trace(traces / "handbuilt_freed_before_join.jsonl")).findings
+    (deleted,) = analyze(load_trace(traces / "dsv4_mini_race.jsonl.gz")).findings
+    assert suggestion(returned).exact is False and "last reference" in suggestion(returned).why
+    assert suggestion(deleted).exact is True and suggestion(deleted).why == "join kv before the free"

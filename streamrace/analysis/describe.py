@@ -293,6 +293,7 @@ class Suggestion:
     code: str
     before: str  # "file:line" where the code goes
     why: str  # what the line does, for a person
+    exact: bool = True  # False: ``before`` is only where the effect shows (a free at a caller's line)
 
 
 def suggestion(finding: Finding) -> Suggestion | None:
@@ -306,5 +307,15 @@ def suggestion(finding: Finding) -> Suggestion | None:
     if finding.kind == UNSAFE_FREE and finding.allocation is not None and finding.allocation.free_location:
         use, alloc = finding.accesses[0], finding.allocation
         owner = Access("free", alloc.stream, alloc.stream_label, "free", alloc.free_seq or 0)
-        return Suggestion(_join(owner, use), alloc.free_location, f"join {use.stream_label} before the free")
+        # A free in the function that allocated is a statement there (``del x``, a rebinding):
+        # the join goes just before it. A free elsewhere is where a local died as its function
+        # returned, so that line (the call) is not where the join goes.
+        exact = _function(alloc.alloc_stack) is not None and _function(alloc.alloc_stack) == _function(alloc.free_stack)
+        why = f"join {use.stream_label} before the {'free' if exact else 'last reference to the tensor dies'}"
+        return Suggestion(_join(owner, use), alloc.free_location, why, exact)
     return None
+
+
+def _function(stack: list[list[Any]]) -> tuple[str, str] | None:
+    """(file, function) of a stack's innermost frame."""
+    return (str(stack[0][0]), str(stack[0][2])) if stack and len(stack[0]) > 2 else None

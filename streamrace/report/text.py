@@ -309,11 +309,13 @@ class _Report:
         self.labelled(body, "signature", self.style(finding.signature, "dim"))
 
     def suggestion(self, depth: int, hint: Suggestion) -> None:
-        """The fix as code: the line to add, then the source line it goes before."""
-        self.labelled(depth, "suggestion", hint.why, " (", self.style(hint.before, "location"), "):")
+        """The fix as code: the line to add, then the source line it goes before (when the
+        finding says exactly where it goes)."""
+        where = " (" if hint.exact else " (it dies at "
+        self.labelled(depth, "suggestion", hint.why, where, self.style(hint.before, "location"), "):")
         self.continued(depth, self.style(f"{'+':>6} | ", "dim"), self.style(hint.code, "code"))
         parsed = _split_location(hint.before)
-        text = self.sources.get(*parsed) if parsed is not None else None
+        text = self.sources.get(*parsed) if parsed is not None and hint.exact else None
         if text is not None:
             self.continued(depth, self.style(f"{parsed[1]:>6} | ", "dim"), self.style(text, "source"))
 
