@@ -11,7 +11,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from streamrace.analysis import analyze
+from streamrace.analysis import AnalysisResult, analyze
+from streamrace.analysis.findings import MODEL_DISAGREEMENT, SEVERITY, Finding
 from streamrace.cli import main
 from streamrace.report import TraceResult, sarif
 from streamrace.suppressions import Gate, Suppression
@@ -93,7 +94,8 @@ def test_clean_trace_is_a_valid_empty_run(tmp_path: Path) -> None:
     assert main(["analyze", "examples/traces/dsv4_mini_fixed.jsonl.gz", "--format", "sarif", "-o", str(out)]) == 0
     doc = json.loads(out.read_text(encoding="utf-8"))
     _validate(doc)
-    assert doc["runs"][0]["results"] == [] and len(doc["runs"][0]["tool"]["driver"]["rules"]) == 3
+    assert doc["runs"][0]["results"] == []
+    assert [rule["id"] for rule in doc["runs"][0]["tool"]["driver"]["rules"]] == list(SEVERITY)
 
 
 def test_suppressed_and_baselined_findings_are_marked_not_dropped() -> None:
@@ -125,6 +127,7 @@ def test_trace_notes_are_tool_notifications() -> None:
 
 def test_rules_say_what_docs_findings_md_says() -> None:
     docs = " ".join((REPO / "docs" / "findings.md").read_text(encoding="utf-8").split())
+    assert set(sarif.RULES) == set(SEVERITY), "every finding kind has a SARIF rule"
     for kind, meta in sarif.RULES.items():
         assert f"## `{kind}`" in docs, kind
         assert " ".join(meta["full"].split()) in docs, f"{kind}: fullDescription is not docs/findings.md's text"
@@ -136,3 +139,12 @@ def test_absolute_paths_become_file_uris() -> None:
     location = sarif._location("/opt/app/model v2.py:7")
     assert location["physicalLocation"]["artifactLocation"] == {"uri": "file:///opt/app/model%20v2.py"}
     assert sarif._location("model.py:0") is None and sarif._location(None) is None
+
+
+def test_a_finding_without_accesses_is_a_result_without_locations() -> None:
+    finding = Finding(kind=MODEL_DISAGREEMENT, hazard=None, accesses=[], message="model and graph 1 disagree")
+    result = AnalysisResult(findings=[finding], raw_findings=[finding], summary={"findings": 1})
+    doc = sarif.document([TraceResult("t.jsonl", result)])
+    _validate(doc)
+    (res,) = doc["runs"][0]["results"]
+    assert res["ruleId"] == MODEL_DISAGREEMENT and res["locations"] == [] and res["level"] == "error"

@@ -25,7 +25,15 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from streamrace import __version__
-from streamrace.analysis.findings import DATA_RACE, RECORD_STREAM_NOOP, SEVERITY, UNSAFE_FREE, Access, Finding
+from streamrace.analysis.findings import (
+    DATA_RACE,
+    MODEL_DISAGREEMENT,
+    RECORD_STREAM_NOOP,
+    SEVERITY,
+    UNSAFE_FREE,
+    Access,
+    Finding,
+)
 from streamrace.report.options import DEFAULT, ReportOptions
 
 if TYPE_CHECKING:
@@ -79,8 +87,17 @@ RULES: dict[str, dict[str, str]] = {
             "until after the join."
         ),
     },
+    MODEL_DISAGREEMENT: {
+        "name": "ModelDisagreement",
+        "short": "streamrace's model and a captured graph disagree: a fault in streamrace, not your program",
+        "full": (
+            "Not a finding about your program: streamrace's clock model and a captured graph's own edges "
+            "(read back by the recorder) disagree about two launches of one capture."
+        ),
+        "fix": "Report it to streamrace with the trace.",
+    },
 }
-_RULE_ORDER = list(RULES)
+_RULE_ORDER = list(SEVERITY)  # every kind has a rule (tests/test_sarif.py), in a fixed order
 _LEVEL = {"error": "error", "warning": "warning"}
 
 
@@ -150,9 +167,9 @@ def _message(finding: Finding) -> str:
 
 
 def _result(finding: Finding, trace: str, accepted: Suppressed | None) -> dict[str, Any]:
-    later = finding.accesses[-1]
+    later = finding.accesses[-1] if finding.accesses else None
     earlier = finding.accesses[0] if len(finding.accesses) > 1 else None
-    primary = _location(later.location, later.stack)
+    primary = _location(later.location, later.stack) if later is not None else None
     related: list[dict[str, Any]] = []
     if earlier is not None:
         related.append(_location(earlier.location, earlier.stack, _what(earlier)))
@@ -163,7 +180,7 @@ def _result(finding: Finding, trace: str, accepted: Suppressed | None) -> dict[s
         related.append(_location(alloc.alloc_location, alloc.alloc_stack, f"allocated on stream {alloc.stream_label}"))
         related.append(_location(alloc.free_location, alloc.free_stack, f"freed on stream {alloc.stream_label}"))
         reuse = alloc.reused_by or {}
-        if reuse.get("alloc_location") and reuse.get("alloc_location") != later.location:
+        if reuse.get("alloc_location") and (later is None or reuse["alloc_location"] != later.location):
             text = f"block allocated again on stream {reuse.get('stream_label')}"
             related.append(_location(reuse["alloc_location"], (), text))
     related = [{"id": number, **loc} for number, loc in enumerate((r for r in related if r is not None), start=1)]
