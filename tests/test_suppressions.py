@@ -110,7 +110,9 @@ def test_baseline_fails_only_on_new_findings(tmp_path, capsys):
 
 def test_run_takes_the_gate_flags_too(tmp_path, race):
     rules = _toml(tmp_path, f'[[suppress]]\nsignature = "{race.signature}"\nreason = "known"\n')
-    program = f"import shutil, os; shutil.copy({RACE!r}, os.path.join(os.environ['STREAMRACE_TRACE_DIR'], 'x.jsonl.gz'))"
+    program = (
+        f"import shutil, os; shutil.copy({RACE!r}, os.path.join(os.environ['STREAMRACE_TRACE_DIR'], 'x.jsonl.gz'))"
+    )
     # the 'program' leaves a trace where a recording process would
     code = main(["run", "--suppressions", rules, "--", sys.executable, "-c", program])
     assert code == 0
