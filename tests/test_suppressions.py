@@ -188,3 +188,10 @@ def test_entries_are_numbered_from_one_in_file_order(tmp_path):
     first, second = load_suppressions(rules)
     assert (first.number, first.by, first.location) == (1, "location", "a.py:1")
     assert (second.number, second.by, second.kind) == (2, "signature", "unsafe-free")
+
+
+def test_the_example_suppressions_file_accepts_the_example_race(capsys):
+    """docs/ci.md's demonstration: the committed file suppresses the committed race."""
+    assert main(["analyze", RACE, "--suppressions", "examples/ci/suppressions.toml"]) == 0
+    out, err = capsys.readouterr()
+    assert "summary: no findings, 1 suppressed" in out and err == ""
