@@ -142,7 +142,7 @@ class Recorder:
     captured ops are recorded, which is what graph races need and what keeps eager runs fast.
     """
 
-    def __init__(self, *, eager_ops: bool = False, stack_depth: int = 8, read_graphs: bool = True) -> None:
+    def __init__(self, *, eager_ops: bool = False, stack_depth: int = 6, read_graphs: bool = True) -> None:
         self.events: list[dict[str, Any]] = []
         self.errors: list[str] = []
         self.eager_ops = eager_ops
@@ -164,6 +164,7 @@ class Recorder:
         self._history_on = False
         self._mode: _OpMode | None = None
         self.in_op = False  # nodes created while an op runs are that op's
+        self.op_stack: int | None = None  # the user stack of the op being dispatched
         self._free_seq: dict[int, int] = {}  # alloc seq -> free seq
         self.kernel_stats = KernelStats()
         self.captures = 0
@@ -293,7 +294,9 @@ class Recorder:
         # free or stream event that could matter to it.
         device = torch.cuda.current_device()
         stream = self._current_stream(device)
-        event = self.emit("alloc", addr=ptr, size=1, stream=stream, device=device, stack=self.stacks.capture(3))
+        # An allocation inside an op (its output, a workspace) happens at the op's line.
+        stack = self.op_stack if self.in_op else self.stacks.capture(3)
+        event = self.emit("alloc", addr=ptr, size=1, stream=stream, device=device, stack=stack)
         self._block_owner[ptr] = (stream, device, event["seq"])
         self._allocs.append(event)
         capture = self._capturing_streams.get(stream)
@@ -412,7 +415,7 @@ class Recorder:
             reads=reads,
             writes=writes,
             inferred=inferred,
-            stack=self.stacks.capture(4),
+            stack=self.op_stack,
         )
         capture.nodes.claim(event, first, capture.nodes.count())
 
@@ -470,6 +473,8 @@ class Recorder:
 
     # -- hooks: ops ------------------------------------------------------------------------
     def before_op(self) -> _NodeMark:
+        if self._capturing_streams or self.eager_ops:
+            self.op_stack = self.stacks.capture(3)  # shared by the op and what it allocates
         """The capture of the current stream and its node count before an op, to attribute
         the nodes the op creates."""
         if not self._capturing_streams:
@@ -512,7 +517,7 @@ class Recorder:
             device=device,
             reads=reads,
             writes=writes,
-            stack=self.stacks.capture(3),
+            stack=self.op_stack,
         )
         if before is not None and before[0] is capture:
             capture.nodes.claim(event, before[1], capture.nodes.count())

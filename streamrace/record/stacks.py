@@ -40,7 +40,7 @@ _SITE = tuple({_normal(sysconfig.get_paths()[k]) for k in ("purelib", "platlib")
 class StackTable:
     """Interns stacks; ``emit`` writes each new one as a ``stack`` event before its first use."""
 
-    def __init__(self, emit: Callable[..., object], depth: int = 8, max_walk: int = 64) -> None:
+    def __init__(self, emit: Callable[..., object], depth: int = 6, max_walk: int = 48) -> None:
         self._emit = emit
         self._depth = depth
         self._max_walk = max_walk  # frames looked at, user or not: deep framework stacks stop here
