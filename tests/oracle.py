@@ -1,0 +1,260 @@
+"""A brute-force reference for docs/analysis.md, written from the text and nothing else.
+
+The engine is clever (vector clocks, a shadow interval map, forgetting covered accesses); this
+module is deliberately dumb, so that the two can only agree by both being right:
+
+* happens-before is reachability in an explicit networkx DAG per domain (eager, and one per
+  captured graph): program order per stream, an edge from the latest record of an event to
+  each wait that takes it, and in eager a chain of host-synchronisation nodes with an edge from
+  the latest one to every later op, record and allocation on any stream;
+* overlap is the intersection of the actual byte sets, enumerated element by element (so keep
+  the shapes small);
+* every pair of accesses is compared; every access of a freed lifetime is checked at the
+  owner stream's next allocation in the domain of the free (section 5), the point from which
+  the allocator may hand the block out again.
+
+Only the trace's events are read; nothing here imports the engine.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+EAGER = "eager"
+
+
+def byte_set(rng: dict[str, Any]) -> frozenset[int]:
+    """Every byte a range touches (docs/analysis.md section 3), by enumerating its elements."""
+    addr = rng["addr"]
+    if "nbytes" in rng:
+        return frozenset(range(addr, addr + rng["nbytes"]))
+    shape, stride, itemsize = rng["shape"], rng["stride"], rng["itemsize"]
+    out: set[int] = set()
+    for index in itertools.product(*(range(n) for n in shape)):
+        start = addr + sum(i * s for i, s in zip(index, stride, strict=True)) * itemsize
+        out.update(range(start, start + itemsize))
+    return frozenset(out)
+
+
+@dataclass(frozen=True)
+class Use:
+    """One access: one range of one op, read or written."""
+
+    seq: int
+    stream: int
+    domain: Any
+    kind: str  # "read" or "write"
+    nbytes: frozenset[int]
+    rng: dict[str, Any] = field(compare=False, hash=False)
+    lifetime: int | None = None  # alloc seq of the live allocation it touches, if any
+
+
+@dataclass
+class Lifetime:
+    addr: int
+    size: int
+    stream: int
+    alloc_seq: int
+    recorded: set[int] = field(default_factory=set)
+    uses: list[Use] = field(default_factory=list)
+
+    def bytes(self) -> frozenset[int]:
+        return frozenset(range(self.addr, self.addr + self.size))
+
+
+class Oracle:
+    """Run the model over ``trace.events``; read the answers from the attributes.
+
+    * ``pairs``: every racing pair ``(earlier seq, earlier kind, later seq, later kind)``;
+    * ``racing``: the seqs of ops with an access that races with some earlier access;
+    * ``uses``: every access, with the allocation (if any) whose bytes it touches;
+    * ``unsafe_frees``: free seq -> the set of ``(seq, kind)`` of the unordered uses;
+    * ``reuse_races``: free seq -> the racing pairs ``(use seq, use kind, seq, kind)`` between
+      an unordered use and an access of a later allocation that reuses the freed bytes;
+    * ``noop_record_streams``: seqs of record_stream calls on the block's own stream.
+    """
+
+    def __init__(self, trace: Any) -> None:
+        self.dags: dict[Any, nx.DiGraph] = {}
+        self.uses: list[Use] = []
+        self.unsafe_frees: dict[int, set[tuple[int, str]]] = {}
+        self.noop_record_streams: set[int] = set()
+        self._member: dict[int, int] = {}  # stream -> the active graph it is a member of
+        self._active: set[int] = set()
+        self._snapshot: dict[int, tuple[Any, int]] = {}  # event -> (domain, record node)
+        self._last: dict[tuple[Any, int], int] = {}  # (domain, stream) -> latest node
+        self._host: int | None = None  # latest host synchronisation node (eager)
+        self._live: dict[int, Lifetime] = {}
+        self._lifetimes: list[Lifetime] = []
+        self._freed: list[tuple[int, Any, Lifetime]] = []  # (free seq, domain, lifetime), undecided
+        self._checks: list[tuple[int, Any, int, Lifetime]] = []  # (free seq, domain, alloc seq, lifetime)
+        self._descendants: dict[tuple[Any, int], set[int]] = {}
+        for ev in trace.events:
+            getattr(self, "_on_" + ev["ev"], self._ignore)(ev)
+        self.pairs = self._races()
+        self.racing = {later for _, _, later, _ in self.pairs}
+        self.reuse_races: dict[int, set[tuple[int, str, int, str]]] = {}
+        for free_seq, domain, alloc_seq, life in self._checks:
+            unordered = [
+                u
+                for u in life.uses
+                if u.stream != life.stream
+                and u.domain == domain
+                and u.stream not in life.recorded
+                and not self.happens_before(domain, u.seq, alloc_seq)
+            ]
+            if not unordered:
+                continue
+            self.unsafe_frees[free_seq] = {(u.seq, u.kind) for u in unordered}
+            self.reuse_races[free_seq] = {
+                (u.seq, u.kind, b.seq, b.kind)
+                for later in self._lifetimes
+                if later.alloc_seq > free_seq and not later.bytes().isdisjoint(life.bytes())
+                for b in later.uses
+                for u in unordered
+                if (u.seq, u.kind, b.seq, b.kind) in self.pairs
+                and not (u.nbytes & b.nbytes & life.bytes()).isdisjoint(later.bytes())
+            }
+
+    # -- happens-before ------------------------------------------------------------------
+    def happens_before(self, domain: Any, a: int, b: int) -> bool:
+        key = (domain, a)
+        if key not in self._descendants:
+            self._descendants[key] = nx.descendants(self.dags[domain], a)
+        return b in self._descendants[key]
+
+    def _domain(self, stream: int) -> Any:
+        return self._member.get(stream, EAGER)
+
+    def _node(self, domain: Any, stream: int, seq: int, joins_host: bool = True) -> None:
+        dag = self.dags.setdefault(domain, nx.DiGraph())
+        dag.add_node(seq)
+        previous = self._last.get((domain, stream))
+        if previous is not None:
+            dag.add_edge(previous, seq)
+        if domain == EAGER and joins_host and self._host is not None:
+            dag.add_edge(self._host, seq)
+        self._last[(domain, stream)] = seq
+
+    def _host_sync(self, seq: int, sources: list[int]) -> None:
+        dag = self.dags.setdefault(EAGER, nx.DiGraph())
+        dag.add_node(seq)
+        for node in [*sources, *([self._host] if self._host is not None else [])]:
+            dag.add_edge(node, seq)
+        self._host = seq
+
+    # -- events --------------------------------------------------------------------------
+    def _ignore(self, ev: dict[str, Any]) -> None:
+        pass
+
+    def _on_capture_begin(self, ev: dict[str, Any]) -> None:
+        self._member[ev["stream"]] = ev["graph"]
+        self._active.add(ev["graph"])
+
+    def _on_capture_end(self, ev: dict[str, Any]) -> None:
+        self._active.discard(ev["graph"])
+        for stream in [s for s, g in self._member.items() if g == ev["graph"]]:
+            del self._member[stream]
+        # A block freed in the graph whose owner allocated nothing more in it is never
+        # handed out in it: not reported.
+        self._freed = [f for f in self._freed if f[1] != ev["graph"]]
+
+    def _on_event_create(self, ev: dict[str, Any]) -> None:
+        self._snapshot.pop(ev["event"], None)
+
+    _on_event_delete = _on_event_create
+
+    def _on_event_record(self, ev: dict[str, Any]) -> None:
+        domain = self._domain(ev["stream"])
+        self._node(domain, ev["stream"], ev["seq"])
+        self._snapshot[ev["event"]] = (domain, ev["seq"])
+
+    def _on_event_wait(self, ev: dict[str, Any]) -> None:
+        stream, snapshot = ev["stream"], self._snapshot.get(ev["event"])
+        if snapshot is not None and snapshot[0] in self._active and stream not in self._member:
+            self._member[stream] = snapshot[0]  # the side stream is pulled into the capture
+        domain = self._domain(stream)
+        # A wait is not ordered after the host clock in the text; every later node of its
+        # stream that matters (op, record, alloc) is, so this changes no answer.
+        self._node(domain, stream, ev["seq"], joins_host=False)
+        if snapshot is not None and snapshot[0] == domain:
+            self.dags[domain].add_edge(snapshot[1], ev["seq"])
+
+    def _on_op(self, ev: dict[str, Any]) -> None:
+        stream, seq = ev["stream"], ev["seq"]
+        domain = self._domain(stream)
+        self._node(domain, stream, seq)
+        for kind, ranges in (("read", ev["reads"]), ("write", ev["writes"])):
+            for rng in ranges:
+                nbytes = byte_set(rng)
+                lives = [life for life in self._live.values() if not nbytes.isdisjoint(life.bytes())]
+                use = Use(seq, stream, domain, kind, nbytes, rng, min((life.alloc_seq for life in lives), default=None))
+                self.uses.append(use)
+                for life in lives:
+                    life.uses.append(use)
+
+    def _on_alloc(self, ev: dict[str, Any]) -> None:
+        # The allocation is where the owner's earlier frees in this domain may be handed out:
+        # it is a node of the owner's program order (after the host clock, in eager), and
+        # each of those frees is decided against it, once and for good.
+        stream, seq = ev["stream"], ev["seq"]
+        domain = self._domain(stream)
+        self._node(domain, stream, seq)
+        undecided = []
+        for free_seq, free_domain, life in self._freed:
+            if life.stream == stream and free_domain == domain:
+                self._checks.append((free_seq, domain, seq, life))
+            else:
+                undecided.append((free_seq, free_domain, life))
+        self._freed = undecided
+        self._live[ev["addr"]] = Lifetime(ev["addr"], ev["size"], stream, seq)
+        self._lifetimes.append(self._live[ev["addr"]])
+
+    def _on_free(self, ev: dict[str, Any]) -> None:
+        life = self._live.pop(ev["addr"], None)
+        if life is None:
+            return  # allocated before recording started: ignored
+        self._freed.append((ev["seq"], self._domain(life.stream), life))
+
+    def _on_record_stream(self, ev: dict[str, Any]) -> None:
+        life = self._live.get(ev["addr"])
+        if life is None:
+            return
+        if ev["stream"] == life.stream:
+            self.noop_record_streams.add(ev["seq"])
+        else:
+            life.recorded.add(ev["stream"])
+
+    def _on_stream_sync(self, ev: dict[str, Any]) -> None:
+        if ev["stream"] in self._member:
+            return  # illegal while capturing: ignored
+        last = self._last.get((EAGER, ev["stream"]))
+        self._host_sync(ev["seq"], [last] if last is not None else [])
+
+    def _on_event_sync(self, ev: dict[str, Any]) -> None:
+        snapshot = self._snapshot.get(ev["event"])
+        if snapshot is not None and snapshot[0] == EAGER:
+            self._host_sync(ev["seq"], [snapshot[1]])
+
+    def _on_device_sync(self, ev: dict[str, Any]) -> None:
+        sources = [node for (domain, _), node in self._last.items() if domain == EAGER]
+        self._host_sync(ev["seq"], sources)
+
+    # -- races ---------------------------------------------------------------------------
+    def _races(self) -> set[tuple[int, str, int, str]]:
+        pairs = set()
+        for a, b in itertools.combinations(self.uses, 2):  # self.uses is in seq order
+            if (
+                a.seq != b.seq
+                and a.domain == b.domain
+                and a.stream != b.stream
+                and "write" in (a.kind, b.kind)
+                and not a.nbytes.isdisjoint(b.nbytes)
+                and not self.happens_before(a.domain, a.seq, b.seq)
+            ):
+                pairs.add((a.seq, a.kind, b.seq, b.kind))
+        return pairs
