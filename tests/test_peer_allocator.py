@@ -258,6 +258,40 @@ def test_no_later_allocation_on_the_owner(mode, more_allocations):
     assert p.kinds() == ([UNSAFE_FREE] if more_allocations else [])
 
 
+@pytest.mark.parametrize(
+    "scenario, unsafe",
+    [
+        ("eager free; main allocates only inside a capture", False),
+        ("eager free; main allocates inside a capture, then eagerly", True),
+        ("free inside a capture; main allocates eagerly after it", False),
+    ],
+)
+def test_free_is_decided_in_its_own_domain(scenario, unsafe):
+    # The next allocation that decides a free is the owner's next one in the domain of the
+    # free: a graph's private pool does not hand out eager blocks, nor the reverse.
+    tb = TraceBuilder()
+    main, side = tb.stream("main"), tb.stream("side")
+    if scenario.startswith("eager free"):
+        x = tb.alloc(KiB, main, at="model.py:10")
+        tb.op("aten::sum", side, reads=[tb.span(x, KiB)], at="model.py:20")
+        tb.free(x, at="model.py:30")
+        with tb.capture(main):
+            tb.alloc(KiB, main, at="model.py:31")
+        if unsafe:
+            tb.alloc(64, main, at="model.py:32")
+    else:
+        with tb.capture(main):
+            tb.wait_stream(side, main)
+            x = tb.alloc(KiB, main, at="model.py:10")
+            tb.wait_stream(side, main)
+            tb.op("aten::sum", side, reads=[tb.span(x, KiB)], at="model.py:20")
+            tb.free(x, at="model.py:30")
+            tb.wait_stream(main, side)
+        tb.alloc(KiB, main, addr=x, at="model.py:31")
+    result = analyze(tb.trace())
+    assert [(f.kind, f.graph) for f in result.raw_findings] == ([(UNSAFE_FREE, None)] if unsafe else [])
+
+
 def test_reuse_in_another_graph_is_not_checked():
     # The next main allocation comes in a later capture sharing the pool: a different
     # domain, so the free in the first graph is never decided against it.

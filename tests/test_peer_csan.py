@@ -437,3 +437,21 @@ def test_host_syncs_order_no_captured_work(sync):
         c.tb.event_sync(c.event(1))
     k2 = c.kernel(2, read_write=(1,))
     c.check(good=[k1], bad={k2: 1})
+
+
+@pytest.mark.parametrize("captured", [True, False])
+def test_capture_is_not_execution(captured):
+    # CSAN treats capture as execution, so touching a graph's output after the capture,
+    # without any replay, is a false positive there (ANCHORS.md). Captured work runs only at
+    # replay: it is never compared with eager work. The eager twin is a real race.
+    tb = TraceBuilder()
+    s1, s2 = tb.stream("stream1"), tb.stream("stream2")
+    out = tb.alloc(TENSOR_BYTES, s1, at="setup.py:1")
+    if captured:
+        with tb.capture(s1):
+            tb.op("aten::fill_", s1, writes=[tb.span(out, TENSOR_BYTES)], at="csan.py:1")
+    else:
+        tb.op("aten::fill_", s1, writes=[tb.span(out, TENSOR_BYTES)], at="csan.py:1")
+    read = tb.op("aten::sum", s2, reads=[tb.span(out, TENSOR_BYTES)], at="csan.py:2")
+    result = analyze(tb.trace())
+    assert [(f.kind, f.accesses[1].seq) for f in result.raw_findings] == ([] if captured else [(DATA_RACE, read)])
