@@ -82,7 +82,7 @@ class Model:
                 for i in range(layers):
                     layer(self, bs, i)
             self.multi = bs <= MULTI_STREAM_LIMIT
-            with tb.capture(self.main, pool=(self.all_graphs[0] if self.all_graphs else 1, 0)) as graph:
+            with tb.capture(self.main, pool=(1, 0)) as graph:  # every graph shares the first one's pool
                 self.all_graphs.append(graph)
                 if self.multi:
                     self.graphs.append(graph)
