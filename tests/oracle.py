@@ -72,6 +72,7 @@ class Oracle:
     * ``pairs``: every racing pair ``(earlier seq, earlier kind, later seq, later kind)``;
     * ``racing``: the seqs of ops with an access that races with some earlier access;
     * ``uses``: every access, with the allocation (if any) whose bytes it touches;
+    * ``latest_race``: ``id(use)`` -> the seq of the latest earlier access it races with;
     * ``unsafe_frees``: free seq -> the set of ``(seq, kind)`` of the unordered uses;
     * ``reuse_races``: free seq -> the racing pairs ``(use seq, use kind, seq, kind)`` between
       an unordered use and an access of a later allocation that reuses the freed bytes;
@@ -247,6 +248,7 @@ class Oracle:
     # -- races ---------------------------------------------------------------------------
     def _races(self) -> set[tuple[int, str, int, str]]:
         pairs = set()
+        self.latest_race: dict[int, int] = {}  # id(later use) -> seq of the latest use it races with
         for a, b in itertools.combinations(self.uses, 2):  # self.uses is in seq order
             if (
                 a.seq != b.seq
@@ -257,4 +259,5 @@ class Oracle:
                 and not self.happens_before(a.domain, a.seq, b.seq)
             ):
                 pairs.add((a.seq, a.kind, b.seq, b.kind))
+                self.latest_race[id(b)] = a.seq
         return pairs

@@ -337,6 +337,9 @@ def test_engine_agrees_with_oracle(trace):
         earlier, later = (uses.get((a.seq, a.access, range_key(a.range))) for a in f.accesses)
         assert earlier and later, f"a finding names an access the trace does not have: {f}"
         assert f.hazard == HAZARD[(earlier.kind, later.kind)], f
+        # The earlier access named is the most recent one the later access races with (one the
+        # engine may not forget: a later access covering it would race too, and be more recent).
+        assert earlier.seq == oracle.latest_race[id(later)], f
         # Aliasing: the two touch the bytes through two different allocations of them.
         lifetimes = (earlier.lifetime, later.lifetime)
         assert f.aliasing == (None not in lifetimes and lifetimes[0] != lifetimes[1]), f
