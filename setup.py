@@ -6,8 +6,27 @@ from pathlib import Path
 from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 
+try:
+    from pybind11.setup_helpers import Pybind11Extension
+except ImportError:  # pyproject.toml's build requirements bring it; without them, pure Python
+    Pybind11Extension = None
+
 HERE = Path(__file__).parent
 AUTOSTART_PTH = "streamrace-autostart.pth"
+
+# The C++ analysis core (csrc/, docs/performance.md). Optional: where it does not compile the
+# install still succeeds and streamrace.analysis runs its pure-Python engine, same findings.
+EXT_MODULES = []
+if Pybind11Extension is not None:
+    EXT_MODULES.append(
+        Pybind11Extension(
+            "streamrace._core",
+            ["csrc/core.cpp"],
+            depends=sorted(str(p.relative_to(HERE)) for p in (HERE / "csrc").glob("*.h")),
+            cxx_std=17,
+            optional=True,
+        )
+    )
 
 
 class BuildWithAutostart(build_py):
@@ -41,6 +60,7 @@ setup(
         # ruff is pinned because `ruff format --check` in .ci/run changes verdicts between releases.
         "test": ["pytest>=8.0", "hypothesis>=6.0", "ruff==0.17.6", "pytest-xdist>=3.0", "jsonschema>=4.0"],
     },
+    ext_modules=EXT_MODULES,
     cmdclass={"build_py": BuildWithAutostart},
     entry_points={
         "console_scripts": ["streamrace=streamrace.cli:main"],

@@ -2,18 +2,21 @@
 
 ``analyze(trace)`` reads a whole ``Trace``; ``analyze(header, events)`` reads any iterable of
 events in seq order, so a streaming reader (``iter_trace``) feeds it without holding the trace.
+The engine is the C++ core when it is built, else the Python reference (``STREAMRACE_CORE``,
+streamrace/analysis/core.py); both give the same findings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from streamrace import __version__
+from streamrace.analysis.core import new_engine
 from streamrace.analysis.dedup import deduplicate
 from streamrace.analysis.describe import Describer
-from streamrace.analysis.engine import Engine
+from streamrace.analysis.engine import Progress
 from streamrace.analysis.findings import Finding
 from streamrace.trace.events import FORMAT_VERSION
 from streamrace.trace.io import Trace
@@ -89,17 +92,25 @@ class AnalysisResult:
         }
 
 
-def analyze(trace: Trace | Mapping[str, Any], events: Iterable[Mapping[str, Any]] | None = None) -> AnalysisResult:
-    """Analyse a ``Trace``, or a header and its events (validated, in seq order)."""
+def analyze(
+    trace: Trace | Mapping[str, Any],
+    events: Iterable[Mapping[str, Any]] | None = None,
+    *,
+    progress: Callable[[Progress], None] | None = None,
+) -> AnalysisResult:
+    """Analyse a ``Trace``, or a header and its events (validated, in seq order).
+
+    ``progress``, if given, is called with a ``Progress`` (events, ops, accesses, graphs so
+    far) every few thousand events and once when the events run out.
+    """
     if isinstance(trace, Trace):
-        engine = Engine(trace.stacks)
+        engine = new_engine(trace.stacks)
         events = trace.events
         header = trace.header
     else:
-        engine = Engine()
+        engine = new_engine()
         header = trace
-    for ev in events or ():
-        engine.feed(ev)
+    engine.run(events or (), progress)
     raw = Describer(engine).findings(engine.detections)
     summary = {
         "findings": 0,
@@ -112,4 +123,4 @@ def analyze(trace: Trace | Mapping[str, Any], events: Iterable[Mapping[str, Any]
     return AnalysisResult(findings=findings, raw_findings=raw, summary=summary, notes=header_notes(header))
 
 
-__all__ = ["AnalysisResult", "Finding", "Note", "analyze", "header_notes"]
+__all__ = ["AnalysisResult", "Finding", "Note", "Progress", "analyze", "header_notes"]

@@ -9,9 +9,9 @@ into an earlier unsafe free (docs/analysis.md §5).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from streamrace.analysis.clocks import Domain, HappensBefore
 from streamrace.analysis.lifetimes import Lifetime, Lifetimes
@@ -54,6 +54,19 @@ class RecordStreamNoop:
 
 Detection = Race | UnsafeFree | RecordStreamNoop
 
+# How often ``run`` reports progress, in events: a few times a second for the Python engine,
+# tens of times for the C++ core, too rarely to cost anything.
+PROGRESS_EVERY = 8192
+
+
+class Progress(NamedTuple):
+    """How far an analysis has got: what ``analyze(..., progress=callback)`` receives."""
+
+    events: int  # events fed so far
+    ops: int
+    accesses: int
+    graphs: int  # captures begun
+
 
 class Engine:
     """Feed it events in seq order; read ``detections`` and the counters afterwards."""
@@ -67,7 +80,7 @@ class Engine:
         self.names: dict[int, str] = {}  # stream -> the name its `stream` event gave
         self.appearance: dict[int, int] = {}  # stream -> order of first appearance
         self.devices: dict[int, int] = {}  # stream -> device
-        self.graphs = self.ops = self.accesses = 0
+        self.events = self.graphs = self.ops = self.accesses = 0
         self._order = 0
         self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
             "stream": self._stream,
@@ -88,13 +101,31 @@ class Engine:
             "device_sync": lambda ev: self.hb.device_sync(),
         }
 
+    def run(self, events: Iterable[dict[str, Any]], progress: Callable[[Progress], None] | None = None) -> None:
+        """Feed every event; call ``progress`` every PROGRESS_EVERY events and once at the end."""
+        feed = self.feed
+        if progress is None:
+            for ev in events:
+                feed(ev)
+            return
+        for ev in events:
+            feed(ev)
+            if self.events % PROGRESS_EVERY == 0:
+                progress(Progress(self.events, self.ops, self.accesses, self.graphs))
+        progress(Progress(self.events, self.ops, self.accesses, self.graphs))
+
     def feed(self, ev: dict[str, Any]) -> None:
+        self.events += 1
         stream = ev.get("stream")
         if stream is not None and stream not in self.appearance:
             self.appearance[stream] = len(self.appearance)
         handler = self._handlers.get(ev["ev"])
         if handler is not None:  # `graph` and `recorder_error` do not take part in v1
             handler(ev)
+
+    def remembered(self) -> int:
+        """Accesses the shadow memories still hold (not forgotten)."""
+        return sum(len(shadow) for shadow in self.shadows.values())
 
     def _device(self, ev: Mapping[str, Any], stream: int | None) -> int:
         device = ev.get("device")

@@ -6,6 +6,11 @@ owner's next allocation in the domain of the free, another stream's use of the b
 ordered before the owner: the freed-before-join hazard H1 (docs/analysis.md §5), whether or
 not that allocation takes the block. A block whose owner allocates nothing more there is never
 handed out while the use is pending, and is safe.
+
+A lifetime drops its last uses as soon as nothing can read them again: at its free, unless it
+awaits the owner's next allocation (then it keeps the uses in that domain), and once that
+allocation or the end of the capture has judged it. Accesses and lifetimes refer to each
+other, so this is what keeps a long trace's memory bounded.
 """
 
 from __future__ import annotations
@@ -62,6 +67,8 @@ class Lifetimes:
         while lo > 0 and live[lo - 1].end > addr:
             lo -= 1
         hi = bisect_left(starts, addr + size, lo)
+        for ended in live[lo:hi]:
+            ended.last_use.clear()
         del starts[lo:hi], live[lo:hi]
         lifetime = Lifetime(self._count, addr, size, event["stream"], device, dict(event))
         self._count += 1
@@ -83,8 +90,12 @@ class Lifetimes:
     def await_reuse(self, lifetime: Lifetime, domain: Domain) -> None:
         """``lifetime`` was freed while its owner was in ``domain``: judge it at the owner's next
         allocation there (``settle``)."""
-        if any(where == domain for where, _ in lifetime.last_use):
+        uses = lifetime.last_use
+        if any(where == domain for where, _ in uses):
+            lifetime.last_use = {key: rec for key, rec in uses.items() if key[0] == domain}
             self._pending.setdefault((domain, lifetime.owner), []).append(lifetime)
+        else:
+            uses.clear()
 
     def settle(self, owner: int, domain: Domain, clock: Mapping[int, int]) -> list[tuple[Lifetime, list[AccessRecord]]]:
         """``owner`` allocates in ``domain`` at ``clock``: judge the blocks it freed there.
@@ -95,6 +106,7 @@ class Lifetimes:
         unsafe = []
         for lifetime in self._pending.pop((domain, owner), ()):
             uses = self.unordered_uses(lifetime, domain, clock)
+            lifetime.last_use.clear()
             if uses:
                 unsafe.append((lifetime, uses))
         return unsafe
@@ -141,7 +153,8 @@ class Lifetimes:
     def end_domain(self, graph: int) -> None:
         """A capture ended: its uses can no longer make a free unsafe."""
         for key in [key for key in self._pending if key[0] == graph]:
-            del self._pending[key]
+            for lifetime in self._pending.pop(key):
+                lifetime.last_use.clear()
         for lifetime in self._in_domain.pop(graph, {}).values():
             for key in [key for key in lifetime.last_use if key[0] == graph]:
                 del lifetime.last_use[key]

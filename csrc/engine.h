@@ -1,0 +1,262 @@
+// The analysis engine: one pass over the events in seq order, detections out.
+// The port of streamrace/analysis/engine.py; events arrive already taken apart by
+// core.cpp, which also turns the detections back into the Python records that
+// streamrace/analysis/describe.py reads, so findings are built by one piece of code.
+#pragma once
+
+#include <Python.h>
+
+#include <map>
+#include <memory>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "clocks.h"
+#include "lifetimes.h"
+#include "records.h"
+#include "shadow.h"
+
+namespace streamrace {
+
+struct Detection {
+    enum Kind { RACE, UNSAFE_FREE, RECORD_STREAM_NOOP };
+    Kind kind = RACE;
+    Rec* first = nullptr;   // race: the earlier access; unsafe free: the unordered use
+    Rec* second = nullptr;  // race: the later access; unsafe free: the racing access, once folded
+    Overlap how = NONE;
+    Lifetime* lifetime = nullptr;  // race: the block as the earlier access saw it; else the block
+    Lifetime* reused = nullptr;    // the later lifetime of the colliding bytes, when aliasing
+    i64 domain = EAGER;
+    PyObject* event = nullptr;  // record_stream noop: its event, owned
+    std::vector<i64> users;     // record_stream noop: other streams that used the block so far
+
+    Detection() = default;
+    Detection(const Detection&) = delete;
+    Detection& operator=(const Detection&) = delete;
+    Detection(Detection&& o) noexcept { *this = std::move(o); }
+    Detection& operator=(Detection&& o) noexcept {
+        kind = o.kind;
+        first = std::exchange(o.first, nullptr);
+        second = std::exchange(o.second, nullptr);
+        how = o.how;
+        lifetime = std::exchange(o.lifetime, nullptr);
+        reused = std::exchange(o.reused, nullptr);
+        domain = o.domain;
+        event = std::exchange(o.event, nullptr);
+        users = std::move(o.users);
+        return *this;
+    }
+    ~Detection() {
+        if (first) release(first);
+        if (second) release(second);
+        if (lifetime) release(lifetime);
+        if (reused) release(reused);
+        Py_XDECREF(event);
+    }
+};
+
+class Engine {
+   public:
+    i64 graphs = 0, ops = 0, accesses = 0;
+    std::vector<Detection> detections;
+
+    ~Engine() {
+        // Detections and shadows hold accesses that hold lifetimes: drop them before the
+        // lifetimes break their cycles.
+        detections.clear();
+        shadows_.clear();
+    }
+
+    // The stream's number in order of first appearance (docs: `stream#K` labels).
+    unsigned appear(i64 stream) {
+        auto [it, added] = index_.try_emplace(stream, unsigned(handles_.size()));
+        if (added) handles_.push_back(stream);
+        return it->second;
+    }
+    const std::vector<i64>& handles() const { return handles_; }
+
+    i64 device_of(i64 stream) const {
+        auto it = devices_.find(stream);
+        return it == devices_.end() ? 0 : it->second;
+    }
+    void set_device(i64 stream, i64 device, bool only_if_unknown) {
+        if (only_if_unknown)
+            devices_.try_emplace(stream, device);
+        else
+            devices_[stream] = device;
+    }
+
+    HappensBefore hb;
+
+    void capture_begin(i64 graph, i64 stream) {
+        ++graphs;
+        hb.capture_begin(graph, appear(stream));
+    }
+
+    void capture_end(i64 graph) {
+        hb.capture_end(graph);
+        // Nothing later is in this domain: its accesses can never race again.
+        for (auto it = shadows_.begin(); it != shadows_.end();) {
+            if (it->first.first == graph)
+                it = shadows_.erase(it);
+            else
+                ++it;
+        }
+        lifetimes_.end_domain(graph);
+    }
+
+    void alloc(PyObject* event, i64 addr, i64 size, i64 owner, i64 device) {
+        i64 domain;
+        const VectorClock& clock = hb.current(appear(owner), domain);
+        for (auto& [lifetime, uses] : lifetimes_.settle(owner, domain, clock)) {
+            for (Rec* use : uses) {
+                use->unsafe_frees.push_back(detections.size());
+                Detection& d = detections.emplace_back();
+                d.kind = Detection::UNSAFE_FREE;
+                d.first = use;  // takes the reference settle gave
+                retain(lifetime);
+                d.lifetime = lifetime;
+                d.domain = domain;
+            }
+            release(lifetime);
+        }
+        lifetimes_.alloc(addr, size, owner, device, event);
+    }
+
+    void free(PyObject* event, i64 addr, i64 device) {
+        Lifetime* lifetime = lifetimes_.free(addr, device, event);
+        if (lifetime != nullptr) lifetimes_.await_reuse(lifetime, hb.domain(appear(lifetime->owner)));
+    }
+
+    void record_stream(PyObject* event, i64 addr, i64 stream, i64 device) {
+        Lifetime* lifetime = lifetimes_.containing(addr, device);
+        if (lifetime == nullptr) return;
+        if (stream != lifetime->owner) {
+            auto& rec = lifetime->recorded;
+            if (std::find(rec.begin(), rec.end(), stream) == rec.end()) rec.push_back(stream);
+            return;
+        }
+        Detection& d = detections.emplace_back();
+        d.kind = Detection::RECORD_STREAM_NOOP;
+        Py_INCREF(event);
+        d.event = event;
+        retain(lifetime);
+        d.lifetime = lifetime;
+        d.domain = hb.domain(appear(stream));
+        for (auto& use : lifetime->last_use)
+            if (std::find(d.users.begin(), d.users.end(), use.first.second) == d.users.end())
+                d.users.push_back(use.first.second);
+        std::sort(d.users.begin(), d.users.end(), [this](i64 a, i64 b) { return index_.at(a) < index_.at(b); });
+    }
+
+    // One op (or kernel) on stream: begin it, then hand over each of its non-empty ranges.
+    void begin_op(i64 stream, i64 device) {
+        op_stream_ = stream;
+        op_index_ = appear(stream);
+        op_device_ = device;
+        op_clock_ = &hb.op(op_index_, op_domain_, op_tick_);
+        auto& shadow = shadows_[{op_domain_, device}];
+        if (!shadow) shadow = std::make_unique<ShadowMemory>();
+        op_shadow_ = shadow.get();
+    }
+
+    void access(PyObject* event, PyObject* raw, ByteRange&& rng, bool write) {
+        Rec* rec = new Rec();
+        retain(rec);
+        rec->order = order_++;
+        rec->stream = op_stream_;
+        rec->stream_index = op_index_;
+        rec->tick = op_tick_;
+        rec->write = write;
+        rec->rng = std::move(rng);
+        rec->domain = op_domain_;
+        rec->device = op_device_;
+        Py_INCREF(event);
+        rec->event = event;
+        Py_INCREF(raw);
+        rec->raw = raw;
+        lifetimes_.touched(*rec);
+        lifetimes_.note_use(rec);
+        Overlap how;
+        Rec* racer = op_shadow_->check(*rec, *op_clock_, how);
+        if (racer != nullptr) race(racer, rec, how);
+        op_shadow_->insert(rec);
+        release(rec);
+    }
+
+    // Accesses remembered by the shadows (not yet forgotten); for the tests.
+    size_t remembered() const {
+        size_t n = 0;
+        for (auto& [key, shadow] : shadows_) n += shadow->size();
+        return n;
+    }
+
+   private:
+    void race(Rec* earlier, Rec* later, Overlap how) {
+        std::vector<std::pair<Lifetime*, Lifetime*>> collisions;
+        for (Lifetime* old : earlier->lifetimes)
+            for (Lifetime* now : later->lifetimes) {
+                if (old == now) continue;
+                i64 lo = std::max(old->addr, now->addr), hi = std::min(old->end(), now->end());
+                if (lo < hi && overlaps(earlier->rng, later->rng, true, lo, hi) != NONE)
+                    collisions.emplace_back(old, now);
+            }
+        for (auto& [old, now] : collisions)
+            for (size_t index : earlier->unsafe_frees) {
+                Detection& unsafe = detections[index];
+                if (unsafe.lifetime == old && unsafe.second == nullptr) {
+                    // The reuse the unsafe free made possible: one finding, not two. Later
+                    // races with the same use are reported as aliasing races of their own.
+                    retain(later);
+                    unsafe.second = later;
+                    unsafe.how = how;
+                    retain(now);
+                    unsafe.reused = now;
+                    return;
+                }
+            }
+        Lifetime* block = nullptr;
+        Lifetime* reused = nullptr;
+        if (!collisions.empty()) {
+            block = collisions[0].first;
+            reused = collisions[0].second;
+        } else {
+            block = block_of(*earlier, *later);
+        }
+        Detection& d = detections.emplace_back();
+        d.kind = Detection::RACE;
+        retain(earlier);
+        d.first = earlier;
+        retain(later);
+        d.second = later;
+        d.how = how;
+        if (block) retain(block);
+        d.lifetime = block;
+        if (reused) retain(reused);
+        d.reused = reused;
+        d.domain = later->domain;
+    }
+
+    // The lifetime holding bytes both accesses touched (one lifetime: not aliasing).
+    static Lifetime* block_of(const Rec& a, const Rec& b) {
+        for (const Rec* r : {&a, &b})
+            for (Lifetime* l : r->lifetimes)
+                if (overlaps(a.rng, b.rng, true, l->addr, l->end()) != NONE) return l;
+        return nullptr;
+    }
+
+    Lifetimes lifetimes_;
+    std::map<std::pair<i64, i64>, std::unique_ptr<ShadowMemory>> shadows_;  // (domain, device)
+    std::unordered_map<i64, unsigned> index_;
+    std::vector<i64> handles_;
+    std::unordered_map<i64, i64> devices_;  // stream -> device
+    i64 order_ = 0;
+    // The op being fed.
+    i64 op_stream_ = 0, op_device_ = 0, op_domain_ = EAGER, op_tick_ = 0;
+    unsigned op_index_ = 0;
+    VectorClock* op_clock_ = nullptr;
+    ShadowMemory* op_shadow_ = nullptr;
+};
+
+}  // namespace streamrace

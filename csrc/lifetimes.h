@@ -1,0 +1,229 @@
+// Allocation lifetimes: which block an access touched, and whether a free was safe.
+// The port of streamrace/analysis/lifetimes.py (docs/analysis.md §5), including when a
+// lifetime's last uses are dropped: at its free unless it awaits the owner's next
+// allocation, and once that allocation (or the end of the capture) has judged it.
+#pragma once
+
+#include <map>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "clocks.h"
+#include "records.h"
+
+namespace streamrace {
+
+struct PendingKey {
+    i64 domain, owner;
+    bool operator==(const PendingKey& o) const { return domain == o.domain && owner == o.owner; }
+};
+struct PendingHash {
+    size_t operator()(const PendingKey& k) const { return std::hash<i64>()(k.domain * 1000003 ^ k.owner); }
+};
+
+class Lifetimes {
+   public:
+    ~Lifetimes() {
+        for (auto& [device, live] : live_)
+            for (auto& [addr, l] : live) {
+                l->forget_uses();
+                release(l);
+            }
+        for (auto& [key, pending] : pending_)
+            for (Lifetime* l : pending) {
+                l->forget_uses();
+                release(l);
+            }
+        for (auto& [graph, used] : in_domain_)
+            for (auto& [id, l] : used) release(l);
+    }
+
+    // Start a lifetime (the caller sets alloc and owner); a live block it overlaps (a
+    // malformed trace) ends silently.
+    Lifetime* alloc(i64 addr, i64 size, i64 owner, i64 device, PyObject* event) {
+        auto& live = live_[device];
+        auto lo = live.lower_bound(addr);
+        while (lo != live.begin() && std::prev(lo)->second->end() > addr) --lo;
+        auto hi = live.lower_bound(addr + size);
+        for (auto it = lo; it != hi; ++it) {
+            it->second->forget_uses();
+            release(it->second);
+        }
+        live.erase(lo, hi);
+        Lifetime* l = new Lifetime();
+        l->id = count_++;
+        l->addr = addr;
+        l->size = size;
+        l->owner = owner;
+        l->device = device;
+        Py_INCREF(event);
+        l->alloc = event;
+        retain(l);
+        live.emplace(addr, l);
+        return l;
+    }
+
+    // End the lifetime of the block at addr (null if the trace never allocated it); the
+    // caller owns the returned reference.
+    Lifetime* free(i64 addr, i64 device, PyObject* event) {
+        auto& live = live_[device];
+        auto it = live.find(addr);
+        if (it == live.end()) return nullptr;
+        Lifetime* l = it->second;
+        live.erase(it);
+        Py_INCREF(event);
+        l->free = event;
+        return l;
+    }
+
+    // l was freed while its owner was in `domain`: judge it at the owner's next allocation
+    // there (settle). Its other uses are never read again. Takes the reference.
+    void await_reuse(Lifetime* l, i64 domain) {
+        bool pending = false;
+        for (auto& use : l->last_use) pending = pending || use.first.first == domain;
+        if (!pending) {
+            l->forget_uses();
+            release(l);
+            return;
+        }
+        auto& uses = l->last_use;
+        for (size_t i = 0; i < uses.size();) {
+            if (uses[i].first.first != domain) {
+                release(uses[i].second);
+                uses[i] = uses.back();
+                uses.pop_back();
+            } else {
+                ++i;
+            }
+        }
+        pending_[{domain, l->owner}].push_back(l);
+    }
+
+    // owner allocates in domain at clock: judge the blocks it freed there. Returns the unsafe
+    // ones with their unordered uses (references owned by the caller).
+    std::vector<std::pair<Lifetime*, std::vector<Rec*>>> settle(i64 owner, i64 domain, const VectorClock& clock) {
+        std::vector<std::pair<Lifetime*, std::vector<Rec*>>> unsafe;
+        auto it = pending_.find({domain, owner});
+        if (it == pending_.end()) return unsafe;
+        std::vector<Lifetime*> judged;
+        judged.swap(it->second);
+        pending_.erase(it);
+        for (Lifetime* l : judged) {
+            std::vector<Rec*> uses = unordered_uses(*l, domain, clock);
+            l->forget_uses();
+            if (uses.empty())
+                release(l);
+            else
+                unsafe.emplace_back(l, std::move(uses));
+        }
+        return unsafe;
+    }
+
+    Lifetime* containing(i64 addr, i64 device) {
+        auto& live = live_[device];
+        auto it = live.upper_bound(addr);
+        if (it == live.begin()) return nullptr;
+        --it;
+        return addr < it->second->end() ? it->second : nullptr;
+    }
+
+    // The live lifetimes that share a byte with rng, by address (references owned by rec).
+    void touched(Rec& rec) {
+        auto& live = live_[rec.device];
+        const ByteRange& rng = rec.rng;
+        auto it = live.lower_bound(rng.hi);
+        size_t first = rec.lifetimes.size();
+        while (it != live.begin()) {
+            --it;
+            Lifetime* block = it->second;
+            if (block->end() <= rng.lo) break;
+            bool inside = block->addr <= rng.lo && rng.hi <= block->end();
+            if (inside || overlaps(rng, interval(block->addr, block->size)) != NONE) {
+                retain(block);
+                rec.lifetimes.push_back(block);
+            }
+        }
+        std::reverse(rec.lifetimes.begin() + first, rec.lifetimes.end());
+    }
+
+    // Remember rec as its stream's last use of every block it touched.
+    void note_use(Rec* rec) {
+        for (Lifetime* l : rec->lifetimes) {
+            if (rec->stream == l->owner) continue;
+            std::pair<i64, i64> key{rec->domain, rec->stream};
+            bool found = false;
+            for (auto& use : l->last_use) {
+                if (use.first == key) {
+                    retain(rec);
+                    release(use.second);
+                    use.second = rec;
+                    found = true;
+                    break;
+                }
+            }
+            if (!found) {
+                retain(rec);
+                l->last_use.emplace_back(key, rec);
+            }
+            if (rec->domain != EAGER) {
+                auto& used = in_domain_[rec->domain];
+                if (used.emplace(l->id, l).second) retain(l);
+            }
+        }
+    }
+
+    // A capture ended: its uses can no longer make a free unsafe.
+    void end_domain(i64 graph) {
+        for (auto it = pending_.begin(); it != pending_.end();) {
+            if (it->first.domain == graph) {
+                for (Lifetime* l : it->second) {
+                    l->forget_uses();
+                    release(l);
+                }
+                it = pending_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        auto used = in_domain_.find(graph);
+        if (used == in_domain_.end()) return;
+        for (auto& [id, l] : used->second) {
+            auto& uses = l->last_use;
+            for (size_t i = 0; i < uses.size();) {
+                if (uses[i].first.first == graph) {
+                    release(uses[i].second);
+                    uses.erase(uses.begin() + i);
+                } else {
+                    ++i;
+                }
+            }
+            release(l);
+        }
+        in_domain_.erase(used);
+    }
+
+    // Uses of other streams in domain not ordered before clock nor covered by record_stream,
+    // by order (references owned by the caller).
+    static std::vector<Rec*> unordered_uses(const Lifetime& l, i64 domain, const VectorClock& clock) {
+        std::vector<Rec*> uses;
+        for (const auto& [key, rec] : l.last_use) {
+            if (key.first != domain) continue;
+            if (std::find(l.recorded.begin(), l.recorded.end(), key.second) != l.recorded.end()) continue;
+            if (rec->tick > tick_of(clock, rec->stream_index)) {
+                retain(rec);
+                uses.push_back(rec);
+            }
+        }
+        std::sort(uses.begin(), uses.end(), [](const Rec* a, const Rec* b) { return a->order < b->order; });
+        return uses;
+    }
+
+   private:
+    std::unordered_map<i64, std::map<i64, Lifetime*>> live_;  // device -> addr -> block
+    std::unordered_map<PendingKey, std::vector<Lifetime*>, PendingHash> pending_;
+    std::unordered_map<i64, std::unordered_map<i64, Lifetime*>> in_domain_;  // capture -> lifetimes it used
+    i64 count_ = 0;
+};
+
+}  // namespace streamrace

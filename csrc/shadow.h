@@ -1,0 +1,119 @@
+// Shadow memory: the earlier accesses of one (domain, device), and the race check.
+// Same decisions as streamrace/analysis/shadow.py: the racer is the most recent earlier
+// access (highest order) on another stream that overlaps, is not ordered before the new one
+// and makes a write pair; an earlier access the new one happens after and covers (a write,
+// or both reads) is forgotten.
+//
+// The index differs from the Python one, and that is safe: both only need to find every
+// earlier access whose span meets the new span (a racer overlaps it; a covered access lies
+// inside it), and neither result depends on the order accesses are met in. Here an access
+// sits in one bucket of the finest level whose granule is at least its span, keyed by its
+// start granule, so a lookup meets a handful of accesses of its own size class instead of
+// every access in a 2 MiB granule.
+#pragma once
+
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "clocks.h"
+#include "records.h"
+
+namespace streamrace {
+
+class ShadowMemory {
+   public:
+    static constexpr int LEVEL0_BITS = 12;  // 4 KiB
+    static constexpr int LEVEL_STEP = 4;    // each level 16x the granule of the one below
+    static constexpr int LEVELS = 14;       // the last one holds any span below 2^63
+    static constexpr int bits(int level) { return level + 1 < LEVELS ? LEVEL0_BITS + level * LEVEL_STEP : 62; }
+
+    ~ShadowMemory() {
+        for (auto& level : levels_)
+            for (auto& [key, bucket] : level.buckets)
+                for (Rec* r : bucket) release(r);
+    }
+
+    size_t size() const { return size_; }
+
+    // The most recent earlier access racing with `rec` (issued at `clock`), or null; forgets
+    // the earlier accesses rec makes redundant. `how` gets the racer's overlap.
+    Rec* check(const Rec& rec, const VectorClock& clock, Overlap& how) {
+        Rec* racer = nullptr;
+        how = NONE;
+        for (int level = 0; level < LEVELS; ++level) {
+            Level& index = levels_[level];
+            if (index.buckets.empty()) continue;
+            // An access of this level starts at most one granule before the one it meets.
+            const i64 first = (rec.rng.lo >> bits(level)) - 1, last = (rec.rng.hi - 1) >> bits(level);
+            if (last - first < DIRECT_LOOKUPS) {
+                for (i64 g = first; g <= last; ++g) {
+                    auto it = index.buckets.find(g);
+                    if (it != index.buckets.end() && scan(it->second, rec, clock, racer, how)) index.drop(it);
+                }
+            } else {  // a wide access: visit only the granules that exist in its span
+                for (auto key = index.keys.lower_bound(first); key != index.keys.end() && *key <= last;) {
+                    auto it = index.buckets.find(*key++);
+                    if (scan(it->second, rec, clock, racer, how)) index.drop(it);
+                }
+            }
+        }
+        return racer;
+    }
+
+    void insert(Rec* rec) {
+        const i64 span = rec->rng.hi - rec->rng.lo;
+        int level = 0;
+        while (level + 1 < LEVELS && span > (i64(1) << bits(level))) ++level;
+        retain(rec);
+        const i64 key = rec->rng.lo >> bits(level);
+        Level& index = levels_[level];
+        auto [it, added] = index.buckets.try_emplace(key);
+        if (added) index.keys.insert(key);
+        it->second.push_back(rec);
+        ++size_;
+    }
+
+   private:
+    // Checks one bucket; drops the accesses rec makes redundant. True when it is left empty.
+    bool scan(std::vector<Rec*>& bucket, const Rec& rec, const VectorClock& clock, Rec*& racer, Overlap& how) {
+        size_t kept = 0;
+        for (size_t i = 0; i < bucket.size(); ++i) {
+            Rec* old = bucket[i];
+            if (old->tick <= tick_of(clock, old->stream_index)) {  // old happens before rec
+                if ((rec.write || !old->write) && covers(rec.rng, old->rng)) {
+                    release(old);
+                    --size_;
+                    continue;
+                }
+            } else if ((rec.write || old->write) && old->stream != rec.stream &&
+                       (racer == nullptr || old->order > racer->order)) {
+                Overlap hit = overlaps(old->rng, rec.rng);
+                if (hit != NONE) {
+                    racer = old;
+                    how = hit;
+                }
+            }
+            bucket[kept++] = old;
+        }
+        bucket.resize(kept);
+        return kept == 0;
+    }
+
+    // One level: buckets by granule, and their keys in order for wide lookups.
+    struct Level {
+        std::unordered_map<i64, std::vector<Rec*>> buckets;
+        std::set<i64> keys;
+        void drop(std::unordered_map<i64, std::vector<Rec*>>::iterator it) {
+            keys.erase(it->first);
+            buckets.erase(it);
+        }
+    };
+    // Above this many granules a lookup walks the ordered keys instead of probing each one.
+    static constexpr i64 DIRECT_LOOKUPS = 8;
+
+    Level levels_[LEVELS];
+    size_t size_ = 0;
+};
+
+}  // namespace streamrace

@@ -1,0 +1,166 @@
+"""Which engine runs the analysis: the pure-Python reference or the C++ core from csrc/.
+
+Both implement docs/analysis.md and give byte-identical findings (tests/test_core_differential.py
+checks it); the C++ core is an optional extension built by ``pip install`` where a C++
+compiler is available, and is ten times faster or more. ``STREAMRACE_CORE`` picks one:
+
+* ``auto`` (the default): the C++ core when it was built, else Python;
+* ``cpp``: the C++ core, and an error when it was not built;
+* ``python``: the reference engine.
+
+The C++ core hands back its detections as plain tuples; ``CppEngine`` rebuilds the same
+``Race`` / ``UnsafeFree`` / ``RecordStreamNoop`` records the Python engine makes, so one
+``Describer`` writes every finding.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from streamrace.analysis.engine import (
+    PROGRESS_EVERY,
+    Detection,
+    Engine,
+    Progress,
+    Race,
+    RecordStreamNoop,
+    UnsafeFree,
+)
+from streamrace.analysis.lifetimes import Lifetime
+from streamrace.analysis.ranges import Overlap, normalize
+from streamrace.analysis.shadow import AccessRecord
+
+try:
+    from streamrace import _core
+except ImportError:  # not built: no compiler at install time, or a source checkout
+    _core = None
+
+CORE_ENV = "STREAMRACE_CORE"
+CORES = ("auto", "cpp", "python")
+
+
+def cpp_available() -> bool:
+    """Was the C++ core built and importable?"""
+    return _core is not None
+
+
+def selected_core() -> str:
+    """``"cpp"`` or ``"python"``: what ``STREAMRACE_CORE`` asks for, given what is built."""
+    wanted = os.environ.get(CORE_ENV, "auto").strip().lower() or "auto"
+    if wanted not in CORES:
+        raise ValueError(f"{CORE_ENV}={wanted!r}: expected one of {', '.join(CORES)}")
+    if wanted == "cpp" and _core is None:
+        raise RuntimeError(
+            f"{CORE_ENV}=cpp but the C++ core is not built: reinstall streamrace with a C++ compiler "
+            f"available (pip install -e .), or set {CORE_ENV}=python"
+        )
+    if wanted == "auto":
+        return "cpp" if _core is not None else "python"
+    return wanted
+
+
+def new_engine(stacks: Mapping[int, list[list[Any]]] | None = None, core: str | None = None) -> Engine | CppEngine:
+    """A fresh engine of the selected core (``core`` overrides the environment)."""
+    if (core or selected_core()) == "cpp":
+        return CppEngine(stacks)
+    return Engine(stacks)
+
+
+class CppEngine:
+    """The C++ core behind the Python engine's interface (feed, run, counters, detections)."""
+
+    def __init__(self, stacks: Mapping[int, list[list[Any]]] | None = None) -> None:
+        if _core is None:
+            raise RuntimeError("the C++ core is not built")
+        self._core = _core.Core(dict(stacks or {}))
+        self.feed: Callable[[Mapping[str, Any]], None] = self._core.feed
+
+    def run(self, events: Iterable[Mapping[str, Any]], progress: Callable[[Progress], None] | None = None) -> None:
+        """Feed every event; ``progress`` as for ``Engine.run``."""
+        if progress is None:
+            self._core.run(events, None, PROGRESS_EVERY)
+            return
+
+        def report(events: int, ops: int, accesses: int, graphs: int) -> None:
+            progress(Progress(events, ops, accesses, graphs))
+
+        self._core.run(events, report, PROGRESS_EVERY)
+        self._core.report(report)
+
+    @property
+    def events(self) -> int:
+        return self._core.events
+
+    @property
+    def graphs(self) -> int:
+        return self._core.graphs
+
+    @property
+    def ops(self) -> int:
+        return self._core.ops
+
+    @property
+    def accesses(self) -> int:
+        return self._core.accesses
+
+    @property
+    def stacks(self) -> dict[int, list[list[Any]]]:
+        return self._core.stacks()
+
+    @property
+    def names(self) -> dict[int, str]:
+        return self._core.names()
+
+    @property
+    def appearance(self) -> dict[int, int]:
+        return self._core.appearance()
+
+    def remembered(self) -> int:
+        """Accesses the shadow memories still hold (not forgotten)."""
+        return self._core.remembered()
+
+    @property
+    def detections(self) -> list[Detection]:
+        """The Python engine's detection records, rebuilt from the core's tuples."""
+        records: dict[int, AccessRecord] = {}
+        lifetimes: dict[int, Lifetime] = {}
+
+        def record(t: tuple | None) -> AccessRecord | None:
+            if t is None:
+                return None
+            rec = records.get(t[0])
+            if rec is None:
+                order, stream, tick, write, domain, device, event, raw = t
+                rec = AccessRecord(order, stream, tick, write, normalize(raw), domain, device, event, raw)
+                records[order] = rec
+            return rec
+
+        def lifetime(t: tuple | None) -> Lifetime | None:
+            if t is None:
+                return None
+            found = lifetimes.get(t[0])
+            if found is None:
+                found = lifetimes[t[0]] = Lifetime(*t)
+            return found
+
+        out: list[Detection] = []
+        for kind, *fields in self._core.detections():
+            if kind == "race":
+                earlier, later, how, block, reused = fields
+                out.append(Race(record(earlier), record(later), Overlap(how), lifetime(block), lifetime(reused)))
+            elif kind == "unsafe_free":
+                use, block, domain, racer, how, reused = fields
+                out.append(
+                    UnsafeFree(record(use), lifetime(block), domain, record(racer), Overlap(how), lifetime(reused))
+                )
+            else:
+                event, block, domain, users = fields
+                out.append(RecordStreamNoop(event, lifetime(block), domain, users))
+        return out
+
+
+def live_records() -> int:
+    """Access records alive in the C++ core (0 when it is not built); for memory tests."""
+    return _core.live_records() if _core is not None else 0
