@@ -10,8 +10,9 @@ Weights and the KV cache live in memory allocated before recording; attention re
 layer's KV cache as a strided view and heads are split into interleaved views.
 
 With ``bug=True`` every layer also frees a tensor the indexer branch still reads before the
-join (the DeepSeek-V4 freed-before-join bug), so the analysis has findings to build: one
-deduplicated finding, ``layers * batch sizes`` raw ones.
+join (the DeepSeek-V4 freed-before-join bug), so the analysis has findings to build: one raw
+finding per layer and capture, deduplicated into two (at batch size 1 the next allocation
+takes the block; elsewhere the bug is latent).
 
 Used by benchmarks/analysis_throughput.py; events are generated lazily, so a 10-million
 access trace streams through the analysis (or to a file) without being held in memory.
@@ -27,17 +28,15 @@ HEADS = 16  # local attention heads (tensor parallel slice)
 HEAD_DIM = 128
 PAGES = 512  # KV cache pages per layer
 PAGE = 64  # tokens per page
-BF16, FP8, FP32, I32 = 2, 1, 4, 4
+BF16, FP32, I32 = 2, 4, 4
 POOL_BASE = 0x7F00_0000_0000
 WEIGHT_BASE = 0x7E00_0000_0000
 KV_BASE = 0x7D00_0000_0000
 STREAM_BASE = 0x5000
 
 
-def batch_sizes(count: int) -> list[int]:
-    """The batch sizes an engine captures: 1, 2, 4, then multiples of 8 (as SGLang does)."""
-    sizes = [1, 2, 4] + [8 * i for i in range(1, count)]
-    return sizes[:count]
+# The batch sizes an engine captures: 1, 2, 4, then multiples of 8 (as SGLang does).
+BATCH_SIZES = [1, 2, 4] + [8 * i for i in range(1, 34)]
 
 
 class _Pool:
@@ -128,7 +127,8 @@ def synthetic_events(
         yield w.ev("event_wait", event=event, stream=waiter)
         yield w.ev("event_delete", event=event)
 
-    for graph, bs in enumerate(batch_sizes(captures), start=1):
+    for graph in range(1, captures + 1):
+        bs = BATCH_SIZES[(graph - 1) % len(BATCH_SIZES)]  # beyond 36 captures the set repeats
         yield w.ev("capture_begin", graph=graph, stream=main, device=0, pool=[1, 0], mode="thread_local")
         act = bs * HIDDEN * BF16
         x = w.pool.alloc(act, main)

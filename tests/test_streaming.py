@@ -1,0 +1,111 @@
+"""Streaming analysis: memory stays bounded however long the trace, and progress is reported.
+
+A trace larger than memory is analysed in one pass (``analyze(header, iter_trace(path))``),
+so the engine must not keep what can no longer matter: a capture's clocks, shadow memory and
+pending frees go when it ends, covered accesses are forgotten, and a freed block drops the
+uses nothing will judge again. Both engines are held to it, counting the access records they
+keep alive, capture after capture and iteration after iteration of an eager loop.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import itertools
+import pathlib
+
+import pytest
+
+from streamrace.analysis import Progress, analyze
+from streamrace.analysis.core import cpp_available, live_records, new_engine
+from streamrace.analysis.engine import PROGRESS_EVERY
+from streamrace.analysis.shadow import AccessRecord
+from streamrace.trace.builder import TraceBuilder
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CORES = [
+    "python",
+    pytest.param("cpp", marks=pytest.mark.skipif(not cpp_available(), reason="the C++ core is not built")),
+]
+
+
+def _synthetic():
+    spec = importlib.util.spec_from_file_location("synthetic", ROOT / "benchmarks" / "synthetic.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def records_alive(core: str) -> int:
+    if core == "cpp":
+        return live_records()
+    return sum(isinstance(obj, AccessRecord) for obj in gc.get_objects())
+
+
+@pytest.mark.parametrize("core", CORES)
+def test_capture_after_capture_keeps_nothing(core):
+    gc.collect()  # engines of earlier tests
+    before = records_alive(core)
+    engine = new_engine(core=core)
+    alive = []
+    for ev in _synthetic().synthetic_events(layers=2, ops_per_layer=30, captures=12, bug=False):
+        engine.feed(ev)
+        if ev["ev"] == "capture_end":
+            alive.append(records_alive(core) - before)
+    assert engine.remembered() == 0, "a capture's shadow memory goes with it"
+    assert alive == [0] * 12, "nothing of an ended capture stays alive"
+
+
+def eager_loop(tb: TraceBuilder, main: int, side: int, steps: int, addr: int | None = None) -> int:
+    """A serving loop outside capture: a side stream reads each step's block, joined before
+    the free; a host sync every step; the allocator hands out the same block every step."""
+    for _ in range(steps):
+        x = addr = tb.alloc(4096, main, addr=addr, at="serve.py:1")
+        tb.op("aten::fill_", main, writes=[tb.span(x, 4096)], at="serve.py:2")
+        tb.wait_stream(side, main)
+        tb.op("aten::sum", side, reads=[tb.view(x, [16, 16], [32, 2])], at="serve.py:3")
+        tb.op("aten::mul", main, reads=[tb.span(x, 2048)], writes=[tb.span(x + 2048, 2048)], at="serve.py:4")
+        tb.wait_stream(main, side)
+        tb.free(x, at="serve.py:5")
+        tb.stream_sync(main)
+    return addr
+
+
+@pytest.mark.parametrize("core", CORES)
+def test_an_eager_loop_keeps_a_constant_amount(core):
+    tb = TraceBuilder()
+    main, side = tb.stream("main"), tb.stream("side")
+    addr = eager_loop(tb, main, side, 5)
+    warm = len(tb.events)
+    eager_loop(tb, main, side, 200, addr)
+    gc.collect()
+    before = records_alive(core)
+    engine = new_engine(core=core)
+    engine.run(tb.events[:warm])
+    after_warmup = (engine.remembered(), records_alive(core) - before)
+    engine.run(tb.events[warm:])
+    assert (engine.remembered(), records_alive(core) - before) == after_warmup
+    assert engine.detections == []
+
+
+@pytest.mark.parametrize("core", CORES)
+def test_progress_is_reported_every_few_thousand_events_and_at_the_end(core, monkeypatch):
+    monkeypatch.setenv("STREAMRACE_CORE", core)
+    events = list(_synthetic().synthetic_events(layers=3, ops_per_layer=40, captures=5))
+    seen: list[Progress] = []
+    result = analyze({"format": "streamrace-trace", "version": 1}, iter(events), progress=seen.append)
+    assert [p.events for p in seen[:-1]] == [PROGRESS_EVERY * (i + 1) for i in range(len(events) // PROGRESS_EVERY)]
+    assert seen[-1] == Progress(len(events), result.summary["ops"], result.summary["accesses"], 5)
+    assert all(a.accesses <= b.accesses and a.ops <= b.ops for a, b in itertools.pairwise(seen))
+
+
+@pytest.mark.parametrize("core", CORES)
+def test_an_error_in_the_event_stream_propagates(core, monkeypatch):
+    monkeypatch.setenv("STREAMRACE_CORE", core)
+
+    def events():
+        yield {"seq": 0, "ev": "stream", "stream": 1}
+        raise OSError("disk gone")
+
+    with pytest.raises(OSError, match="disk gone"):
+        analyze({"format": "streamrace-trace", "version": 1}, events())
