@@ -152,6 +152,8 @@ class Core {
             py::object owned = py::reinterpret_steal<py::object>(ev);
             feed(owned);
             if (!progress.is_none() && events_ % every == 0) report(progress);
+            // Iterating a list runs no Python code, so Ctrl-C would wait for the end otherwise.
+            if (events_ % 4096 == 0 && PyErr_CheckSignals() != 0) fail();
         }
         if (PyErr_Occurred()) fail();
     }
