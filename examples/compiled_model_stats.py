@@ -1,8 +1,8 @@
 """How much of a model-sized capture the dispatcher never sees, and how well streamrace resolves it.
 
-A 12-layer transformer encoder (GPT-2 small sized) is compiled with
-``torch.compile(mode="reduce-overhead")``: inductor fuses it into Triton kernels that its own
-launchers start, and cudagraph trees capture them. None of those launches is an aten op, so
+A 12-block pre-norm MLP stack of GPT-2 small's width is compiled with
+``torch.compile(mode="reduce-overhead")``: inductor fuses the norms, activations and residual
+adds into Triton kernels that its own launchers start, and cudagraph trees capture them. None of those launches is an aten op, so
 streamrace finds them as graph nodes and resolves their parameter words against the live
 allocations. Printed: graph nodes, invisible kernels, parameter words and how many resolved.
 
@@ -18,12 +18,22 @@ import torch
 import streamrace
 
 
+class Block(torch.nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(width)
+        self.up = torch.nn.Linear(width, 4 * width)
+        self.down = torch.nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+
 def main() -> int:
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
         return 2
-    layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, batch_first=True, dropout=0.0)
-    model = torch.nn.TransformerEncoder(layer, 12, enable_nested_tensor=False).cuda().eval()
+    model = torch.nn.Sequential(*[Block(768) for _ in range(12)]).cuda().eval()
     compiled = torch.compile(model, mode="reduce-overhead")
     x = torch.randn(8, 128, 768, device="cuda")
     with torch.no_grad(), streamrace.watch() as session:

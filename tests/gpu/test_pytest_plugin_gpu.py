@@ -3,6 +3,7 @@ the DSV4 example, recorded for real; exactly the racy tests fail, each with its 
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 
 import pytest
@@ -11,6 +12,10 @@ from conftest import load_example
 pytest_plugins = ["pytester"]
 
 HAZARDS = ["H2", "H3", "H4", "H5", "H6", "H10"]
+# Installed, the plugin comes through its entry point; from a source tree (the GPU machine runs
+# the checkout as it is), it must be named.
+_INSTALLED = any(ep.name == "streamrace" for ep in importlib.metadata.entry_points(group="pytest11"))
+PLUGIN = () if _INSTALLED else ("-p", "streamrace.pytest_plugin")
 
 SUITE = f"""
 import pytest
@@ -50,7 +55,7 @@ def _examples():
 def test_exactly_the_racy_tests_fail(pytester: pytest.Pytester):
     pytester.makepyfile(test_suite=SUITE)
     # In process: the inner tests import the examples this module loaded.
-    result = pytester.runpytest_inprocess("--streamrace", "-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess(*PLUGIN, "--streamrace", "-p", "no:cacheprovider")
     out = result.stdout.str()
     failed = sorted(re.findall(r"^FAILED test_suite.py::(\S+?)(?: - .*)?$", out, re.M))
     assert failed == sorted(f"test_gallery[{h}-buggy]" for h in HAZARDS), out
@@ -71,7 +76,7 @@ def test_a_failing_race_test_names_the_source_lines(pytester: pytest.Pytester):
             hazard_gallery.run("H2", fixed=False, replays=1)
         """
     )
-    result = pytester.runpytest_inprocess("--streamrace", "-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess(*PLUGIN, "--streamrace", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert "error data-race RAW" in out and "hazard_gallery.py:" in out
