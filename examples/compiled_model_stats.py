@@ -2,9 +2,10 @@
 
 A 12-block pre-norm MLP stack of GPT-2 small's width is compiled with
 ``torch.compile(mode="reduce-overhead")``: inductor fuses the norms, activations and residual
-adds into Triton kernels that its own launchers start, and cudagraph trees capture them. None of those launches is an aten op, so
-streamrace finds them as graph nodes and resolves their parameter words against the live
-allocations. Printed: graph nodes, invisible kernels, parameter words and how many resolved.
+adds into Triton kernels that its own launchers start, and cudagraph trees capture them. None
+of those launches is an aten op, so streamrace finds them as graph nodes and resolves their
+parameter words against the live allocations. Printed: graph nodes, invisible kernels,
+parameter words and how many resolved.
 
     python examples/compiled_model_stats.py
 """
