@@ -18,6 +18,7 @@ from streamrace.analysis.dedup import deduplicate
 from streamrace.analysis.describe import Describer
 from streamrace.analysis.engine import Progress
 from streamrace.analysis.findings import Finding
+from streamrace.analysis.graph_truth import GraphTruth
 from streamrace.trace.events import FORMAT_VERSION
 from streamrace.trace.io import Trace
 
@@ -110,8 +111,14 @@ def analyze(
     else:
         engine = new_engine()
         header = trace
-    engine.run(events or (), progress)
-    raw = Describer(engine).findings(engine.detections)
+    events = events or ()
+    # Recorded traces carry each capture's graph: check the model against its edges on the way.
+    truth = GraphTruth() if header.get("graph_readback") else None
+    engine.run(truth.observe(events) if truth else events, progress)
+    describer = Describer(engine)
+    raw = describer.findings(engine.detections)
+    if truth is not None:
+        raw += truth.disagreements(raw, describer.launch)
     summary = {
         "findings": 0,
         "graphs": engine.graphs,

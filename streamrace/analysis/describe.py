@@ -52,6 +52,21 @@ class Describer:
             return "default"
         return f"stream#{self._appearance.get(stream, len(self._appearance))}"
 
+    def launch(self, event: Mapping[str, Any], access: str) -> Access:
+        """An op or kernel event as one side of a finding (for checks outside the engine)."""
+        stack, location = self._site(event)
+        return Access(
+            op=event.get("op") or event["name"],
+            stream=event["stream"],
+            stream_label=self.label(event["stream"]),
+            access=access,
+            seq=event["seq"],
+            location=location,
+            stack=stack,
+            graph=event.get("graph"),
+            inferred=bool(event.get("inferred")),
+        )
+
     def _site(self, event: Mapping[str, Any] | None) -> tuple[list[list[Any]], str | None]:
         """The event's stack (a fresh list) and its user location, ``file:line`` of the innermost frame."""
         stack = event.get("stack") if event else None

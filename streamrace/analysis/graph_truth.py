@@ -14,7 +14,7 @@ Programmatic (dependent-launch) edges do not order completion and are left out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import networkx as nx
@@ -41,6 +41,12 @@ class GraphTruth:
         self.nodes_of: dict[int, dict[int, list[int]]] = {}  # graph -> seq -> node ids
         self.checked_graphs: set[int] = set()
         self.launches: dict[int, Mapping[str, Any]] = {}  # seq -> launch, for those in unordered pairs
+
+    def observe(self, events: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
+        """Pass the events through, looking at each on the way (the engine reads them once)."""
+        for ev in events:
+            self.feed(ev)
+            yield ev
 
     def feed(self, ev: Mapping[str, Any]) -> None:
         kind = ev["ev"]
