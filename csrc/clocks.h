@@ -57,6 +57,9 @@ class HappensBefore {
         return clock;
     }
 
+    // The host clock: what host synchronizations ordered before all later eager work.
+    const VectorClock& host() const { return host_; }
+
     // A host action on stream now (a free, an allocation): like an op, without a tick.
     VectorClock& current(unsigned stream, i64& domain) { return host_ordered(stream, domain); }
 

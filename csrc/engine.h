@@ -30,6 +30,7 @@ struct Detection {
     i64 domain = EAGER;
     PyObject* event = nullptr;  // record_stream noop: its event, owned
     std::vector<i64> users;     // record_stream noop: other streams that used the block so far
+    std::vector<Rec*> pending;  // unsafe free: every range of the use's op on the block, owned
 
     Detection() = default;
     Detection(const Detection&) = delete;
@@ -45,6 +46,8 @@ struct Detection {
         domain = o.domain;
         event = std::exchange(o.event, nullptr);
         users = std::move(o.users);
+        pending = std::move(o.pending);
+        o.pending.clear();
         return *this;
     }
     ~Detection() {
@@ -53,6 +56,7 @@ struct Detection {
         if (lifetime) release(lifetime);
         if (reused) release(reused);
         Py_XDECREF(event);
+        for (Rec* r : pending) release(r);
     }
 };
 
@@ -103,6 +107,12 @@ class Engine {
             else
                 ++it;
         }
+        for (auto it = unfolded_.begin(); it != unfolded_.end();) {
+            if (it->first.first == graph)
+                it = unfolded_.erase(it);
+            else
+                ++it;
+        }
         lifetimes_.end_domain(graph);
     }
 
@@ -110,11 +120,13 @@ class Engine {
         i64 domain;
         const VectorClock& clock = hb.current(appear(owner), domain);
         for (auto& [lifetime, uses] : lifetimes_.settle(owner, domain, clock)) {
-            for (Rec* use : uses) {
-                use->unsafe_frees.push_back(detections.size());
+            for (auto& recs : uses) {
+                unfolded_[{domain, lifetime->device}].push_back(detections.size());
                 Detection& d = detections.emplace_back();
                 d.kind = Detection::UNSAFE_FREE;
-                d.first = use;  // takes the reference settle gave
+                retain(recs.back());
+                d.first = recs.back();
+                d.pending = std::move(recs);  // takes the references settle gave
                 retain(lifetime);
                 d.lifetime = lifetime;
                 d.domain = domain;
@@ -180,7 +192,17 @@ class Engine {
         lifetimes_.note_use(rec);
         Overlap how;
         Rec* racer = op_shadow_->check(*rec, *op_clock_, how);
-        if (racer != nullptr) race(racer, rec, how);
+        std::vector<size_t> folded;
+        auto unfolded = unfolded_.find({op_domain_, op_device_});
+        if (unfolded != unfolded_.end()) fold(rec, unfolded, folded);
+        // The race folded into an unsafe free is not reported twice; a later race with the
+        // same use is reported as an aliasing race of its own.
+        bool twice = false;
+        for (size_t index : folded) {
+            const Rec* use = detections[index].first;
+            twice = twice || (racer != nullptr && racer->stream == use->stream && racer->tick == use->tick);
+        }
+        if (racer != nullptr && !twice) race(racer, rec, how);
         op_shadow_->insert(rec);
         release(rec);
     }
@@ -193,6 +215,58 @@ class Engine {
     }
 
    private:
+    using Unfolded = std::map<std::pair<i64, i64>, std::vector<size_t>>;
+
+    // Fold rec into every unsafe free whose pending use it races with through bytes a later
+    // allocation reuses (docs/analysis.md §5); `folded` gets their indices.
+    void fold(Rec* rec, Unfolded::iterator it, std::vector<size_t>& folded) {
+        const VectorClock* host = rec->domain == EAGER ? &hb.host() : nullptr;
+        std::vector<size_t> kept;
+        for (size_t index : it->second) {
+            Detection& unsafe = detections[index];
+            const Rec* use = unsafe.first;
+            const Lifetime* block = unsafe.lifetime;
+            // A host synchronization ordered the use before everything later.
+            if (host != nullptr && use->tick <= tick_of(*host, use->stream_index)) continue;
+            if (use->stream != rec->stream && use->tick > tick_of(*op_clock_, use->stream_index) &&
+                block->addr < rec->rng.hi && rec->rng.lo < block->end()) {
+                Lifetime* reused = nullptr;
+                Overlap how = reuse_race(unsafe, *rec, reused);
+                if (how != NONE) {
+                    retain(rec);
+                    unsafe.second = rec;
+                    unsafe.how = how;
+                    retain(reused);
+                    unsafe.reused = reused;
+                    folded.push_back(index);
+                    continue;
+                }
+            }
+            kept.push_back(index);
+        }
+        if (kept.empty())
+            unfolded_.erase(it);
+        else
+            it->second.swap(kept);
+    }
+
+    // How rec races with a range of the unsafe free's pending use through a byte of the freed
+    // block that a later lifetime of rec (`reused`) holds; NONE if it does not.
+    static Overlap reuse_race(const Detection& unsafe, const Rec& rec, Lifetime*& reused) {
+        const Lifetime* block = unsafe.lifetime;
+        for (const Rec* old : unsafe.pending) {
+            if (!(old->write || rec.write)) continue;
+            for (Lifetime* now : rec.lifetimes) {
+                i64 lo = std::max(block->addr, now->addr), hi = std::min(block->end(), now->end());
+                if (lo < hi && overlaps(old->rng, rec.rng, true, lo, hi) != NONE) {
+                    reused = now;
+                    return overlaps(old->rng, rec.rng);
+                }
+            }
+        }
+        return NONE;
+    }
+
     void race(Rec* earlier, Rec* later, Overlap how) {
         std::vector<std::pair<Lifetime*, Lifetime*>> collisions;
         for (Lifetime* old : earlier->lifetimes)
@@ -201,20 +275,6 @@ class Engine {
                 i64 lo = std::max(old->addr, now->addr), hi = std::min(old->end(), now->end());
                 if (lo < hi && overlaps(earlier->rng, later->rng, true, lo, hi) != NONE)
                     collisions.emplace_back(old, now);
-            }
-        for (auto& [old, now] : collisions)
-            for (size_t index : earlier->unsafe_frees) {
-                Detection& unsafe = detections[index];
-                if (unsafe.lifetime == old && unsafe.second == nullptr) {
-                    // The reuse the unsafe free made possible: one finding, not two. Later
-                    // races with the same use are reported as aliasing races of their own.
-                    retain(later);
-                    unsafe.second = later;
-                    unsafe.how = how;
-                    retain(now);
-                    unsafe.reused = now;
-                    return;
-                }
             }
         Lifetime* block = nullptr;
         Lifetime* reused = nullptr;
@@ -248,6 +308,9 @@ class Engine {
 
     Lifetimes lifetimes_;
     std::map<std::pair<i64, i64>, std::unique_ptr<ShadowMemory>> shadows_;  // (domain, device)
+    // (domain, device) -> unsafe frees (detection indices) whose pending use no access of a
+    // later lifetime has raced with yet, in detection order
+    Unfolded unfolded_;
     std::unordered_map<i64, unsigned> index_;
     std::vector<i64> handles_;
     std::unordered_map<i64, i64> devices_;  // stream -> device

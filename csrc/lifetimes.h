@@ -90,8 +90,8 @@ class Lifetimes {
         auto& uses = l->last_use;
         for (size_t i = 0; i < uses.size();) {
             if (uses[i].first.first != domain) {
-                release(uses[i].second);
-                uses[i] = uses.back();
+                for (Rec* r : uses[i].second) release(r);
+                uses[i] = std::move(uses.back());
                 uses.pop_back();
             } else {
                 ++i;
@@ -101,16 +101,17 @@ class Lifetimes {
     }
 
     // owner allocates in domain at clock: judge the blocks it freed there. Returns the unsafe
-    // ones with their unordered uses (references owned by the caller).
-    std::vector<std::pair<Lifetime*, std::vector<Rec*>>> settle(i64 owner, i64 domain, const VectorClock& clock) {
-        std::vector<std::pair<Lifetime*, std::vector<Rec*>>> unsafe;
+    // ones with their unordered uses, each the ranges of one op (references owned by the caller).
+    using Uses = std::vector<std::vector<Rec*>>;
+    std::vector<std::pair<Lifetime*, Uses>> settle(i64 owner, i64 domain, const VectorClock& clock) {
+        std::vector<std::pair<Lifetime*, Uses>> unsafe;
         auto it = pending_.find({domain, owner});
         if (it == pending_.end()) return unsafe;
         std::vector<Lifetime*> judged;
         judged.swap(it->second);
         pending_.erase(it);
         for (Lifetime* l : judged) {
-            std::vector<Rec*> uses = unordered_uses(*l, domain, clock);
+            Uses uses = unordered_uses(*l, domain, clock);
             l->forget_uses();
             if (uses.empty())
                 release(l);
@@ -156,15 +157,18 @@ class Lifetimes {
             for (auto& use : l->last_use) {
                 if (use.first == key) {
                     retain(rec);
-                    release(use.second);
-                    use.second = rec;
+                    if (use.second.back()->tick != rec->tick) {  // else another range of the same op
+                        for (Rec* r : use.second) release(r);
+                        use.second.clear();
+                    }
+                    use.second.push_back(rec);
                     found = true;
                     break;
                 }
             }
             if (!found) {
                 retain(rec);
-                l->last_use.emplace_back(key, rec);
+                l->last_use.emplace_back(key, std::vector<Rec*>{rec});
             }
             if (rec->domain != EAGER) {
                 auto& used = in_domain_[rec->domain];
@@ -192,7 +196,7 @@ class Lifetimes {
             auto& uses = l->last_use;
             for (size_t i = 0; i < uses.size();) {
                 if (uses[i].first.first == graph) {
-                    release(uses[i].second);
+                    for (Rec* r : uses[i].second) release(r);
                     uses.erase(uses.begin() + i);
                 } else {
                     ++i;
@@ -203,19 +207,20 @@ class Lifetimes {
         in_domain_.erase(used);
     }
 
-    // Uses of other streams in domain not ordered before clock nor covered by record_stream,
-    // by order (references owned by the caller).
-    static std::vector<Rec*> unordered_uses(const Lifetime& l, i64 domain, const VectorClock& clock) {
-        std::vector<Rec*> uses;
-        for (const auto& [key, rec] : l.last_use) {
+    // Uses of other streams in domain not ordered before clock nor covered by record_stream:
+    // the ranges of each one's last op, by the order of its last range (references owned by
+    // the caller).
+    static Uses unordered_uses(const Lifetime& l, i64 domain, const VectorClock& clock) {
+        Uses uses;
+        for (const auto& [key, recs] : l.last_use) {
             if (key.first != domain) continue;
             if (std::find(l.recorded.begin(), l.recorded.end(), key.second) != l.recorded.end()) continue;
-            if (rec->tick > tick_of(clock, rec->stream_index)) {
-                retain(rec);
-                uses.push_back(rec);
+            if (recs.back()->tick > tick_of(clock, recs.back()->stream_index)) {
+                for (Rec* r : recs) retain(r);
+                uses.push_back(recs);
             }
         }
-        std::sort(uses.begin(), uses.end(), [](const Rec* a, const Rec* b) { return a->order < b->order; });
+        std::sort(uses.begin(), uses.end(), [](const auto& a, const auto& b) { return a.back()->order < b.back()->order; });
         return uses;
     }
 

@@ -26,7 +26,6 @@ struct Rec {
     PyObject* event = nullptr;  // the op (or kernel) event, owned
     PyObject* raw = nullptr;    // the range as written in the trace, owned
     std::vector<Lifetime*> lifetimes;  // the live lifetimes it touched, owned
-    std::vector<size_t> unsafe_frees;  // indices of the unsafe frees it is the unordered use of
     static inline i64 alive = 0;       // for the tests of bounded memory
 
     Rec() { ++alive; }
@@ -39,8 +38,9 @@ struct Lifetime {
     PyObject* alloc = nullptr;  // the alloc event, owned
     PyObject* free = nullptr;   // the free event, once freed, owned
     std::vector<i64> recorded;  // streams named by record_stream
-    // The last use of each non-owner stream, per domain: ((domain, stream), access), owned.
-    std::vector<std::pair<std::pair<i64, i64>, Rec*>> last_use;
+    // The last use of each non-owner stream, per domain: ((domain, stream), the ranges of its
+    // last op that touched the block, in order), owned.
+    std::vector<std::pair<std::pair<i64, i64>, std::vector<Rec*>>> last_use;
 
     i64 end() const { return addr + size; }
     ~Lifetime();
@@ -64,9 +64,10 @@ inline Rec::~Rec() {
 }
 
 inline void Lifetime::forget_uses() {
-    std::vector<std::pair<std::pair<i64, i64>, Rec*>> uses;
+    std::vector<std::pair<std::pair<i64, i64>, std::vector<Rec*>>> uses;
     uses.swap(last_use);
-    for (auto& use : uses) release(use.second);
+    for (auto& use : uses)
+        for (Rec* r : use.second) release(r);
 }
 
 inline Lifetime::~Lifetime() {

@@ -11,7 +11,8 @@ module is deliberately dumb, so that the two can only agree by both being right:
   the shapes small);
 * every pair of accesses is compared; every access of a freed lifetime is checked at the
   owner stream's next allocation in the domain of the free (section 5), the point from which
-  the allocator may hand the block out again.
+  the allocator may hand the block out again; and every later access is checked against the
+  pending use of every unsafe free, for the race that makes it aliasing (section 5).
 
 Only the trace's events are read; nothing here imports the engine.
 """
@@ -76,6 +77,14 @@ class Oracle:
     * ``unsafe_frees``: free seq -> the set of ``(seq, kind)`` of the unordered uses;
     * ``reuse_races``: free seq -> the racing pairs ``(use seq, use kind, seq, kind)`` between
       an unordered use and an access of a later allocation that reuses the freed bytes;
+    * ``pending_op``: ``(free seq, stream)`` -> the seq of the pending use of each stream
+      whose use makes the free unsafe: its last op on the block in the domain of the free;
+    * ``folds``: ``(free seq, stream)`` -> the accesses, in trace order, issued after the
+      allocation that decided the free, that race with a range of that pending use through a
+      byte of the freed block held by a later allocation (section 5: the first one is folded);
+    * ``suppressed``: ``id(use)`` of the accesses whose data race is not reported because it
+      is folded: the first fold of an unsafe free whose latest racing access is of its
+      pending op;
     * ``noop_record_streams``: seqs of record_stream calls on the block's own stream.
     """
 
@@ -99,6 +108,9 @@ class Oracle:
         self.pairs = self._races()
         self.racing = {later for _, _, later, _ in self.pairs}
         self.reuse_races: dict[int, set[tuple[int, str, int, str]]] = {}
+        self.pending_op: dict[tuple[int, int], int] = {}
+        self.folds: dict[tuple[int, int], list[Use]] = {}
+        self.suppressed: set[int] = set()
         for free_seq, domain, alloc_seq, life in self._checks:
             unordered = [
                 u
@@ -120,6 +132,34 @@ class Oracle:
                 if (u.seq, u.kind, b.seq, b.kind) in self.pairs
                 and not (u.nbytes & b.nbytes & life.bytes()).isdisjoint(later.bytes())
             }
+            for stream in {u.stream for u in unordered}:
+                key = (free_seq, stream)
+                last = max(u.seq for u in life.uses if u.stream == stream and u.domain == domain)
+                self.pending_op[key] = last
+                pending = [u for u in life.uses if u.seq == last]
+                self.folds[key] = folds = [
+                    b for b in self.uses if b.seq > alloc_seq and self._reuse_race(domain, free_seq, life, pending, b)
+                ]
+                if folds and self.latest_race.get(id(folds[0])) == last:
+                    self.suppressed.add(id(folds[0]))
+
+    def _reuse_race(self, domain: Any, free_seq: int, life: Lifetime, pending: list[Use], b: Use) -> bool:
+        """``b`` races (section 4) with a range of the pending use through a byte of the freed
+        block that a later allocation holds while ``b`` touches it."""
+        if b.domain != domain or b.stream == pending[0].stream:
+            return False
+        for later in self._lifetimes:
+            if later.alloc_seq <= free_seq or not any(b is u for u in later.uses):
+                continue
+            reused = b.nbytes & life.bytes() & later.bytes()
+            for u in pending:
+                if (
+                    "write" in (u.kind, b.kind)
+                    and not reused.isdisjoint(u.nbytes)
+                    and not self.happens_before(domain, u.seq, b.seq)
+                ):
+                    return True
+        return False
 
     # -- happens-before ------------------------------------------------------------------
     def happens_before(self, domain: Any, a: int, b: int) -> bool:

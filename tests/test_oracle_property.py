@@ -13,8 +13,8 @@ waits and are joined back before the capture ends.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
-from operator import attrgetter
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,12 +29,16 @@ CELL = 32  # allocation granule: a block is 1, 2 or 4 cells
 CELLS = 8
 STATIC = 0x20_0000  # memory allocated before recording started (never allocated or freed)
 STATIC_SIZE = 64
-later_access = attrgetter("seq", "access", "range")
 
 
 def range_key(rng: dict) -> tuple:
     """A range as the trace wrote it (a finding may add ``approximate``)."""
     return tuple(sorted((k, repr(v)) for k, v in rng.items() if k != "approximate"))
+
+
+def access_key(access) -> tuple:
+    """An access of a finding as the oracle names it: seq, kind and range."""
+    return (access.seq, access.access, range_key(access.range))
 
 
 HAZARD = {("write", "read"): "RAW", ("read", "write"): "WAR", ("write", "write"): "WAW"}
@@ -174,7 +178,7 @@ def step_free_at(p: Program, addr: int) -> None:
 
 def step_handoff(draw: st.DrawFn, p: Program) -> None:
     """The H1 shape: another stream uses a block, the owner frees it, joined or not, and
-    maybe allocates again at once."""
+    maybe allocates again at once and uses the new block on some streams."""
     if not p.live:
         return
     addr = draw(st.sampled_from(sorted(p.live)))
@@ -188,6 +192,14 @@ def step_handoff(draw: st.DrawFn, p: Program) -> None:
     step_free_at(p, addr)
     if draw(st.booleans()):
         step_alloc(draw, p, owner)
+        # Sometimes the new block is used at once, on any streams: the reuse that may race
+        # with the pending use, named or not as the earlier access (section 5).
+        reused = [a for a in p.live if a < addr + size and addr < a + p.live[a][0]]
+        for _ in range(draw(st.integers(0, 2)) if reused else 0):
+            new = draw(st.sampled_from(sorted(reused)))
+            rng = view(draw, new, p.live[new][0])
+            reads, writes = ([rng], []) if draw(st.booleans()) else ([], [rng])
+            p.tb.op("aten::reuse", draw(st.sampled_from(p.streams)), reads=reads, writes=writes, at="prog.py:41")
 
 
 def step_record_stream(draw: st.DrawFn, p: Program) -> None:
@@ -329,9 +341,17 @@ def test_engine_agrees_with_oracle(trace):
     # Every later access that races with something is reported: as a data race, or folded
     # into the unsafe free whose block it reuses.
     assert {f.accesses[1].seq for f in races + folded} == oracle.racing
-    for f in races + folded:
+    for f in races:
         earlier, later = f.accesses
         assert (earlier.seq, earlier.access, later.seq, later.access) in oracle.pairs, f
+    # Exactly: one data race per racing access, less the ones folded into an unsafe free
+    # (the first fold of a free, when the earlier access it names is of the pending op).
+    expected = Counter(
+        (u.seq, u.kind, range_key(u.rng))
+        for u in oracle.uses
+        if id(u) in oracle.latest_race and id(u) not in oracle.suppressed
+    )
+    assert Counter(access_key(f.accesses[1]) for f in races) == expected
     uses = {(u.seq, u.kind, range_key(u.rng)): u for u in oracle.uses}
     for f in races:
         earlier, later = (uses.get((a.seq, a.access, range_key(a.range))) for a in f.accesses)
@@ -346,28 +366,29 @@ def test_engine_agrees_with_oracle(trace):
 
     unsafe = [f for f in raw if f.kind == UNSAFE_FREE]
     assert {f.allocation.free_seq for f in unsafe} == set(oracle.unsafe_frees)
+    # One finding per stream whose pending use makes the free unsafe.
+    keys = [(f.allocation.free_seq, f.accesses[0].stream) for f in unsafe]
+    assert sorted(keys) == sorted(oracle.folds), unsafe
     for f in unsafe:
         use, second = f.accesses
         free = f.allocation.free_seq
+        key = (free, use.stream)
         assert (use.seq, use.access) in oracle.unsafe_frees[free], f
+        assert use.seq == oracle.pending_op[key], f
+        # The hazard stays the pending use's, folded or not.
         assert f.hazard == {"read": "WAR", "write": "WAW"}[use.access], f
-        if f.aliasing:
-            # The second access belongs to a later allocation that reuses the freed bytes,
-            # and that race is not reported a second time.
-            assert (use.seq, use.access, second.seq, second.access) in oracle.reuse_races[free], f
+        folds = oracle.folds[key]
+        if folds:
+            # Section 5: some access of a later allocation of the bytes races with the pending
+            # use, whichever earlier access the engine names for it: the first one is folded.
+            first = folds[0]
+            assert f.aliasing, (f, first)
+            assert access_key(second) == (first.seq, first.kind, range_key(first.rng)), f
             assert f.allocation.reused_by is not None and f.allocation.reused_by["seq"] == second.seq, f
-            key = (use.seq, *later_access(second))
-            assert not any((r.accesses[0].seq, *later_access(r.accesses[1])) == key for r in races), f
+            assert any(p[0] == use.seq and p[2] == second.seq for p in oracle.reuse_races[free]), f
         else:
+            assert not f.aliasing, f
             assert (second.access, second.seq) == ("free", free), f
-            # A race of the named use (this very range of it) with an access of a later
-            # allocation would have been folded here. That every such race makes the free
-            # aliasing, whichever range of the use or earlier access the engine names, is
-            # pinned down (and marked as an engine bug) in test_peer_allocator.py.
-            for r in races:
-                if later_access(r.accesses[0]) == later_access(use):
-                    reuser = uses[(r.accesses[1].seq, r.accesses[1].access, range_key(r.accesses[1].range))]
-                    assert reuser.lifetime is None or reuser.lifetime < free, (f, r)
 
     noops = [f for f in raw if f.kind == RECORD_STREAM_NOOP]
     assert bool(noops) == bool(oracle.noop_record_streams)

@@ -369,11 +369,6 @@ def test_coalesced_blocks(mode, joined):
 
 
 @MODES
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: a free is marked aliasing only when the engine names its pending use as "
-    "the earlier access of the reusing access; z's write reuses both blocks (spec section 5)",
-)
 def test_coalesced_blocks_both_alias(mode):
     # docs/analysis.md section 5: a later allocation reuses the bytes and one of its accesses
     # races with the unordered use, so the finding becomes aliasing. That holds for both
@@ -386,11 +381,6 @@ def test_coalesced_blocks_both_alias(mode):
 
 
 @MODES
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: the free stays non-aliasing when the reusing access is reported against "
-    "a more recent access instead of the pending use (spec section 5)",
-)
 def test_aliasing_whichever_race_is_named(mode):
     # side reads x and main frees it before the join; main's next allocation takes the block.
     # side writes it (ordered after its own read), then side2 writes it: side2's write races
@@ -413,12 +403,6 @@ def test_aliasing_whichever_race_is_named(mode):
 
 
 @MODES
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: the unsafe free keeps only the last range of the pending op; a reuse "
-    "racing with another range of that op is reported as a separate aliasing data race and the "
-    "free stays non-aliasing (spec section 5: the race is folded, not reported twice)",
-)
 def test_fold_covers_every_range_of_the_pending_use(mode):
     # side writes both halves of x in one op (split outputs); main's next allocation takes
     # the block and reads its first half: one bug, one finding, aliasing.

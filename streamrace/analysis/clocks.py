@@ -40,6 +40,11 @@ class HappensBefore:
         self._members: dict[int, set[int]] = {}  # active capture -> its member streams
         self._snapshots: dict[int, tuple[Domain, VectorClock]] = {}
 
+    @property
+    def host(self) -> Mapping[int, int]:
+        """The host clock: what host synchronizations have ordered before all later eager work."""
+        return self._host
+
     # -- domains ---------------------------------------------------------------------------
     def domain(self, stream: int) -> Domain:
         """The domain work issued on ``stream`` now belongs to."""

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from streamrace.analysis.clocks import Domain, HappensBefore
+from streamrace.analysis.clocks import EAGER, Domain, HappensBefore
 from streamrace.analysis.lifetimes import Lifetime, Lifetimes
 from streamrace.analysis.ranges import Overlap, normalize, overlaps
 from streamrace.analysis.shadow import AccessRecord, ShadowMemory
@@ -32,7 +32,11 @@ class Race:
 
 @dataclass(eq=False)
 class UnsafeFree:
-    """``lifetime`` was freed while ``use`` (another stream's) was not ordered before the free."""
+    """``lifetime`` was freed while ``use`` (another stream's) was not ordered before the free.
+
+    ``use`` is the last range of that stream's last op on the block; ``pending`` every range
+    of that op that touched the block (``use`` last).
+    """
 
     use: AccessRecord
     lifetime: Lifetime
@@ -40,6 +44,7 @@ class UnsafeFree:
     racer: AccessRecord | None = None  # set when folded: the new lifetime's racing access
     how: Overlap = Overlap.NONE
     reused: Lifetime | None = None
+    pending: list[AccessRecord] = field(default_factory=list)  # the engine's, not the C++ core's
 
 
 @dataclass(eq=False)
@@ -76,6 +81,9 @@ class Engine:
         self.lifetimes = Lifetimes()
         self.shadows: dict[tuple[Domain, int], ShadowMemory] = {}
         self.detections: list[Detection] = []
+        # (domain, device) -> unsafe frees whose pending use no access of a later lifetime has
+        # raced with yet, in detection order (docs/analysis.md §5)
+        self._unfolded: dict[tuple[Domain, int], list[UnsafeFree]] = {}
         self.stacks: dict[int, list[list[Any]]] = dict(stacks or {})
         self.names: dict[int, str] = {}  # stream -> the name its `stream` event gave
         self.appearance: dict[int, int] = {}  # stream -> order of first appearance
@@ -159,6 +167,8 @@ class Engine:
         # Nothing later is in this domain: its accesses can never race again.
         for key in [key for key in self.shadows if key[0] == graph]:
             del self.shadows[key]
+        for key in [key for key in self._unfolded if key[0] == graph]:
+            del self._unfolded[key]
         self.lifetimes.end_domain(graph)
 
     # -- memory --------------------------------------------------------------------------------
@@ -166,11 +176,9 @@ class Engine:
         owner = ev["stream"]
         domain, clock = self.hb.current(owner)
         for lifetime, uses in self.lifetimes.settle(owner, domain, clock):
-            for use in uses:
-                unsafe = UnsafeFree(use, lifetime, domain)
-                if use.unsafe_frees is None:
-                    use.unsafe_frees = []
-                use.unsafe_frees.append(unsafe)
+            for recs in uses:
+                unsafe = UnsafeFree(recs[-1], lifetime, domain, pending=recs)
+                self._unfolded.setdefault((domain, lifetime.device), []).append(unsafe)
                 self.detections.append(unsafe)
         self.lifetimes.alloc(ev, self._device(ev, owner))
 
@@ -210,24 +218,69 @@ class Engine:
                 rec.lifetimes = self.lifetimes.touched(rng, device)
                 self.lifetimes.note_use(rec)
                 racer, how = shadow.check(rec, clock)
-                if racer is not None:
+                folded = self._fold(rec, clock) if (domain, device) in self._unfolded else ()
+                # The race folded into an unsafe free is not reported twice; a later race
+                # with the same use is reported as an aliasing race of its own.
+                if racer is not None and not any(_same_op(racer, f.use) for f in folded):
                     self._race(racer, rec, how)
                 shadow.insert(rec)
 
+    def _fold(self, rec: AccessRecord, clock: Mapping[int, int]) -> list[UnsafeFree]:
+        """Fold ``rec`` into every unsafe free whose pending use it races with through bytes
+        a later allocation reuses (docs/analysis.md §5); returns those frees."""
+        key = (rec.domain, rec.device)
+        host = self.hb.host if rec.domain is EAGER else None
+        folded: list[UnsafeFree] = []
+        kept: list[UnsafeFree] = []
+        for unsafe in self._unfolded[key]:
+            use, block = unsafe.use, unsafe.lifetime
+            if host is not None and use.tick <= host.get(use.stream, 0):
+                continue  # a host synchronization ordered the use before everything later
+            if (
+                use.stream != rec.stream
+                and use.tick > clock.get(use.stream, 0)
+                and block.addr < rec.rng.hi
+                and rec.rng.lo < block.end
+            ):
+                hit = _reuse_race(unsafe, rec)
+                if hit is not None:
+                    unsafe.racer, unsafe.how, unsafe.reused = rec, hit[0], hit[1]
+                    folded.append(unsafe)
+                    continue
+            kept.append(unsafe)
+        if kept:
+            self._unfolded[key] = kept
+        else:
+            del self._unfolded[key]
+        return folded
+
     def _race(self, earlier: AccessRecord, later: AccessRecord, how: Overlap) -> None:
         collisions = list(_collisions(earlier, later))
-        for old, new in collisions:
-            for unsafe in earlier.unsafe_frees or ():
-                if unsafe.lifetime is old and unsafe.racer is None:
-                    # The reuse the unsafe free made possible: one finding, not two. Later
-                    # races with the same use are reported as aliasing races of their own.
-                    unsafe.racer, unsafe.how, unsafe.reused = later, how, new
-                    return
         if collisions:
             old, new = collisions[0]
             self.detections.append(Race(earlier, later, how, old, new))
             return
         self.detections.append(Race(earlier, later, how, _block_of(earlier, later)))
+
+
+def _same_op(a: AccessRecord, b: AccessRecord) -> bool:
+    """Two ranges of one op (of one domain)."""
+    return a.stream == b.stream and a.tick == b.tick
+
+
+def _reuse_race(unsafe: UnsafeFree, rec: AccessRecord) -> tuple[Overlap, Lifetime] | None:
+    """How ``rec`` (unordered with the pending use, on another stream) races with a range of
+    it through a byte of the freed block that a later lifetime of ``rec`` holds, and that
+    lifetime; None if it does not."""
+    block = unsafe.lifetime
+    for old in unsafe.pending:
+        if not (old.write or rec.write):
+            continue
+        for new in rec.lifetimes:
+            lo, hi = max(block.addr, new.addr), min(block.end, new.end)
+            if lo < hi and overlaps(old.rng, rec.rng, (lo, hi)):
+                return overlaps(old.rng, rec.rng), new
+    return None
 
 
 def _collisions(a: AccessRecord, b: AccessRecord) -> Iterator[tuple[Lifetime, Lifetime]]:

@@ -37,8 +37,9 @@ class Lifetime:
     alloc: dict[str, Any]  # the alloc event
     free: dict[str, Any] | None = None  # the free event, once freed
     recorded: set[int] = field(default_factory=set)  # streams named by record_stream
-    # The last use of each non-owner stream, per domain: (domain, stream) -> access.
-    last_use: dict[tuple[Domain, int], AccessRecord] = field(default_factory=dict)
+    # The last use of each non-owner stream, per domain: (domain, stream) -> the ranges of its
+    # last op that touched the block, in order (the op's reads, then its writes).
+    last_use: dict[tuple[Domain, int], list[AccessRecord]] = field(default_factory=dict)
 
     @property
     def end(self) -> int:
@@ -97,11 +98,13 @@ class Lifetimes:
         else:
             uses.clear()
 
-    def settle(self, owner: int, domain: Domain, clock: Mapping[int, int]) -> list[tuple[Lifetime, list[AccessRecord]]]:
+    def settle(
+        self, owner: int, domain: Domain, clock: Mapping[int, int]
+    ) -> list[tuple[Lifetime, list[list[AccessRecord]]]]:
         """``owner`` allocates in ``domain`` at ``clock``: judge the blocks it freed there.
 
-        Returns the unsafe ones with their unordered uses; every judged block is settled for
-        good (clocks only grow).
+        Returns the unsafe ones with their unordered uses (each the ranges of one op); every
+        judged block is settled for good (clocks only grow).
         """
         unsafe = []
         for lifetime in self._pending.pop((domain, owner), ()):
@@ -143,10 +146,15 @@ class Lifetimes:
         return tuple(found)
 
     def note_use(self, rec: AccessRecord) -> None:
-        """Remember ``rec`` as its stream's last use of every block it touched."""
+        """Remember ``rec`` as (a range of) its stream's last use of every block it touched."""
         for lifetime in rec.lifetimes:
             if rec.stream != lifetime.owner:
-                lifetime.last_use[rec.domain, rec.stream] = rec
+                key = (rec.domain, rec.stream)
+                last = lifetime.last_use.get(key)
+                if last is not None and last[-1].tick == rec.tick:
+                    last.append(rec)  # another range of the same op
+                else:
+                    lifetime.last_use[key] = [rec]
                 if rec.domain is not EAGER:
                     self._in_domain.setdefault(rec.domain, {})[lifetime.id] = lifetime
 
@@ -160,12 +168,13 @@ class Lifetimes:
                 del lifetime.last_use[key]
 
     @staticmethod
-    def unordered_uses(lifetime: Lifetime, domain: Domain, clock: Mapping[int, int]) -> list[AccessRecord]:
-        """Uses of other streams in ``domain`` not ordered before ``clock`` nor covered by record_stream."""
+    def unordered_uses(lifetime: Lifetime, domain: Domain, clock: Mapping[int, int]) -> list[list[AccessRecord]]:
+        """Uses of other streams in ``domain`` not ordered before ``clock`` nor covered by
+        record_stream: the ranges of each one's last op, by the order of that op's last range."""
         uses = [
-            rec
-            for (where, stream), rec in lifetime.last_use.items()
-            if where == domain and stream not in lifetime.recorded and rec.tick > clock.get(stream, 0)
+            recs
+            for (where, stream), recs in lifetime.last_use.items()
+            if where == domain and stream not in lifetime.recorded and recs[-1].tick > clock.get(stream, 0)
         ]
-        uses.sort(key=lambda rec: rec.order)
+        uses.sort(key=lambda recs: recs[-1].order)
         return uses

@@ -34,7 +34,6 @@ class AccessRecord:
     event: dict[str, Any]  # the op (or kernel) event
     raw: dict[str, Any]  # the range as written in the trace
     lifetimes: tuple[Any, ...] = ()  # the live allocation lifetimes it touched
-    unsafe_frees: list[Any] | None = None  # the unsafe frees it is the unordered use of
     forgotten: bool = False
 
 
