@@ -40,7 +40,10 @@ def _unsafe_free(src: str, graph: int = 1) -> Finding:
             Access("aten::fill_", MAIN, "main", "write", 11, f"{src}:15", [[src, 15, "forward"]], graph),
         ],
         message="The block allocated at model.py:10 is freed on main while aten::sum on side may still read it.",
-        missing_edge="no happens-before edge from aten::sum on side (model.py:12) to the free on main (model.py:14)",
+        missing_edge=(
+            "no happens-before edge from aten::sum on side (model.py:12) "
+            "to the next allocation on main after the free (model.py:14)"
+        ),
         fix="keep the tensor alive until after `main.wait_stream(side)` (join, then free)",
         aliasing=True,
         graph=graph,

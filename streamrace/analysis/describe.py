@@ -197,7 +197,9 @@ class Describer:
             hazard="WAW" if unsafe.use.write else "WAR",
             accesses=[use, second],
             message=message + ".",
-            missing_edge=f"no happens-before edge from {_what(use)} to the free on {owner}{_at(free)}",
+            missing_edge=(
+                f"no happens-before edge from {_what(use)} to the next allocation on {owner} after the free{_at(free)}"
+            ),
             fix=(
                 f"keep the tensor alive until after `{_join(free, use)}` (join, then free), "
                 f"or call `t.record_stream({_stream_code(use, _USER)})` after {use.op}{_at(use)}"
