@@ -121,7 +121,7 @@ class _OpMode(TorchDispatchMode):
 class _Capture:
     """What the recorder knows about one capture in progress."""
 
-    __slots__ = ("allocs", "begin", "graph", "handle", "nodes", "stream")
+    __slots__ = ("allocs", "begin", "graph", "handle", "nodes", "open", "stream")
 
     def __init__(self, graph: int, stream: int, handle: int | None, begin: dict[str, Any]) -> None:
         self.graph = graph
@@ -130,6 +130,17 @@ class _Capture:
         self.begin = begin  # the capture_begin event, completed with the pool at the end
         self.allocs: list[dict[str, Any]] = []  # alloc events from this capture's pool
         self.nodes = CaptureNodes(handle) if handle is not None else None
+        self.open = True  # until capture_end: a wait on one of its events joins a stream to it
+
+
+def _live_allocator_blocks() -> dict[int, tuple[int, int]]:
+    """The allocator's live blocks right now: address -> (requested size, owning stream)."""
+    live = {}
+    for segment in torch.cuda.memory.memory_snapshot() if torch.cuda.is_initialized() else []:
+        for block in segment["blocks"]:
+            if block["state"] == "active_allocated":
+                live[block["address"]] = (block.get("requested_size") or block["size"], segment["stream"])
+    return live
 
 
 _NodeMark = tuple[_Capture, int] | None  # a capture and its node count before a launch
@@ -153,13 +164,12 @@ class Recorder:
         self._graph_ids = itertools.count(1)
         self._graph_of: dict[int, _Capture] = {}  # id(CUDAGraph) -> capture in progress
         self._capturing_streams: dict[int, _Capture] = {}  # stream -> capture it belongs to
-        self._block_owner: dict[int, tuple[int, int]] = {}  # addr -> (stream, device)
+        self._block_owner: dict[int, tuple[int, int, int]] = {}  # addr -> (stream, device, alloc seq)
         self._allocs: list[dict[str, Any]] = []
         self._resolved = 0  # self._allocs[:_resolved] have their size and stream
         self._unknown_allocs: set[int] = set()  # seqs of allocs whose size nothing recorded
         self._history_start = 0
         self._history_pos = 0
-        self._open_graphs: set[int] = set()
         self._event_capture: dict[int, _Capture] = {}  # event -> capture its latest record is in
         self._history_on = False
         self._mode: _OpMode | None = None
@@ -167,7 +177,6 @@ class Recorder:
         self.op_stack: int | None = None  # the user stack of the op being dispatched
         self._free_seq: dict[int, int] = {}  # alloc seq -> free seq
         self.kernel_stats = KernelStats()
-        self.captures = 0
 
     # -- event emission --------------------------------------------------------------------
     def emit(self, ev: str, **fields: Any) -> dict[str, Any]:
@@ -251,11 +260,7 @@ class Recorder:
         if self._history_on:
             traces = torch.cuda.memory._snapshot()["device_traces"]
             entries = [e for dev in traces for e in dev if e["action"] == "alloc"]
-        live: dict[int, tuple[int, int]] = {}
-        for segment in torch.cuda.memory.memory_snapshot() if torch.cuda.is_initialized() else []:
-            for block in segment["blocks"]:
-                if block["state"] == "active_allocated":
-                    live[block["address"]] = (block.get("requested_size") or block["size"], segment["stream"])
+        live = _live_allocator_blocks()
         for i in pending:
             event = self._allocs[i]
             fact = None
@@ -327,7 +332,7 @@ class Recorder:
     def _maybe_join(self, event: int, stream: int) -> None:
         """Follow the capture's membership as CUDA does: waiting on a captured record joins."""
         source = self._event_capture.get(event)
-        if source is not None and stream not in self._capturing_streams and source.graph in self._open_graphs:
+        if source is not None and source.open and stream not in self._capturing_streams:
             self._capturing_streams[stream] = source
 
     # -- hooks: captures -----------------------------------------------------------------
@@ -353,8 +358,6 @@ class Recorder:
         capture = _Capture(graph, stream, handle, begin)
         self._graph_of[id(cuda_graph)] = capture
         self._capturing_streams[stream] = capture
-        self._open_graphs.add(graph)
-        self.captures += 1
 
     def before_capture_end(self, cuda_graph: Any) -> tuple[list[dict[str, Any]], list[list[Any]]] | None:
         capture = self._graph_of.get(id(cuda_graph))
@@ -428,10 +431,8 @@ class Recorder:
             if a["seq"] not in self._unknown_allocs
         ]
         recorded = {a["addr"] for a in self._allocs}
-        for segment in torch.cuda.memory.memory_snapshot():
-            for block in segment["blocks"]:
-                if block["state"] == "active_allocated" and block["address"] not in recorded:
-                    blocks.append((block["address"], block["size"], -1, None))
+        before_recording = _live_allocator_blocks().items()
+        blocks += [(addr, size, -1, None) for addr, (size, _stream) in before_recording if addr not in recorded]
         return LiveBlocks(blocks)
 
     def on_capture_end(
@@ -444,7 +445,7 @@ class Recorder:
     def _end_capture(
         self, capture: _Capture, pool: list[int] | None, graph_data: tuple[list[Any], list[Any]] | None, aborted: bool
     ) -> None:
-        self._open_graphs.discard(capture.graph)
+        capture.open = False
         if pool is not None:
             for event in [capture.begin, *capture.allocs]:
                 event["pool"] = pool
