@@ -37,6 +37,18 @@ def _capture_and_replay(body, check, name: str, replays: int = 3):
     return session, corrupted
 
 
+def _verdict(session, corrupted: int, fixed: bool):
+    """Proven twice: a fixed twin reports nothing and replays exactly (returns None); a buggy
+    one corrupts its replays and is flagged as exactly one data race (returned)."""
+    if fixed:
+        assert session.findings == [] and corrupted == 0, session.report()
+        return None
+    assert corrupted > 0
+    races = [f for f in session.findings if f.kind == DATA_RACE]
+    assert len(races) == 1, session.report()
+    return races[0]
+
+
 # -- Triton ----------------------------------------------------------------------------------
 triton = pytest.importorskip("triton")
 tl = triton.language
@@ -81,13 +93,10 @@ def test_triton_kernel_on_side_stream(fixed):
     kernels = [e for e in session.trace.events if e["ev"] == "kernel" and e["name"].startswith("triton:")]
     assert len(kernels) == 1
     assert kernels[0]["inferred"] is False and len(kernels[0]["reads"]) == 1 and len(kernels[0]["writes"]) == 1
-    if fixed:
-        assert session.findings == [] and corrupted == 0, session.report()
+    race = _verdict(session, corrupted, fixed)
+    if race is None:
         return
-    assert corrupted > 0
-    races = [f for f in session.findings if f.kind == DATA_RACE]
-    assert len(races) == 1, session.report()
-    first, second = races[0].accesses
+    first, second = race.accesses
     assert first.op == "triton:double_into" and first.stream_label == "side"
     assert second.op == "aten::add.Tensor" and second.stream_label == "main"
     assert first.location.endswith(f"{HERE}:{_line_of('double_into[(N // 1024,)](x, buf, N, BLOCK=1024)', 2)}")
@@ -150,13 +159,11 @@ def test_cupy_raw_kernel_on_torch_stream(fixed, annotated):
     kernels = [e for e in session.trace.events if e["ev"] == "kernel" and e["name"] == "triple_into"]
     assert len(kernels) == 1 and kernels[0]["inferred"] is not annotated
     assert session.trace.header["kernel_nodes"]["resolved_words"] >= 2
-    if fixed:
-        assert session.findings == [] and corrupted == 0, session.report()
+    race = _verdict(session, corrupted, fixed)
+    if race is None:
         return
-    assert corrupted > 0
-    races = [f for f in session.findings if f.kind == DATA_RACE]
-    assert len(races) == 1 and races[0].hazard == "RAW", session.report()
-    assert races[0].accesses[0].op == "triple_into" and races[0].accesses[0].inferred is not annotated
+    assert race.hazard == "RAW", session.report()
+    assert race.accesses[0].op == "triple_into" and race.accesses[0].inferred is not annotated
 
 
 # -- a custom CUDA extension whose kernel writes through a pointer its schema hides --------------
@@ -239,13 +246,10 @@ def test_extension_writes_an_undeclared_pointer(extension, fixed):
         return good
 
     session, corrupted = _capture_and_replay(body, check, f"extension_{'fixed' if fixed else 'buggy'}")
-    if fixed:
-        assert session.findings == [] and corrupted == 0, session.report()
+    race = _verdict(session, corrupted, fixed)
+    if race is None:
         return
-    assert corrupted > 0
-    races = [f for f in session.findings if f.kind == DATA_RACE]
-    assert len(races) == 1, session.report()
-    write = races[0].accesses[1]
+    write = race.accesses[1]
     assert write.op == "streamrace_test::scale" and write.inferred and write.access == "write"
 
 
