@@ -13,6 +13,10 @@ except ImportError:  # pyproject.toml's build requirements bring it; without the
 
 HERE = Path(__file__).parent
 AUTOSTART_PTH = "streamrace-autostart.pth"
+# The native recorder hooks are compiled on first use against the program's own torch
+# (streamrace/record/native.py), so their sources travel inside the package.
+NATIVE_SOURCES = HERE / "csrc" / "recorder"
+NATIVE_PACKAGE_DIR = Path("streamrace") / "record" / "_native_src"
 
 # The C++ analysis core (csrc/, docs/performance.md). Optional: where it does not compile the
 # install still succeeds and streamrace.analysis runs its pure-Python engine, same findings.
@@ -31,14 +35,23 @@ if Pybind11Extension is not None:
 
 class BuildWithAutostart(build_py):
     """Ship a .pth next to the package: with STREAMRACE=1 in its environment, every Python
-    process of an unmodified program starts recording (docs/recording.md)."""
+    process of an unmodified program starts recording (docs/recording.md); and the native
+    hooks' C++ sources inside it."""
+
+    def _extra_files(self) -> list[tuple[Path, Path]]:
+        build = Path(self.build_lib)
+        files = [(HERE / AUTOSTART_PTH, build / AUTOSTART_PTH)]
+        files += [(src, build / NATIVE_PACKAGE_DIR / src.name) for src in sorted(NATIVE_SOURCES.iterdir())]
+        return files
 
     def run(self) -> None:
         super().run()
-        self.copy_file(str(HERE / AUTOSTART_PTH), str(Path(self.build_lib) / AUTOSTART_PTH))
+        for src, dst in self._extra_files():
+            self.mkpath(str(dst.parent))
+            self.copy_file(str(src), str(dst))
 
     def get_outputs(self, include_bytecode: bool = True) -> list[str]:
-        return [*super().get_outputs(include_bytecode), str(Path(self.build_lib) / AUTOSTART_PTH)]
+        return [*super().get_outputs(include_bytecode), *(str(dst) for _, dst in self._extra_files())]
 
 
 VERSION = re.search(r'__version__ = "([^"]+)"', (HERE / "streamrace" / "__init__.py").read_text()).group(1)
@@ -56,9 +69,17 @@ setup(
     # analysis needs none. An unpinned torch requirement would pull a multi-GB CUDA build.
     install_requires=["networkx>=3.0", "rich>=13.0", "tomli>=1.1; python_version < '3.11'"],
     extras_require={
-        "record": ["nvidia-ml-py>=12.0"],
+        # ninja: torch.utils.cpp_extension builds the native recorder hooks with it.
+        "record": ["nvidia-ml-py>=12.0", "ninja>=1.11"],
         # ruff is pinned because `ruff format --check` in .ci/run changes verdicts between releases.
-        "test": ["pytest>=8.0", "hypothesis>=6.0", "ruff==0.17.6", "pytest-xdist>=3.0", "jsonschema>=4.0"],
+        "test": [
+            "pytest>=8.0",
+            "hypothesis>=6.0",
+            "ruff==0.17.6",
+            "pytest-xdist>=3.0",
+            "jsonschema>=4.0",
+            "ninja>=1.11",
+        ],
     },
     ext_modules=EXT_MODULES,
     cmdclass={"build_py": BuildWithAutostart},

@@ -3,7 +3,9 @@
 The DSV4 decode example (examples/dsv4_mini_decode.py, fixed variant) stacked N layers deep is
 captured repeatedly:
 
-* plain, and under ``streamrace.watch()`` (alternating, so drift hits both alike);
+* plain, under ``streamrace.watch()`` with the native hooks, the same without reading the
+  captured graph back (what the read-back costs), and with the Python reference hooks (in
+  turn, so drift hits all alike);
 * then under PyTorch's CUDA sanitizer (CSAN), last, because enabling it cannot be undone;
 
 and the graphs captured plain and under streamrace are replayed alternately. Printed: median
@@ -73,6 +75,24 @@ def replay_time(graph: torch.cuda.CUDAGraph, replays: int) -> float:
     return start.elapsed_time(end) / 1000 / replays
 
 
+def _profile(path: str, run) -> None:
+    """Where a recorded capture's time goes, by Python function (the native hooks show as
+    the builtins that call them)."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    with streamrace.watch():
+        profiler.enable()
+        run()
+        profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(40)
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(30)
+    pathlib.Path(path).write_text(text.getvalue())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, default=32)
@@ -80,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--replays", type=int, default=200)
     parser.add_argument("--no-csan", action="store_true", help="skip the CUDA sanitizer comparison")
+    parser.add_argument("--profile", metavar="FILE", help="also write a cProfile of one recorded capture here")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
@@ -95,22 +116,33 @@ def main(argv: list[str] | None = None) -> int:
             model.forward(x, loc)  # warm-up: cuBLAS handles, workspaces, allocator segments
     torch.cuda.synchronize()
 
-    times: dict[str, list[float]] = {"plain": [], "streamrace": []}
+    configs = {
+        "streamrace": {"hooks": "native"},
+        "no read-back": {"hooks": "native", "read_graphs": False},
+        "python hooks": {"hooks": "python"},
+    }
+    times: dict[str, list[float]] = {"plain": [], **{name: [] for name in configs}}
     graphs = {}
     ops = analysis = 0.0
     for _ in range(args.repeats):
         elapsed, graphs["plain"], _ = capture(model, x, loc, stream, pool)
         times["plain"].append(elapsed)
-        with streamrace.watch() as session:
-            elapsed, graphs["streamrace"], _ = capture(model, x, loc, stream, pool)
-        times["streamrace"].append(elapsed)
+        for name, options in configs.items():
+            with streamrace.watch(**options) as session:
+                elapsed, graph, _ = capture(model, x, loc, stream, pool)
+            assert session.recorder.hooks_kind == options["hooks"] and not session.errors, session.errors
+            assert session.findings == [], session.report()
+            times[name].append(elapsed)
+            graphs.setdefault(name, graph)
         ops = session.result.summary["ops"]
         start = time.perf_counter()
         analyze(session.trace)
         analysis = time.perf_counter() - start
-        assert session.findings == [], session.report()
 
-    replays: dict[str, list[float]] = {"plain": [], "streamrace": []}
+    if args.profile:
+        _profile(args.profile, lambda: capture(model, x, loc, stream, pool))
+
+    replays: dict[str, list[float]] = {"plain": [], "streamrace": []}  # native hooks
     for _ in range(args.repeats):
         for name in ("plain", "streamrace"):
             replays[name].append(replay_time(graphs[name], args.replays))

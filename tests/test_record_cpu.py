@@ -1,5 +1,6 @@
 """The recorder's CPU-testable parts: op read/write sets from schemas (CSAN's argument-handling
-cases, keyed on storage bytes), Triton IR directions, pointer resolution, user stacks."""
+cases, keyed on storage bytes), with the Python and the native hooks alike, Triton IR
+directions, pointer resolution, user stacks."""
 
 from __future__ import annotations
 
@@ -7,109 +8,95 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from op_engines import ENGINES  # noqa: E402
 
 from streamrace.record.kernel_params import LiveBlocks  # noqa: E402
-from streamrace.record.op_accesses import op_accesses, tensor_range  # noqa: E402
+from streamrace.record.op_accesses import tensor_range  # noqa: E402
 from streamrace.record.stacks import StackTable  # noqa: E402
 from streamrace.record.triton_launches import stored_pointer_args  # noqa: E402
 
 
-class _Accesses(TorchDispatchMode):
-    """Collects (op, reads, writes) for CPU tensors, as the recorder does for CUDA ones."""
+@pytest.fixture(params=sorted(ENGINES))
+def record(request):
+    """Record a function's ops with one engine: [(op without overload, reads, writes)]."""
+    engine = ENGINES[request.param]
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[tuple[str, list[dict], list[dict]]] = []
+    def run(fn):
+        return [(name.split(".")[0], reads, writes) for name, reads, writes in engine(fn)]
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        reads, writes = op_accesses(func, args, kwargs, out, lambda t: isinstance(t, torch.Tensor))
-        self.ops.append((func._schema.name, reads, writes))
-        return out
-
-
-def _record(fn):
-    mode = _Accesses()
-    with mode:
-        fn()
-    return mode.ops
+    return run
 
 
 def _addr(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
 
 
-def test_add_reads_both_inputs_and_writes_the_output():
+def test_add_reads_both_inputs_and_writes_the_output(record):
     a, b = torch.ones(5, 3), torch.ones(5, 3)
     out = {}
-    ops = _record(lambda: out.setdefault("c", torch.add(a, b)))
+    ops = record(lambda: out.setdefault("c", torch.add(a, b)))
     [(name, reads, writes)] = ops
     assert name == "aten::add"
     assert sorted(r["addr"] for r in reads) == sorted([_addr(a), _addr(b)])
     assert [w["addr"] for w in writes] == [_addr(out["c"])]
 
 
-def test_cat_reads_every_list_element():
+def test_cat_reads_every_list_element(record):
     a, b, c = torch.ones(2, 3), torch.ones(2, 3), torch.ones(2, 3)
-    [(name, reads, writes)] = _record(lambda: torch.cat([a, b, c]))
+    [(name, reads, writes)] = record(lambda: torch.cat([a, b, c]))
     assert name == "aten::cat" and len(reads) == 3 and len(writes) == 1
 
 
-def test_split_is_a_view_and_touches_nothing():
+def test_split_is_a_view_and_touches_nothing(record):
     a = torch.ones(6, 3)
-    ops = _record(lambda: torch.split(a, 2))
-    assert ops == [("aten::split", [], [])]
+    assert record(lambda: torch.split(a, 2)) == []
 
 
-def test_inplace_writes_self_and_reads_the_other():
+def test_inplace_writes_self_and_reads_the_other(record):
     a, b = torch.ones(5, 3), torch.ones(5, 3)
-    [(name, reads, writes)] = _record(lambda: a.add_(b))
+    [(name, reads, writes)] = record(lambda: a.add_(b))
     assert name == "aten::add_"
     assert [r["addr"] for r in reads] == [_addr(b)] and [w["addr"] for w in writes] == [_addr(a)]
 
 
-def test_out_argument_is_written():
+def test_out_argument_is_written(record):
     a, b, c = torch.ones(5, 3), torch.ones(5, 3), torch.empty(5, 3)
-    [(name, reads, writes)] = _record(lambda: torch.add(a, b, out=c))
+    [(name, reads, writes)] = record(lambda: torch.add(a, b, out=c))
     assert name == "aten::add" and [w["addr"] for w in writes] == [_addr(c)] and len(reads) == 2
 
 
-def test_several_outputs_are_all_written():
+def test_several_outputs_are_all_written(record):
     a = torch.randn(4, 6)
-    [(name, reads, writes)] = _record(lambda: a.max(dim=0))
+    [(name, reads, writes)] = record(lambda: a.max(dim=0))
     assert name == "aten::max" and [r["addr"] for r in reads] == [_addr(a)] and len(writes) == 2
 
 
-def test_nonzero_as_tuple_reads_input_writes_result():
+def test_nonzero_as_tuple_reads_input_writes_result(record):
     a = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
-    ops = _record(lambda: torch.nonzero(a, as_tuple=True))
-    assert ops[0][0] == "aten::nonzero" and [r["addr"] for r in ops[0][1]] == [_addr(a)] and len(ops[0][2]) == 1
-    assert all(not reads and not writes for _, reads, writes in ops[1:]), "the unbind that follows is a view"
+    [(name, reads, writes)] = record(lambda: torch.nonzero(a, as_tuple=True))  # then unbind: views
+    assert name == "aten::nonzero" and [r["addr"] for r in reads] == [_addr(a)] and len(writes) == 1
 
 
-def test_keyword_and_alias_names_are_bound_by_schema():
+def test_keyword_and_alias_names_are_bound_by_schema(record):
     a, b = torch.ones(3), torch.ones(3)
-    [(_, reads, writes)] = _record(lambda: torch.ops.aten.mul.Tensor(a, other=b))
+    [(_, reads, writes)] = record(lambda: torch.ops.aten.mul.Tensor(a, other=b))
     assert sorted(r["addr"] for r in reads) == sorted([_addr(a), _addr(b)]) and len(writes) == 1
 
 
-def test_index_driven_write_covers_the_whole_destination_and_reads_indices():
+def test_index_driven_write_covers_the_whole_destination_and_reads_indices(record):
     dest = torch.zeros(8, 4)
     index = torch.tensor([1, 5])
     values = torch.ones(2, 4)
-    [(name, reads, writes)] = _record(lambda: dest.index_copy_(0, index, values))
+    [(name, reads, writes)] = record(lambda: dest.index_copy_(0, index, values))
     assert name == "aten::index_copy_"
     assert writes == [tensor_range(dest)]
     assert sorted(r["addr"] for r in reads) == sorted([_addr(index), _addr(values)])
 
 
-def test_factory_like_reads_nothing_and_empty_writes_nothing():
+def test_factory_like_reads_nothing_and_empty_writes_nothing(record):
     a = torch.ones(4)
-    ops = dict((name, (r, w)) for name, r, w in _record(lambda: (torch.empty_like(a), torch.zeros_like(a))))
-    assert ops["aten::empty_like"] == ([], [])
-    assert ops["aten::zeros_like"][0] == [] and len(ops["aten::zeros_like"][1]) == 1
+    [(name, reads, writes)] = record(lambda: (torch.empty_like(a), torch.zeros_like(a)))
+    assert name == "aten::zeros_like" and reads == [] and len(writes) == 1, "empty_like touches nothing"
 
 
 def test_strided_view_range_is_storage_offset_and_strides():
@@ -120,10 +107,9 @@ def test_strided_view_range_is_storage_offset_and_strides():
     assert tensor_range(torch.zeros(0)) is None
 
 
-def test_metadata_only_inplace_view_touches_nothing():
+def test_metadata_only_inplace_view_touches_nothing(record):
     a = torch.ones(4)
-    ops = _record(lambda: a.resize_(4))
-    assert ops == [("aten::resize_", [], [])]
+    assert record(lambda: a.resize_(4)) == []
 
 
 TTIR = """

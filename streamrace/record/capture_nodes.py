@@ -64,9 +64,11 @@ class KernelStats:
 
 
 class CaptureNodes:
+    """The nodes of one capture graph and the events that created them. How many nodes a
+    recorded launch has claimed so far is the hooks' to keep (they count around every op)."""
+
     def __init__(self, handle: int) -> None:
         self.handle = handle
-        self.seen = graph_readback.node_count(handle)
         self.owner_of: dict[int, dict[str, Any]] = {}  # node index -> op or kernel event
         self.unresolved: list[dict[str, Any]] = []  # kernel events whose accesses come from the node
 
@@ -76,17 +78,17 @@ class CaptureNodes:
     def claim(self, event: dict[str, Any], first: int, end: int) -> None:
         for index in range(first, end):
             self.owner_of[index] = event
-        self.seen = max(self.seen, end)
 
     def _nodes(self) -> list[Any]:
         nodes, n = _ok(_rt.cudaGraphGetNodes(_rt.cudaGraph_t(init_value=self.handle), numNodes=self.count()))
         return list(nodes[: int(n)])
 
-    def take_unseen(self, streams: Iterable[int]) -> list[tuple[int, str, int | None]]:
-        """Nodes created since the last look: (index, node type, launching stream or None)."""
+    def take_unseen(self, streams: Iterable[int], seen: int) -> tuple[list[tuple[int, str, int | None]], int]:
+        """Nodes created after the first ``seen``: ([(index, node type, launching stream or
+        None)], the node count now)."""
         count = self.count()
-        if count <= self.seen:
-            return []
+        if count <= seen:
+            return [], count
         nodes = self._nodes()
         frontier: dict[int, int] = {}
         for stream in streams:
@@ -98,12 +100,11 @@ class CaptureNodes:
         # gap lead to it, so they take the stream of the next node that has one.
         unseen = []
         stream = None
-        for index in range(count - 1, self.seen - 1, -1):
+        for index in range(count - 1, seen - 1, -1):
             stream = frontier.get(int(nodes[index]), stream)
             kind = _ok(_rt.cudaGraphNodeGetType(nodes[index])).name.removeprefix("cudaGraphNodeType").lower()
             unseen.append((index, kind, stream))
-        self.seen = count
-        return unseen[::-1]
+        return unseen[::-1], count
 
     def finish(self, graph_nodes: list[dict[str, Any]], live: LiveBlocks, stats: KernelStats) -> None:
         """Fill kernel events and cross-check ops, using each node's own parameters."""

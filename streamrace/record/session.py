@@ -21,8 +21,11 @@ def build_trace(recorder: Recorder, since: int = 0) -> Trace:
     from streamrace import __version__
 
     header = make_header(streamrace=__version__, **process_facts())
-    header["recorder_errors"] = list(recorder.errors)
     events = recorder.trace_events(since)
+    header["recorder_errors"] = list(recorder.errors)
+    header["hooks"] = recorder.hooks_kind
+    if recorder.native_unavailable is not None:
+        header["native_hooks_unavailable"] = recorder.native_unavailable
     header["allocations_dropped"] = recorder.dropped_allocations
     header["kernel_nodes"] = asdict(recorder.kernel_stats)
     stacks = {e["id"]: e["frames"] for e in events if e["ev"] == "stack"}

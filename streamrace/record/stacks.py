@@ -2,7 +2,9 @@
 
 Walking ``f_back`` costs a few hundred nanoseconds a frame; formatting happens once per
 distinct stack, when it is first interned. Library frames (torch, streamrace, the standard
-library) are skipped so the innermost frame is the line the user wrote.
+library) are skipped so the innermost frame is the line the user wrote. ``UserCode`` decides
+which frames are the user's, once per code object, for this table and for the native
+hooks' twin of it (csrc/recorder/user_stacks.h).
 """
 
 from __future__ import annotations
@@ -37,20 +39,15 @@ _STDLIB = _normal(sysconfig.get_paths()["stdlib"])
 _SITE = tuple({_normal(sysconfig.get_paths()[k]) for k in ("purelib", "platlib")})
 
 
-class StackTable:
-    """Interns stacks; ``emit`` writes each new one as a ``stack`` event before its first use."""
+class UserCode:
+    """Which code is the user's, and the path its frames show."""
 
-    def __init__(self, emit: Callable[..., object], depth: int = 6, max_walk: int = 48) -> None:
-        self._emit = emit
-        self._depth = depth
-        self._max_walk = max_walk  # frames looked at, user or not: deep framework stacks stop here
-        self._ids: dict[tuple[tuple[str, int, str], ...], int] = {}
-        self._shown: dict[CodeType, str | None] = {}  # code -> path to show, None for library code
+    def __init__(self) -> None:
         self._cwd = os.getcwd()
 
-    def _shown_path(self, code: CodeType) -> str | None:
+    def shown_path(self, code: CodeType) -> str | None:
         """The path to show for a user frame's file (relative under the working directory, so
-        traces travel with the code), or None for library code. One lookup per code object."""
+        traces travel with the code), or None for library code."""
         filename = code.co_filename
         path = os.path.normcase(os.path.abspath(filename))
         stdlib = path.startswith(_STDLIB) and not path.startswith(_SITE)
@@ -58,6 +55,24 @@ class StackTable:
             return None
         path = os.path.abspath(filename)
         return os.path.relpath(path, self._cwd) if path.startswith(self._cwd + os.sep) else filename
+
+
+class StackTable:
+    """Interns stacks; ``emit`` writes each new one as a ``stack`` event before its first use."""
+
+    def __init__(
+        self,
+        emit: Callable[..., object],
+        depth: int = 6,
+        max_walk: int = 48,
+        shown_path: Callable[[CodeType], str | None] | None = None,
+    ) -> None:
+        self._emit = emit
+        self._depth = depth
+        self._max_walk = max_walk  # frames looked at, user or not: deep framework stacks stop here
+        self._ids: dict[tuple[tuple[str, int, str], ...], int] = {}
+        self._shown: dict[CodeType, str | None] = {}  # code -> path to show, None for library code
+        self._shown_path = shown_path or UserCode().shown_path
 
     def capture(self, skip: int = 1) -> int | None:
         """The id of the calling user stack (innermost first), or None if there is no user frame."""

@@ -1,0 +1,122 @@
+// What an operator's schema says about each of its arguments and returns, worked out once per
+// operator: the same rules as streamrace/record/op_accesses.py (the reference), so the native
+// and the Python hooks record the same accesses.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/function_schema.h>
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace streamrace {
+
+enum class Role : uint8_t { Skip, Read, Write };
+
+struct SchemaPlan {
+    std::string name;      // "aten::add.Tensor", as reports show it
+    std::string overload;  // to verify a cache hit
+    bool touches = true;   // false: launches nothing (record_stream, set_, inplace views)
+    bool record_stream = false;
+    // Has a CompositeImplicitAutograd kernel: while autograd is on, the dispatcher may take
+    // it apart into other ops above the Python key, and then those are what is recorded.
+    bool decomposable = false;
+    std::vector<Role> args;        // per schema argument
+    std::vector<bool> returns;     // per schema return: a fresh tensor the op writes
+    bool any_return_written = false;
+};
+
+namespace detail {
+
+inline bool ends_with(const std::string& s, const char* suffix) {
+    size_t n = std::strlen(suffix);
+    return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+// (new_.*|.*_like)$: a factory's tensor arguments are templates, never read.
+inline bool is_factory(const std::string& base) { return base.rfind("new_", 0) == 0 || ends_with(base, "_like"); }
+
+// (new_)?empty(_like|_strided|_permuted)?$: allocates, no kernel touches the result.
+inline bool allocates_only(std::string base) {
+    if (base.rfind("new_", 0) == 0) base = base.substr(4);
+    return base == "empty" || base == "empty_like" || base == "empty_strided" || base == "empty_permuted";
+}
+
+}  // namespace detail
+
+inline std::unique_ptr<SchemaPlan> make_plan(const c10::FunctionSchema& schema) {
+    auto plan = std::make_unique<SchemaPlan>();
+    const std::string& full = schema.name();
+    plan->overload = schema.overload_name();
+    plan->name = full + (plan->overload.empty() ? "" : "." + plan->overload);
+    size_t colons = full.find("::");
+    std::string base = colons == std::string::npos ? full : full.substr(colons + 2);
+    auto op = c10::Dispatcher::singleton().findOp(schema.operator_name());
+    bool inplace_view = op.has_value() && op->hasTag(at::Tag::inplace_view);
+    plan->record_stream = full == "aten::record_stream";
+    plan->touches = !(base == "record_stream" || base == "set_" || inplace_view);
+    plan->decomposable = op.has_value() && op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+    bool factory = detail::is_factory(base);
+    for (const auto& argument : schema.arguments()) {
+        const auto* alias = argument.alias_info();
+        if (alias != nullptr && alias->isWrite()) {
+            plan->args.push_back(Role::Write);
+        } else if (factory || alias != nullptr) {
+            plan->args.push_back(Role::Skip);  // metadata only: a view's input, a factory's template
+        } else {
+            plan->args.push_back(Role::Read);
+        }
+    }
+    bool fresh = !detail::allocates_only(base);
+    for (const auto& ret : schema.returns()) {
+        bool written = fresh && ret.alias_info() == nullptr;
+        plan->returns.push_back(written);
+        plan->any_return_written |= written;
+    }
+    return plan;
+}
+
+// Plans by the address of the schema's name, which lives as long as the operator's
+// registration; a hit is checked against the names, since a deregistered operator's memory
+// can be reused by another one.
+class PlanCache {
+   public:
+    // The plan of the operator a RecordFunction stands for, or null for a range that is not
+    // an operator (a named scope).
+    const SchemaPlan* lookup(const at::RecordFunction& fn) {
+        const char* name = fn.name();
+        const char* overload = fn.overload_name();
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            auto it = plans_.find(name);
+            if (it != plans_.end() && matches(*it->second, name, overload)) return it->second.get();
+        }
+        auto schema = fn.operator_schema();
+        if (!schema.has_value()) return nullptr;
+        auto plan = make_plan(*schema);
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto& slot = plans_[name];
+        if (slot == nullptr || !matches(*slot, name, overload)) {
+            if (slot != nullptr) retired_.push_back(std::move(slot));  // a racing reader may hold it
+            slot = std::move(plan);
+        }
+        return slot.get();
+    }
+
+   private:
+    static bool matches(const SchemaPlan& plan, const char* name, const char* overload) {
+        size_t n = std::strlen(name);
+        return plan.name.compare(0, n, name) == 0 && plan.overload == overload &&
+               plan.name.size() == n + (plan.overload.empty() ? 0 : plan.overload.size() + 1);
+    }
+
+    std::mutex mutex_;
+    std::unordered_map<const char*, std::unique_ptr<SchemaPlan>> plans_;
+    std::vector<std::unique_ptr<SchemaPlan>> retired_;
+};
+
+}  // namespace streamrace

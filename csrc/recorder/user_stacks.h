@@ -1,0 +1,200 @@
+// The user's Python stack at a hook, interned: the C++ twin of StackTable in
+// streamrace/record/stacks.py, which decides what counts as a user frame (``shown_path``:
+// called once per code object, here as there).
+//
+// Walking frames costs tens of nanoseconds each; a stack is identified first by its frames'
+// (code, instruction) pairs, and only a pair list never seen before is turned into
+// (file, line, function) and interned by those, as the Python table does. Everything here
+// runs with the GIL held, which is also what guards it.
+#pragma once
+
+#include <Python.h>
+#include <frameobject.h>
+
+#include <c10/util/SmallVector.h>
+
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace streamrace {
+
+struct UserFrame {
+    PyObject* path;  // interned str, owned by the table
+    int line;
+    PyObject* function;  // interned str, owned by the table
+    bool operator==(const UserFrame& o) const { return path == o.path && line == o.line && function == o.function; }
+};
+
+struct NewStack {
+    int id = -1;
+    std::vector<UserFrame> frames;  // set when the stack was interned by this call
+};
+
+class UserStacks {
+   public:
+    UserStacks(int depth, int max_walk, PyObject* shown_path) : depth_(depth), max_walk_(max_walk) {
+        Py_INCREF(shown_path);
+        shown_path_ = shown_path;
+    }
+    UserStacks(const UserStacks&) = delete;
+    UserStacks& operator=(const UserStacks&) = delete;
+
+    // Drops every Python reference; needs the GIL.
+    void clear() {
+        for (auto& [code, path] : paths_) Py_DECREF(code);  // paths are in owned_
+        paths_.clear();
+        for (PyObject* s : owned_) Py_DECREF(s);
+        owned_.clear();
+        by_code_.clear();
+        by_frames_.clear();
+        Py_CLEAR(shown_path_);
+    }
+
+    // The id of the calling user stack (innermost first), -1 when no frame is the user's.
+    // A stack seen for the first time comes back in `fresh` so that its definition can be
+    // written before its first use. Throws std::runtime_error when shown_path fails.
+    int capture(NewStack& fresh) {
+        fresh.id = -1;
+        fresh.frames.clear();
+        if (shown_path_ == nullptr) return -1;
+        c10::SmallVector<std::pair<PyObject*, int>, 8> key;
+        PyFrameObject* frame = PyEval_GetFrame();  // borrowed
+        Py_XINCREF(frame);
+        int walked = 0;
+        while (frame != nullptr && static_cast<int>(key.size()) < depth_ && walked < max_walk_) {
+            PyCodeObject* code = PyFrame_GetCode(frame);  // new reference
+            PyObject* path = shown(reinterpret_cast<PyObject*>(code));
+            if (path != nullptr) key.emplace_back(reinterpret_cast<PyObject*>(code), lasti(frame));
+            Py_DECREF(code);  // the path cache keeps it alive
+            PyFrameObject* back = PyFrame_GetBack(frame);
+            Py_DECREF(frame);
+            frame = back;
+            ++walked;
+        }
+        Py_XDECREF(frame);
+        if (key.empty()) return -1;
+        CodeKey code_key(key.begin(), key.end());
+        auto hit = by_code_.find(code_key);
+        if (hit != by_code_.end()) return hit->second;
+        std::vector<UserFrame> frames;
+        for (auto [code, instruction] : key) {
+            frames.push_back({paths_[code], PyCode_Addr2Line(reinterpret_cast<PyCodeObject*>(code), instruction),
+                              function_name(code)});
+        }
+        auto known = by_frames_.find(frames);
+        int id;
+        if (known != by_frames_.end()) {
+            id = known->second;
+        } else {
+            id = static_cast<int>(by_frames_.size()) + 1;
+            by_frames_.emplace(frames, id);
+            fresh.id = id;
+            fresh.frames = frames;
+        }
+        by_code_.emplace(std::move(code_key), id);
+        return id;
+    }
+
+   private:
+    using CodeKey = std::vector<std::pair<PyObject*, int>>;
+
+    struct CodeKeyHash {
+        size_t operator()(const CodeKey& k) const {
+            size_t h = k.size();
+            for (auto [code, instruction] : k) {
+                h = h * 1000003u ^ std::hash<const void*>()(code) ^ (static_cast<size_t>(instruction) << 20);
+            }
+            return h;
+        }
+    };
+    struct FramesHash {
+        size_t operator()(const std::vector<UserFrame>& frames) const {
+            size_t h = frames.size();
+            for (const auto& f : frames) {
+                h = h * 1000003u ^ std::hash<const void*>()(f.path) ^ std::hash<const void*>()(f.function) ^
+                    static_cast<size_t>(f.line);
+            }
+            return h;
+        }
+    };
+
+    static int lasti(PyFrameObject* frame) {
+#if PY_VERSION_HEX >= 0x030B0000
+        return PyFrame_GetLasti(frame);
+#else
+        return frame->f_lasti * 2;  // 3.10 counts code units; Addr2Line takes bytes
+#endif
+    }
+
+    // The path to show for a code object's frames, or null for library code (cached).
+    PyObject* shown(PyObject* code) {
+        auto it = paths_.find(code);
+        if (it != paths_.end()) return it->second;
+        PyObject* result = PyObject_CallOneArg(shown_path_, code);
+        if (result == nullptr) throw_python_error();
+        PyObject* path = nullptr;
+        if (result != Py_None) {
+            if (!PyUnicode_Check(result)) {
+                Py_DECREF(result);
+                throw std::runtime_error("shown_path must return a str or None");
+            }
+            path = intern(result);
+        }
+        Py_DECREF(result);
+        // shown_path ran Python code, which may have come back here for the same code object.
+        auto [slot, inserted] = paths_.emplace(code, path);
+        if (inserted) Py_INCREF(code);
+        return slot->second;
+    }
+
+    PyObject* function_name(PyObject* code) {
+        PyObject* name = PyObject_GetAttrString(code, "co_name");
+        if (name == nullptr) throw_python_error();
+        PyObject* interned = intern(name);
+        Py_DECREF(name);
+        return interned;
+    }
+
+    // An interned copy of a str, owned by the table (pointer equality is string equality).
+    PyObject* intern(PyObject* s) {
+        Py_INCREF(s);
+        PyUnicode_InternInPlace(&s);
+        owned_.push_back(s);
+        return s;
+    }
+
+    [[noreturn]] static void throw_python_error() {
+        PyObject *type, *value, *trace;
+        PyErr_Fetch(&type, &value, &trace);
+        PyErr_NormalizeException(&type, &value, &trace);
+        std::string message = "error";
+        if (type != nullptr) message = reinterpret_cast<PyTypeObject*>(type)->tp_name;
+        if (value != nullptr) {
+            PyObject* text = PyObject_Str(value);
+            if (text != nullptr) {
+                const char* utf8 = PyUnicode_AsUTF8(text);
+                if (utf8 != nullptr) message += std::string(": ") + utf8;
+                Py_DECREF(text);
+            }
+        }
+        PyErr_Clear();
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(trace);
+        throw std::runtime_error(message);
+    }
+
+    int depth_;
+    int max_walk_;
+    PyObject* shown_path_ = nullptr;
+    std::unordered_map<PyObject*, PyObject*> paths_;  // code (owned) -> interned path or null
+    std::vector<PyObject*> owned_;                    // every str the table holds, one reference each
+    std::unordered_map<CodeKey, int, CodeKeyHash> by_code_;
+    std::unordered_map<std::vector<UserFrame>, int, FramesHash> by_frames_;
+};
+
+}  // namespace streamrace

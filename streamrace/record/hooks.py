@@ -1,0 +1,513 @@
+"""The recorder's hooks: what runs at every op, allocation, free and CUDA event.
+
+Two implementations with one interface and the same events:
+
+* the **native hooks** (csrc/recorder/, loaded by streamrace/record/native.py): a C++
+  RecordFunction callback for every op and C++ ``torch.cuda._gpu_trace`` callbacks, keeping
+  compact records until they are drained: what makes recording cheap enough to leave on;
+* the **Python hooks** here: a ``TorchDispatchMode`` and Python callbacks, the reference the
+  native hooks are tested against (tests/test_native_hooks.py, tests/gpu/), and the fallback
+  where the native hooks cannot be built.
+
+Both own the bookkeeping the hot path needs: the sequence counter every event draws from, the
+streams seen, which stream captures into which graph, which capture each CUDA event's latest
+record is in, the user stacks, and how many nodes of each capture graph a recorded launch has
+claimed. They emit trace events (dicts) with two internal fields the Recorder takes off:
+``_graph``, the capture an alloc or op happened in, and ``_nodes``, the ``[first, end)`` graph
+nodes an op created. Frees carry no stream and allocs a placeholder size: the Recorder fills
+those in from the allocation history.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from streamrace.record.op_accesses import op_accesses
+from streamrace.record.stacks import StackTable
+
+GPU_TRACE_REGISTRIES = (
+    "MemoryAllocationCallbacks",
+    "MemoryDeallocationCallbacks",
+    "EventCreationCallbacks",
+    "EventDeletionCallbacks",
+    "EventRecordCallbacks",
+    "EventWaitCallbacks",
+    "StreamSynchronizationCallbacks",
+    "EventSynchronizationCallbacks",
+    "DeviceSynchronizationCallbacks",
+)
+_HOOK_NAMES = (
+    "on_alloc",
+    "on_free",
+    "on_event_create",
+    "on_event_delete",
+    "on_event_record",
+    "on_event_wait",
+    "on_stream_sync",
+    "on_event_sync",
+    "on_device_sync",
+)
+
+
+class Hooks(Protocol):
+    """What the Recorder asks of either set of hooks."""
+
+    kind: str  # "native" or "python"
+    callbacks: dict[str, Callable[..., None]]  # torch.cuda._gpu_trace registry -> callback
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def next_seq(self) -> int: ...
+    def peek_seq(self) -> int: ...
+    def stack(self) -> int: ...  # the user stack here, -1 for none
+    def see_stream(self, stream: int, device: int) -> None: ...
+    def begin_capture(self, graph: int, stream: int, handle: int) -> None: ...
+    def end_capture(self, graph: int) -> None: ...
+    def capture_streams(self, graph: int) -> list[int]: ...
+    def open_graphs(self) -> list[int]: ...
+    def nodes_seen(self, graph: int) -> int: ...
+    def set_nodes_seen(self, graph: int, seen: int) -> None: ...
+    def begin_launch(self) -> tuple[int, int | None, int]: ...  # (stack, graph or None, first node)
+    def end_launch(self) -> None: ...
+    def drain(self) -> list[dict[str, Any]]: ...
+    def release_python(self) -> None: ...
+
+
+def _is_cuda_tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_cuda
+
+
+_OP_NAMES: dict[Any, str] = {}
+
+
+def op_name(func: Any) -> str:
+    """``aten::add.Tensor``: the schema name with its overload, as reports show it."""
+    name = _OP_NAMES.get(func)
+    if name is None:
+        overload = func._overloadname
+        name = _OP_NAMES[func] = func._schema.name + (f".{overload}" if overload != "default" else "")
+    return name
+
+
+def _op_device(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """The device an op runs on: that of its first CUDA tensor argument."""
+    for value in itertools.chain(args, kwargs.values()):
+        items = value if isinstance(value, (list, tuple)) else (value,)
+        for item in items:
+            if _is_cuda_tensor(item):
+                return item.device.index
+    return torch.cuda.current_device()
+
+
+_RECORD_STREAM = torch.ops.aten.record_stream.default
+
+
+class _OpMode(TorchDispatchMode):
+    """Records every aten op on CUDA tensors; never changes what the op does."""
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        # Stay out of torch.compile's tracing (which would otherwise refuse to compile under a
+        # dispatch mode) and see the compiled artifact's ops when it runs.
+        return True
+
+    def __init__(self, hooks: PythonHooks) -> None:
+        super().__init__()
+        self.hooks = hooks
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+        kwargs = kwargs or {}
+        hooks = self.hooks
+        before = hooks.guard("op", hooks.before_op)
+        hooks.depth += 1
+        try:
+            outputs = func(*args, **kwargs)
+        finally:
+            hooks.depth -= 1
+            hooks.op_stack = -1
+        hooks.guard("op", hooks.on_op, func, args, kwargs, outputs, before)
+        return outputs
+
+
+class _Capture:
+    __slots__ = ("handle", "open", "seen")
+
+    def __init__(self, handle: int, seen: int) -> None:
+        self.handle, self.seen, self.open = handle, seen, True
+
+
+class PythonHooks:
+    """The reference hooks: a TorchDispatchMode and Python ``_gpu_trace`` callbacks."""
+
+    kind = "python"
+
+    def __init__(
+        self,
+        *,
+        eager_ops: bool,
+        stack_depth: int,
+        max_walk: int,
+        shown_path: Callable[[Any], str | None],
+        catch_up: Callable[[], None],
+        node_count: Callable[[int], int],
+    ) -> None:
+        self.eager_ops = eager_ops
+        self._catch_up = catch_up
+        self._node_count = node_count
+        self._seq = 0
+        self._records: list[dict[str, Any]] = []
+        self._stacks = StackTable(self._emit, depth=stack_depth, max_walk=max_walk, shown_path=shown_path)
+        self._streams: set[int] = set()
+        self._captures: dict[int, _Capture] = {}
+        self._capturing: dict[int, int] = {}  # stream -> graph it captures into
+        self._event_capture: dict[int, int] = {}  # event -> graph its latest record is in
+        self._errors = 0
+        self._mode: _OpMode | None = None
+        self.depth = 0  # ops and launches in flight: nodes created meanwhile are theirs
+        self.op_stack = -1  # the stack of the op in flight, shared by what it allocates
+        self.callbacks = {r: self._callback(r, n) for r, n in zip(GPU_TRACE_REGISTRIES, _HOOK_NAMES, strict=True)}
+
+    # -- shared bookkeeping --------------------------------------------------------------------
+    def _emit(self, ev: str, **fields: Any) -> dict[str, Any]:
+        event = {"seq": self._seq, "ev": ev}
+        self._seq += 1
+        event.update((k, v) for k, v in fields.items() if v is not None)
+        self._records.append(event)
+        return event
+
+    def next_seq(self) -> int:
+        seq = self._seq
+        self._seq += 1
+        return seq
+
+    def peek_seq(self) -> int:
+        return self._seq
+
+    def stack(self) -> int:
+        # Frames of streamrace itself are library frames: the walk passes them by.
+        stack = self._stacks.capture(2)
+        return -1 if stack is None else stack
+
+    def _stack_field(self, stack: int) -> int | None:
+        return None if stack < 0 else stack
+
+    def see_stream(self, stream: int, device: int) -> None:
+        if stream not in self._streams:
+            self._streams.add(stream)
+            self._emit("stream", stream=stream, device=device)
+
+    def _current_stream(self, device: int) -> int:
+        stream = torch._C._cuda_getCurrentRawStream(device)
+        self.see_stream(stream, device)
+        return stream
+
+    def begin_capture(self, graph: int, stream: int, handle: int) -> None:
+        self._captures[graph] = _Capture(handle, max(self._node_count(handle), 0) if handle else 0)
+        self._capturing[stream] = graph
+
+    def end_capture(self, graph: int) -> None:
+        if graph in self._captures:
+            self._captures[graph].open = False
+        for stream in [s for s, g in self._capturing.items() if g == graph]:
+            del self._capturing[stream]
+
+    def capture_streams(self, graph: int) -> list[int]:
+        return sorted(s for s, g in self._capturing.items() if g == graph)
+
+    def open_graphs(self) -> list[int]:
+        return sorted(g for g, c in self._captures.items() if c.open)
+
+    def nodes_seen(self, graph: int) -> int:
+        capture = self._captures.get(graph)
+        return capture.seen if capture is not None else 0
+
+    def set_nodes_seen(self, graph: int, seen: int) -> None:
+        capture = self._captures.get(graph)
+        if capture is not None:
+            capture.seen = max(capture.seen, seen)
+
+    def drain(self) -> list[dict[str, Any]]:
+        records, self._records = self._records, []
+        return records
+
+    def release_python(self) -> None:
+        self._catch_up = _nothing
+
+    def guard(self, where: str, hook: Callable[..., Any], *args: Any) -> Any:
+        """Run a hook; its failure becomes a recorder_error, never the program's exception."""
+        try:
+            return hook(*args)
+        except Exception as exc:  # the user's program must go on
+            if self._errors < 100:
+                self._errors += 1
+                self._emit("recorder_error", message=f"{type(exc).__name__}: {exc}", where=where)
+            return None
+
+    def _any_open(self) -> bool:
+        return bool(self._capturing)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._mode = _OpMode(self)
+        self._mode.__enter__()
+
+    def stop(self) -> None:
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self._mode = None
+
+    # -- ops -----------------------------------------------------------------------------------
+    def before_op(self) -> tuple[int, int] | None:
+        """The capture of the current stream and its nodes claimed so far, to attribute the
+        nodes the op creates; the op's stack is taken here, shared with its allocations."""
+        if not (self._any_open() or self.eager_ops) or self.depth:
+            return None
+        self.op_stack = self.stack()
+        if not self._any_open():
+            return None
+        self._catch_up()
+        graph = self._capturing.get(torch._C._cuda_getCurrentRawStream(torch.cuda.current_device()))
+        if graph is None or not self._captures[graph].handle:
+            return None
+        return graph, self._captures[graph].seen
+
+    def on_op(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any, before: tuple[int, int] | None
+    ) -> None:
+        if not self._any_open() and not self.eager_ops:
+            return
+        stack = self.op_stack
+        if func is _RECORD_STREAM:
+            self._record_stream(*args, stack=stack)
+            return
+        reads, writes = op_accesses(func, args, kwargs, outputs, _is_cuda_tensor)
+        if not reads and not writes:
+            return
+        device = _op_device(args, kwargs)
+        stream = self._current_stream(device)
+        graph = self._capturing.get(stream)
+        if graph is None and not self.eager_ops:
+            return
+        nodes = None
+        if before is not None and before[0] == graph:
+            end = self._node_count(self._captures[graph].handle)
+            nodes = (before[1], end)
+            self.set_nodes_seen(graph, end)
+        self._emit(
+            "op",
+            op=op_name(func),
+            stream=stream,
+            device=device,
+            reads=reads,
+            writes=writes,
+            stack=self._stack_field(stack),
+            _graph=graph if nodes is not None else None,
+            _nodes=nodes,
+        )
+
+    def _record_stream(self, tensor: torch.Tensor, stream: Any, stack: int) -> None:
+        """``t.record_stream(s)`` launches nothing; it tells the allocator about a block's users."""
+        if not tensor.is_cuda:
+            return
+        raw = torch.cuda.Stream(
+            stream_id=stream.stream_id, device_index=stream.device_index, device_type=stream.device_type
+        ).cuda_stream
+        addr = tensor.untyped_storage().data_ptr()
+        device = tensor.device.index
+        self.see_stream(raw, device)
+        self._emit("record_stream", addr=addr, stream=raw, device=device, stack=self._stack_field(stack))
+
+    # -- launches the recorder sees in Python (Triton) ------------------------------------------
+    def begin_launch(self) -> tuple[int, int | None, int]:
+        self.op_stack = stack = self.stack()
+        self.depth += 1
+        self._catch_up()
+        graph = self._capturing.get(torch._C._cuda_getCurrentRawStream(torch.cuda.current_device()))
+        if graph is None or not self._captures[graph].handle:
+            return stack, None, 0
+        return stack, graph, self._captures[graph].seen
+
+    def end_launch(self) -> None:
+        self.depth = max(self.depth - 1, 0)
+        self.op_stack = -1
+
+    # -- torch.cuda._gpu_trace callbacks ----------------------------------------------------------
+    def _callback(self, registry: str, name: str) -> Callable[..., None]:
+        hook = getattr(self, "_" + name)
+        where = {
+            "MemoryAllocationCallbacks": "memory allocation",
+            "MemoryDeallocationCallbacks": "memory deallocation",
+            "EventCreationCallbacks": "event creation",
+            "EventDeletionCallbacks": "event deletion",
+            "EventRecordCallbacks": "event record",
+            "EventWaitCallbacks": "event wait",
+            "StreamSynchronizationCallbacks": "stream synchronization",
+            "EventSynchronizationCallbacks": "event synchronization",
+            "DeviceSynchronizationCallbacks": "device synchronization",
+        }[registry]
+
+        def callback(*args: Any) -> None:
+            self.guard(where, hook, *args)
+
+        return callback
+
+    def _op_stack(self) -> int:
+        """An allocation or free inside an op shares the op's stack; elsewhere it has its own."""
+        if self.depth and self.op_stack >= 0:
+            return self.op_stack
+        return self.stack()
+
+    def _on_alloc(self, ptr: int) -> None:
+        device = torch.cuda.current_device()
+        stream = self._current_stream(device)
+        stack = self._op_stack()
+        graph = self._capturing.get(stream)
+        self._emit(
+            "alloc", addr=ptr, size=1, stream=stream, device=device, stack=self._stack_field(stack), _graph=graph
+        )
+
+    def _on_free(self, ptr: int) -> None:
+        if self._any_open() and not self.depth:
+            self._catch_up()
+        device = torch.cuda.current_device()
+        self._emit("free", addr=ptr, device=device, stack=self._stack_field(self._op_stack()))
+
+    def _on_event_create(self, event: int) -> None:
+        self._emit("event_create", event=event)
+
+    def _on_event_delete(self, event: int) -> None:
+        self._event_capture.pop(event, None)
+        self._emit("event_delete", event=event)
+
+    def _on_event_record(self, event: int, stream: int) -> None:
+        graph = self._capturing.get(stream)
+        if graph is None:
+            self._event_capture.pop(event, None)
+        else:
+            self._event_capture[event] = graph
+        if self._any_open():
+            self._catch_up()
+        self.see_stream(stream, torch.cuda.current_device())
+        self._emit("event_record", event=event, stream=stream, stack=self._stack_field(self.stack()))
+
+    def _on_event_wait(self, event: int, stream: int) -> None:
+        self.see_stream(stream, torch.cuda.current_device())
+        if self._any_open():
+            self._catch_up()
+        self._emit("event_wait", event=event, stream=stream, stack=self._stack_field(self.stack()))
+        # Waiting on an event recorded in an open capture joins the capture, as in CUDA.
+        source = self._event_capture.get(event)
+        if source is not None and self._captures[source].open and stream not in self._capturing:
+            self._capturing[stream] = source
+
+    def _on_stream_sync(self, stream: int) -> None:
+        self.see_stream(stream, torch.cuda.current_device())
+        self._emit("stream_sync", stream=stream)
+
+    def _on_event_sync(self, event: int) -> None:
+        self._emit("event_sync", event=event)
+
+    def _on_device_sync(self) -> None:
+        self._emit("device_sync", device=torch.cuda.current_device())
+
+
+def _nothing() -> None:
+    return None
+
+
+class NativeHooks:
+    """The native hooks (csrc/recorder/), with the interface of PythonHooks."""
+
+    kind = "native"
+
+    def __init__(
+        self,
+        module: Any,
+        *,
+        eager_ops: bool,
+        stack_depth: int,
+        max_walk: int,
+        shown_path: Callable[[Any], str | None],
+        catch_up: Callable[[], None],
+        device_type: int = 1,  # c10::DeviceType::CUDA; the CPU (0) for tests
+    ) -> None:
+        self._native = module.Hooks(eager_ops, device_type, stack_depth, max_walk, shown_path, _raw_stream, catch_up)
+        self.callbacks = {r: getattr(module, n) for r, n in zip(GPU_TRACE_REGISTRIES, _HOOK_NAMES, strict=True)}
+        for name in (
+            "start",
+            "stop",
+            "next_seq",
+            "peek_seq",
+            "stack",
+            "see_stream",
+            "begin_capture",
+            "end_capture",
+            "capture_streams",
+            "open_graphs",
+            "nodes_seen",
+            "set_nodes_seen",
+            "begin_launch",
+            "end_launch",
+            "drain",
+            "release_python",
+        ):
+            setattr(self, name, getattr(self._native, name))
+
+
+def _raw_stream(device_type: int, device_index: int, stream_id: int) -> int:
+    """A torch stream id as its raw handle (cudaStream_t), asked once per stream by the native
+    hooks; the CPU's one stream is 0."""
+    if device_type != 1:
+        return 0
+    return torch.cuda.Stream(stream_id=stream_id, device_index=device_index, device_type=device_type).cuda_stream
+
+
+def make_hooks(
+    choice: str,
+    *,
+    eager_ops: bool,
+    stack_depth: int,
+    max_walk: int,
+    shown_path: Callable[[Any], str | None],
+    catch_up: Callable[[], None],
+    node_count: Callable[[int], int],
+) -> tuple[Hooks, str | None]:
+    """The hooks to record with (``choice``: auto, native or python), and why the native ones
+    are not used where they could have been."""
+    from streamrace.record import native
+
+    if choice != "python":
+        try:
+            module = native.load()
+        except native.NativeUnavailable as exc:
+            if choice == "native":
+                raise
+            print(f"streamrace: native recorder unavailable ({exc}); recording with the Python hooks", file=sys.stderr)
+            reason = str(exc)
+        else:
+            hooks = NativeHooks(
+                module,
+                eager_ops=eager_ops,
+                stack_depth=stack_depth,
+                max_walk=max_walk,
+                shown_path=shown_path,
+                catch_up=catch_up,
+            )
+            return hooks, None
+    else:
+        reason = None
+    python = PythonHooks(
+        eager_ops=eager_ops,
+        stack_depth=stack_depth,
+        max_walk=max_walk,
+        shown_path=shown_path,
+        catch_up=catch_up,
+        node_count=node_count,
+    )
+    return python, reason

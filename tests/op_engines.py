@@ -1,0 +1,86 @@
+"""The two ways the recorder sees ops, run on CPU tensors so that CI can compare them.
+
+* ``python_ops``: a TorchDispatchMode with ``op_accesses``, what the Python hooks record;
+* ``native_ops``: the native hooks (csrc/recorder/), tracking the CPU instead of CUDA.
+
+Both return ``(op, reads, writes)`` for every op that touches bytes, in program order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from streamrace.record import native
+from streamrace.record.hooks import NativeHooks, op_name
+from streamrace.record.op_accesses import op_accesses
+from streamrace.record.stacks import UserCode
+
+CPU = 0  # c10::DeviceType::CPU
+
+Op = tuple[str, list[dict[str, Any]], list[dict[str, Any]]]
+
+
+class _Accesses(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[Op] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        reads, writes = op_accesses(func, args, kwargs, out, lambda t: isinstance(t, torch.Tensor))
+        if reads or writes:
+            self.ops.append((op_name(func), reads, writes))
+        return out
+
+
+def python_ops(fn: Callable[[], object]) -> list[Op]:
+    mode = _Accesses()
+    with mode:
+        fn()
+    return mode.ops
+
+
+def native_module() -> Any:
+    """The built native hooks, or a skip saying why not (CI insists they build: .ci/run)."""
+    try:
+        return native.load()
+    except native.NativeUnavailable as exc:
+        pytest.skip(f"native hooks unavailable: {exc}")
+
+
+def cpu_hooks(shown_path: Callable[[Any], str | None] | None = None, catch_up: Callable[[], None] = lambda: None):
+    """Native hooks recording every op on CPU tensors (there is no capture on the CPU)."""
+    return NativeHooks(
+        native_module(),
+        eager_ops=True,
+        stack_depth=6,
+        max_walk=48,
+        shown_path=shown_path or UserCode().shown_path,
+        catch_up=catch_up,
+        device_type=CPU,
+    )
+
+
+def native_events(fn: Callable[[], object], **options: Any) -> list[dict[str, Any]]:
+    hooks = cpu_hooks(**options)
+    hooks.start()
+    try:
+        fn()
+    finally:
+        hooks.stop()
+        events = hooks.drain()
+        hooks.release_python()
+    return events
+
+
+def native_ops(fn: Callable[[], object]) -> list[Op]:
+    return [(e["op"], e["reads"], e["writes"]) for e in native_events(fn) if e["ev"] == "op"]
+
+
+ENGINES = {"python": python_ops, "native": native_ops}

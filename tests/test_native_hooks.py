@@ -1,0 +1,232 @@
+"""The native hooks (csrc/recorder/) on CPU tensors: the same ops and byte ranges as the Python
+reference, stacks at the user's line, the callbacks' bookkeeping, failures kept in the trace.
+
+On the GPU, tests/gpu/test_hooks_gpu.py records whole captures with both sets of hooks and
+compares the traces."""
+
+from __future__ import annotations
+
+import inspect
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from op_engines import cpu_hooks, native_events, native_module, python_ops  # noqa: E402
+
+from streamrace.record import native  # noqa: E402
+
+
+class _Custom:
+    """Custom ops, as serving engines register them: one composite, one with its own kernel."""
+
+    lib = torch.library.Library("streamrace_test_hooks", "DEF")
+    lib.define("fused_gelu(Tensor x) -> Tensor")
+    lib.define("scale_(Tensor(a!) x, float factor) -> Tensor(a!)")
+    lib.impl("fused_gelu", lambda x: torch.nn.functional.gelu(x) * 2, "CompositeImplicitAutograd")
+    lib.impl("scale_", lambda x, factor: x.mul_(factor), "CPU")
+
+
+def _program(t: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """Many kinds of op: composites, views, in-place, out=, index writes, lists, modes."""
+    a, w, b, idx = t["a"], t["w"], t["b"], t["idx"]
+    out = [torch.nn.functional.linear(a, w, b)]
+    out.append((a @ w.t()).softmax(-1))
+    out.append(torch.cat([out[0], out[1]], 1))
+    out[-1].add_(1)
+    torch.add(a, a, out=t["out"])
+    out.append(a.to(torch.float64).contiguous())
+    out.append(torch.nn.functional.layer_norm(a, (a.shape[1],)))
+    dest = torch.zeros(8, a.shape[1])
+    dest.index_copy_(0, idx, a[: len(idx)])
+    dest[idx] = 3.0  # index_put_
+    out.append(dest.T.contiguous())
+    out.extend(torch.split(a, 3))
+    out.append(torch.where(a > 0, a, torch.zeros_like(a)).masked_fill_(a < -1, 0.5))
+    out.append(torch.einsum("ij,kj->ik", a, w))
+    out.append(torch.stack([a, a]).sum(0).cumsum(1))
+    out.append(torch.ops.streamrace_test_hooks.fused_gelu(a))
+    out.append(torch.ops.streamrace_test_hooks.scale_(a.clone(), 0.5))
+    with torch.no_grad():
+        out.append(torch.nn.functional.linear(a, w) * 2)
+    with torch.inference_mode():
+        out.append((a @ w.t()).softmax(-1))
+    return out
+
+
+def _training_step(t: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """Autograd: the forward ops, the backward's, the gradient's accumulation."""
+    leaf = t["w"].clone().requires_grad_()
+    for _ in range(2):
+        (t["a"] @ leaf.t()).relu().sum().backward()
+    model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.LayerNorm(8))
+    torch.manual_seed(0)
+    model(t["a"]).square().mean().backward()
+    return [leaf.grad, *(p.grad for p in model.parameters())]
+
+
+def _inputs() -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    return {
+        "a": torch.randn(6, 16, generator=gen),
+        "w": torch.randn(32, 16, generator=gen),
+        "b": torch.randn(32, generator=gen),
+        "idx": torch.tensor([0, 2, 5]),
+        "out": torch.empty(0),
+    }
+
+
+def _shape_of(ops: list[tuple[str, list, list]]) -> list[tuple]:
+    """What two runs have in common: op names and the shapes of what each touched."""
+
+    def shapes(ranges: list[dict]) -> list[tuple]:
+        return [(r.get("shape"), r.get("stride"), r.get("itemsize")) for r in ranges]
+
+    return [(name, shapes(reads), shapes(writes)) for name, reads, writes in ops]
+
+
+def test_native_and_python_hooks_record_the_same_ops():
+    native_module()
+    inputs = _inputs()
+    outputs = {}
+    # One execution seen by both at once: the same tensors, so the same addresses.
+    events = native_events(lambda: outputs.setdefault("both", python_ops(lambda: outputs.update(r=_program(inputs)))))
+    native_ops = [(e["op"], e["reads"], e["writes"]) for e in events if e["ev"] == "op"]
+    reference = outputs["both"]
+    assert len(native_ops) >= 25
+    assert [op[0] for op in native_ops] == [op[0] for op in reference]
+    assert native_ops == reference
+    names = {op[0] for op in native_ops}
+    assert {"aten::addmm", "aten::mm", "aten::index_put_", "streamrace_test_hooks::scale_"} <= names
+    assert "aten::linear" not in names or "aten::matmul" in names, "composites only where autograd is off"
+    assert "streamrace_test_hooks::fused_gelu" not in names, "a composite custom op is seen in parts"
+
+    # Alone, the native hooks see the same ops, and the program computes the same values.
+    alone, fresh = {}, _inputs()
+    events = native_events(lambda: alone.update(r=_program(fresh)))
+    assert _shape_of([(e["op"], e["reads"], e["writes"]) for e in events if e["ev"] == "op"]) == _shape_of(reference)
+    plain = _program(_inputs())
+    assert all(torch.equal(x, y) for x, y in zip(plain, alone["r"], strict=True))
+
+
+def test_native_and_python_hooks_record_the_same_training_step():
+    # Separate runs: under a TorchDispatchMode, autograd's TLS snapshot changes what nests in
+    # what, so the two cannot watch one autograd execution together; shapes must agree.
+    native_module()
+    first, second = _inputs(), _inputs()
+    reference = python_ops(lambda: _training_step(first))
+    result = {}
+    events = native_events(lambda: result.update(grads=_training_step(second)))
+    ops = [(e["op"], e["reads"], e["writes"]) for e in events if e["ev"] == "op"]
+    assert _shape_of(ops) == _shape_of(reference)
+    assert {"aten::threshold_backward", "aten::add_.Tensor", "aten::native_layer_norm_backward"} <= {o[0] for o in ops}
+    assert all(torch.equal(x, y) for x, y in zip(_training_step(_inputs()), result["grads"], strict=True))
+
+
+def test_op_stacks_point_at_the_users_line():
+    a = torch.ones(4)
+
+    def user_code():
+        torch.add(a, a)
+        torch.add(a, a)
+        return torch.mul(a, a)
+
+    first = inspect.getsourcelines(user_code)[1] + 1
+    events = native_events(lambda: (user_code(), user_code()))
+    stacks = {e["id"]: e for e in events if e["ev"] == "stack"}
+    ops = [e for e in events if e["ev"] == "op"]
+    assert [stacks[op["stack"]]["frames"][0][1] for op in ops] == [first, first + 1, first + 2] * 2
+    assert all(stacks[op["stack"]]["seq"] < op["seq"] for op in ops), "a stack is defined before its use"
+    assert len(stacks) == 3, "one entry per distinct stack"
+    top = stacks[ops[0]["stack"]]["frames"][0]
+    assert top == ["tests/test_native_hooks.py", first, "user_code"]
+    assert not any("torch" in f[0] or "streamrace/" in f[0] for s in stacks.values() for f in s["frames"])
+
+
+def test_ops_on_every_thread_are_recorded():
+    a = torch.ones(4)
+    hooks = cpu_hooks()
+    hooks.start()
+    try:
+        worker = threading.Thread(target=lambda: torch.add(a, a))
+        worker.start()
+        worker.join()
+    finally:
+        hooks.stop()
+    [op] = [e for e in hooks.drain() if e["ev"] == "op"]
+    assert op["op"] == "aten::add.Tensor" and "stack" in op, "the thread's own Python stack"
+
+
+def test_callbacks_keep_the_capture_bookkeeping():
+    module = native_module()
+    hooks = cpu_hooks()
+    hooks.start()
+    try:
+        hooks.begin_capture(1, 0, 0)
+        module.on_alloc(0x1000)
+        module.on_event_create(7)
+        module.on_event_record(7, 0)  # recorded on the capturing stream...
+        module.on_event_wait(7, 0x77)  # ...so waiting on it joins stream 0x77 to the capture
+        assert hooks.capture_streams(1) == [0, 0x77] and hooks.open_graphs() == [1]
+        module.on_free(0x1000)
+        module.on_event_delete(7)
+        hooks.end_capture(1)
+        assert hooks.capture_streams(1) == [] and hooks.open_graphs() == []
+        module.on_alloc(0x2000)
+        module.on_stream_sync(0x77)
+        module.on_device_sync()
+    finally:
+        hooks.stop()
+    events = hooks.drain()
+    kinds = [e["ev"] for e in events if e["ev"] not in ("stack", "stream")]
+    assert kinds == [
+        "alloc",
+        "event_create",
+        "event_record",
+        "event_wait",
+        "free",
+        "event_delete",
+        "alloc",
+        "stream_sync",
+        "device_sync",
+    ]
+    seqs = [e["seq"] for e in events]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    allocs = [e for e in events if e["ev"] == "alloc"]
+    assert allocs[0]["_graph"] == 1 and "_graph" not in allocs[1], "only the first was in the capture"
+    assert [e["stream"] for e in events if e["ev"] == "stream"] == [0, 0x77], "each stream once"
+    assert hooks.next_seq() == seqs[-1] + 1 == hooks.peek_seq() - 1
+
+
+def test_a_failing_hook_is_recorded_and_the_program_goes_on():
+    def broken(code):
+        raise RuntimeError("simulated recorder bug")
+
+    a, b = torch.ones(4), torch.full((4,), 2.0)
+    results = []
+    events = native_events(lambda: results.extend(torch.add(a, b) for _ in range(150)), shown_path=broken)
+    assert all(torch.equal(r, torch.full((4,), 3.0)) for r in results) and len(results) == 150
+    errors = [e for e in events if e["ev"] == "recorder_error"]
+    assert errors[0]["where"] == "op" and errors[0]["message"] == "RuntimeError: simulated recorder bug"
+    assert len(errors) == 100, "a broken recorder reports, and stops reporting"
+
+
+def test_one_recording_at_a_time():
+    first, second = cpu_hooks(), cpu_hooks()
+    first.start()
+    try:
+        with pytest.raises(RuntimeError, match="already recording"):
+            second.start()
+    finally:
+        first.stop()
+    second.start()  # the first one's stop freed the slot
+    second.stop()
+
+
+def test_the_hooks_choice_is_checked(monkeypatch):
+    monkeypatch.setenv(native.ENV_HOOKS, "fast")
+    with pytest.raises(native.NativeUnavailable, match="STREAMRACE_HOOKS='fast': expected one of auto, native, python"):
+        native.hooks_choice()
+    monkeypatch.setenv(native.ENV_HOOKS, "python")
+    assert native.hooks_choice() == "python"
