@@ -53,14 +53,23 @@ class DeepDecoder:
         return x
 
 
-def capture(model: DeepDecoder, x: torch.Tensor, loc: torch.Tensor, stream: torch.cuda.Stream, pool) -> tuple:
+PHASES: dict[str, list[float]] = {}  # --breakdown: config -> [body, end] seconds, summed
+
+
+def capture(
+    model: DeepDecoder, x: torch.Tensor, loc: torch.Tensor, stream: torch.cuda.Stream, pool, phase: str | None = None
+) -> tuple:
     """One capture, timed from the first captured op to the instantiated graph."""
     graph = torch.cuda.CUDAGraph()
     torch.cuda.synchronize()
     start = time.perf_counter()
     with torch.cuda.graph(graph, pool=pool, stream=stream):
         out = model.forward(x, loc)
-    return time.perf_counter() - start, graph, out
+        body = time.perf_counter()
+    end = time.perf_counter()
+    if phase is not None:
+        PHASES.setdefault(phase, []).append((body - start, end - body))
+    return end - start, graph, out
 
 
 def replay_time(graph: torch.cuda.CUDAGraph, replays: int) -> float:
@@ -125,11 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     graphs = {}
     ops = analysis = 0.0
     for _ in range(args.repeats):
-        elapsed, graphs["plain"], _ = capture(model, x, loc, stream, pool)
+        elapsed, graphs["plain"], _ = capture(model, x, loc, stream, pool, "plain")
         times["plain"].append(elapsed)
         for name, options in configs.items():
             with streamrace.watch(**options) as session:
-                elapsed, graph, _ = capture(model, x, loc, stream, pool)
+                elapsed, graph, _ = capture(model, x, loc, stream, pool, name)
             assert session.recorder.hooks_kind == options["hooks"] and not session.errors, session.errors
             assert session.findings == [], session.report()
             times[name].append(elapsed)
@@ -160,6 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, values in times.items():
         median = statistics.median(values)
         print(f"{name:<12}{median * 1e3:>12.2f}{median / plain:>10.2f}")
+    print(f"{'phases':<14}{'body ms':>10}{'end ms':>10}   (median of the ops and of capture_end)")
+    for name, values in PHASES.items():
+        body = statistics.median(v[0] for v in values)
+        end = statistics.median(v[1] for v in values)
+        print(f"{name:<14}{body * 1e3:>10.2f}{end * 1e3:>10.2f}")
     base = statistics.median(replays["plain"])
     print(f"{'replay':<12}{'median us':>12}{'ratio':>10}")
     for name, values in replays.items():

@@ -164,3 +164,16 @@ def test_user_stack_skips_library_frames():
     frames = emitted[0]["frames"]
     assert frames[0][0] == "tests/test_record_cpu.py" and frames[0][2] == "user_code"
     assert not any("torch" in f[0] or "streamrace/" in f[0] for f in frames)
+
+
+def test_launches_own_the_nodes_since_the_previous_claim():
+    from streamrace.record.capture_nodes import CaptureNodes
+
+    handles = [100, 101, 102, 103, 104, 105, 106]
+    nodes = CaptureNodes(handle=1, base=1)  # node 0 was there before the first launch
+    invisible = {"seq": 5, "ev": "kernel"}
+    nodes.claim_kernel(invisible, 1)
+    graph = [{"id": i, "type": "empty"} for i in range(len(handles))]  # no parameters to read
+    claims = [(7, 103, True), (9, 102, True), (11, 106, True)]  # seq 9 launched nothing new
+    nodes.snapshot(handles, graph, claims)
+    assert [n.get("op") for n in graph] == [None, 5, 7, 7, 11, 11, 11]

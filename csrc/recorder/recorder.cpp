@@ -32,6 +32,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <tuple>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -73,18 +74,23 @@ struct Record {
     int64_t stream = -1;
     int32_t device = -1;
     int32_t stack = -1;
-    int32_t graph = 0;  // the capture an alloc or op happened in; 0: none
+    int32_t graph = 0;  // the capture an alloc happened in; 0: none
     int32_t text = -1;  // op name or error message, an index into texts_
     int32_t where = -1;
-    int64_t first_node = -1, end_node = -1;  // nodes an op created: [first, end)
     uint32_t ranges = 0;                     // reads then writes, from ranges_[ranges]
     uint32_t reads = 0, writes = 0;
 };
 
+struct Claim {
+    int64_t seq;
+    int64_t node;  // the launch's stream frontier when it ended: its last node
+    bool trusted;
+};
+
 struct Capture {
     int64_t handle = 0;  // the capture graph (cudaGraph_t), 0 where it cannot be read
-    int64_t seen = 0;    // nodes so far attributed to a recorded launch
     bool open = true;
+    std::vector<Claim> claims;  // the recorded launches' nodes, in seq order
 };
 
 struct StreamKey {
@@ -99,24 +105,38 @@ struct StreamKeyHash {
     }
 };
 
-// cuGraphGetNodes, looked up in the driver the program already loaded: a node count taken
-// around every op delimits the nodes that op added to the capture graph.
-using GetNodes = int (*)(void* graph, void* nodes, size_t* count);
+// A capturing stream's frontier: the nodes its next launch will depend on. A launch on the
+// stream makes its node the whole frontier, so comparing frontiers tells whether something
+// launched, in constant time (counting the graph's nodes walks the whole graph).
+// cuStreamGetCaptureInfo_v2 is the CUDA 12 signature, which CUDA 13 drivers still export.
+using GetCaptureInfo = int (*)(void* stream, int* status, uint64_t* id, void** graph, void* const** deps,
+                               size_t* count);
+using Frontier = c10::SmallVector<int64_t, 4>;
 
-GetNodes driver_get_nodes() {
-    static GetNodes fn = [] {
+GetCaptureInfo driver_capture_info() {
+    static GetCaptureInfo fn = [] {
         void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-        return lib != nullptr ? reinterpret_cast<GetNodes>(dlsym(lib, "cuGraphGetNodes")) : nullptr;
+        return lib != nullptr ? reinterpret_cast<GetCaptureInfo>(dlsym(lib, "cuStreamGetCaptureInfo_v2")) : nullptr;
     }();
     return fn;
 }
 
-int64_t node_count(int64_t handle) {
-    if (handle == 0) return -1;
-    GetNodes fn = driver_get_nodes();
+Frontier frontier(int64_t stream) {
+    Frontier nodes;
+    GetCaptureInfo fn = driver_capture_info();
+    if (fn == nullptr) return nodes;
+    int status = 0;
+    uint64_t id = 0;
+    void* graph = nullptr;
+    void* const* deps = nullptr;
     size_t count = 0;
-    if (fn == nullptr || fn(reinterpret_cast<void*>(handle), nullptr, &count) != 0) return -1;
-    return static_cast<int64_t>(count);
+    if (fn(reinterpret_cast<void*>(stream), &status, &id, &graph, &deps, &count) != 0 || status != 1) return nodes;
+    for (size_t i = 0; i < count; ++i) nodes.push_back(reinterpret_cast<int64_t>(deps[i]));
+    return nodes;
+}
+
+bool subset(const Frontier& a, const Frontier& b) {
+    return std::all_of(a.begin(), a.end(), [&](int64_t n) { return std::find(b.begin(), b.end(), n) != b.end(); });
 }
 
 // One op in flight on this thread, from its RecordFunction's start to its end.
@@ -126,9 +146,9 @@ struct OpFrame {
     const SchemaPlan* plan = nullptr;
     int32_t device = 0;
     int32_t stack = -1;
-    int32_t graph = 0;  // the capture of its stream when it began
-    int64_t handle = 0;
-    int64_t first_node = -1;
+    int32_t graph = 0;  // the capture of its stream when it began (0: none, or not readable)
+    int64_t stream = 0;
+    Frontier before;  // the stream's frontier when it began
     // What it reads is described when it begins; what it writes, when it ends (an out= tensor
     // may be resized by the op), so written tensors are held while it runs, as its caller
     // holds them anyway.
@@ -212,10 +232,11 @@ class State {
     }
 
     void begin_capture(int32_t graph, int64_t stream, int64_t handle) {
-        int64_t seen = handle != 0 ? std::max<int64_t>(node_count(handle), 0) : 0;
+        Frontier now = handle != 0 ? frontier(stream) : Frontier();
         std::lock_guard<std::mutex> lock(mutex_);
-        captures_[graph] = Capture{handle, seen, true};
+        captures_[graph] = Capture{handle, true, {}};
         capturing_[stream] = graph;
+        if (handle != 0) known_[stream] = now;
     }
 
     void end_capture(int32_t graph) {
@@ -223,18 +244,18 @@ class State {
         auto it = captures_.find(graph);
         if (it != captures_.end()) it->second.open = false;
         for (auto s = capturing_.begin(); s != capturing_.end();) {
-            s = s->second == graph ? capturing_.erase(s) : std::next(s);
+            if (s->second == graph) {
+                known_.erase(s->first);
+                s = capturing_.erase(s);
+            } else {
+                ++s;
+            }
         }
     }
 
     std::vector<int64_t> capture_streams(int32_t graph) {
         std::lock_guard<std::mutex> lock(mutex_);
-        std::vector<int64_t> streams;
-        for (auto [stream, g] : capturing_) {
-            if (g == graph) streams.push_back(stream);
-        }
-        std::sort(streams.begin(), streams.end());
-        return streams;
+        return streams_of(graph);
     }
 
     std::vector<int32_t> open_graphs() {
@@ -247,16 +268,37 @@ class State {
         return graphs;
     }
 
-    int64_t nodes_seen(int32_t graph) {
+    std::vector<std::tuple<int64_t, int64_t, bool>> claims(int32_t graph) {
         std::lock_guard<std::mutex> lock(mutex_);
+        std::vector<std::tuple<int64_t, int64_t, bool>> out;
         auto it = captures_.find(graph);
-        return it == captures_.end() ? 0 : it->second.seen;
+        if (it != captures_.end()) {
+            for (const Claim& c : it->second.claims) out.emplace_back(c.seq, c.node, c.trusted);
+        }
+        return out;
     }
 
-    void set_nodes_seen(int32_t graph, int64_t seen) {
+    int64_t last_claim(int32_t graph) {
         std::lock_guard<std::mutex> lock(mutex_);
         auto it = captures_.find(graph);
-        if (it != captures_.end()) it->second.seen = std::max(it->second.seen, seen);
+        return it == captures_.end() || it->second.claims.empty() ? 0 : it->second.claims.back().node;
+    }
+
+    void claim(int32_t graph, int64_t seq, int64_t node, bool trusted) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto it = captures_.find(graph);
+        if (it != captures_.end()) it->second.claims.push_back(Claim{seq, node, trusted});
+    }
+
+    // After catching up: what every stream of the capture has launched is accounted for.
+    void refresh_frontiers(int32_t graph) {
+        std::vector<int64_t> streams = capture_streams(graph);
+        std::vector<Frontier> now;
+        for (int64_t stream : streams) now.push_back(frontier(stream));
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (size_t i = 0; i < streams.size(); ++i) {
+            if (capturing_.count(streams[i]) != 0) known_[streams[i]] = now[i];
+        }
     }
 
     void fail(const char* where, const std::string& message) {
@@ -305,23 +347,17 @@ class State {
         int64_t stream = current_stream(device);
         int32_t stack = python_stack();
         t.op_stack = stack;
-        maybe_catch_up();
-        OpFrame& frame = t.frames[index];  // Python ran above: nested ops came and went
+        int32_t graph = readable_graph(stream);
+        Frontier before = graph != 0 ? checked(stream) : Frontier();
+        OpFrame& frame = t.frames[index];  // Python may have run above: nested ops came and went
         frame.recorded = true;
         frame.plan = plan;
         frame.device = device;
         frame.stack = stack;
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            auto it = capturing_.find(stream);
-            if (it != capturing_.end()) {
-                const Capture& capture = captures_[it->second];
-                if (capture.handle != 0) {
-                    frame.graph = it->second;
-                    frame.handle = capture.handle;
-                    frame.first_node = capture.seen;
-                }
-            }
+        if (graph != 0) {
+            frame.graph = graph;
+            frame.stream = stream;
+            frame.before = std::move(before);
         }
         if (plan->record_stream) {
             if (inputs.size() >= 2 && inputs[0].isTensor() && inputs[1].isStream()) {
@@ -389,7 +425,7 @@ class State {
         if (reads.empty() && writes.empty()) return;
         int64_t stream = current_stream(frame.device);
         see_stream(stream, frame.device);
-        int64_t end_node = frame.graph != 0 ? node_count(frame.handle) : -1;
+        Frontier after = frame.graph != 0 && stream == frame.stream ? frontier(stream) : Frontier();
         std::lock_guard<std::mutex> lock(mutex_);
         auto it = capturing_.find(stream);
         int32_t graph = it != capturing_.end() ? it->second : 0;
@@ -405,14 +441,13 @@ class State {
         r.writes = static_cast<uint32_t>(writes.size());
         ranges_.insert(ranges_.end(), reads.begin(), reads.end());
         ranges_.insert(ranges_.end(), writes.begin(), writes.end());
-        if (frame.graph != 0 && frame.graph == graph && end_node >= 0) {
-            r.graph = graph;
-            r.first_node = frame.first_node;
-            r.end_node = end_node;
-            Capture& capture = captures_[graph];
-            capture.seen = std::max(capture.seen, end_node);
-        }
         append(r);
+        if (frame.graph != 0 && frame.graph == graph && stream == frame.stream) {
+            if (!after.empty() && after != frame.before) {
+                captures_[graph].claims.push_back(Claim{r.seq, after.back(), frame.plan->trusted});
+            }
+            known_[stream] = after;
+        }
     }
 
     // -- launches Python sees (Triton): the same bracket as an op ---------------------------
@@ -421,12 +456,11 @@ class State {
         int32_t stack = this->stack();
         t.op_stack = stack;
         ++t.launches;
-        maybe_catch_up();
         int64_t stream = current_stream(current_device());
-        std::lock_guard<std::mutex> lock(mutex_);
-        auto it = capturing_.find(stream);
-        if (it == capturing_.end() || captures_[it->second].handle == 0) return py::make_tuple(stack, py::none(), 0);
-        return py::make_tuple(stack, it->second, captures_[it->second].seen);
+        int32_t graph = readable_graph(stream);
+        if (graph == 0) return py::make_tuple(stack, py::none(), 0);
+        Frontier now = checked(stream);
+        return py::make_tuple(stack, graph, now.empty() ? 0 : now.back());
     }
 
     void end_launch() {
@@ -454,8 +488,8 @@ class State {
     }
 
     void on_free(int64_t ptr) {
-        if (!in_op()) maybe_catch_up();
         int32_t device = current_device();
+        if (!in_op() && any_open_.load(std::memory_order_relaxed)) check(current_stream(device));
         int32_t stack = op_stack();
         std::lock_guard<std::mutex> lock(mutex_);
         Record r;
@@ -485,7 +519,7 @@ class State {
                 event_capture_[event] = it->second;
             }
         }
-        maybe_catch_up();
+        check(stream);
         see_stream(stream, current_device());
         int32_t stack = this->stack();
         std::lock_guard<std::mutex> lock(mutex_);
@@ -499,19 +533,34 @@ class State {
 
     void on_event_wait(int64_t event, int64_t stream) {
         see_stream(stream, current_device());
-        maybe_catch_up();
+        if (readable_graph(stream) != 0) {
+            // The wait added the event's nodes to the frontier; a launch would have replaced it.
+            Frontier known;
+            {
+                std::lock_guard<std::mutex> lock(mutex_);
+                known = known_[stream];
+            }
+            if (!subset(known, frontier(stream))) catch_up();
+        }
         int32_t stack = this->stack();
-        std::lock_guard<std::mutex> lock(mutex_);
-        Record r;
-        r.kind = Kind::EventWait;
-        r.value = event;
-        r.stream = stream;
-        r.stack = stack;
-        append(r);
-        // Waiting on an event recorded in an open capture joins the capture, as in CUDA.
-        auto source = event_capture_.find(event);
-        if (source != event_capture_.end() && captures_[source->second].open && capturing_.count(stream) == 0) {
-            capturing_[stream] = source->second;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            Record r;
+            r.kind = Kind::EventWait;
+            r.value = event;
+            r.stream = stream;
+            r.stack = stack;
+            append(r);
+            // Waiting on an event recorded in an open capture joins the capture, as in CUDA.
+            auto source = event_capture_.find(event);
+            if (source != event_capture_.end() && captures_[source->second].open && capturing_.count(stream) == 0) {
+                capturing_[stream] = source->second;
+            }
+        }
+        if (readable_graph(stream) != 0) {
+            Frontier now = frontier(stream);
+            std::lock_guard<std::mutex> lock(mutex_);
+            known_[stream] = now;
         }
     }
 
@@ -535,8 +584,7 @@ class State {
 
     // -- draining ----------------------------------------------------------------------------
     // The records so far as trace event dicts, in seq order (GIL held). Internal fields for
-    // the recorder start with an underscore: "_graph" (the capture an alloc or op happened
-    // in) and "_nodes" ([first, end) of the graph nodes an op created).
+    // the recorder start with an underscore: "_graph", the capture an alloc happened in.
     py::list drain() {
         std::vector<Record> records;
         std::vector<ByteRange> ranges;
@@ -645,20 +693,44 @@ class State {
         return python_stack();
     }
 
-    // Nodes that appeared since the last recorded launch belong to a launch the dispatcher
-    // never saw: Python gives each a kernel event, here, in program order.
-    void maybe_catch_up() {
-        if (!any_open_.load(std::memory_order_relaxed)) return;
-        std::vector<std::pair<int64_t, int64_t>> open;  // (handle, seen)
+    // The capture a stream's launches go to, if its graph can be read (0 otherwise).
+    int32_t readable_graph(int64_t stream) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto it = capturing_.find(stream);
+        if (it == capturing_.end() || captures_[it->second].handle == 0) return 0;
+        return it->second;
+    }
+
+    // mutex_ held.
+    std::vector<int64_t> streams_of(int32_t graph) const {
+        std::vector<int64_t> streams;
+        for (auto [stream, g] : capturing_) {
+            if (g == graph) streams.push_back(stream);
+        }
+        std::sort(streams.begin(), streams.end());
+        return streams;
+    }
+
+    // When the stream's frontier moved with no recorded launch, something the dispatcher
+    // never saw launched there: Python gives each new node a kernel event, here, in
+    // program order. Returns the frontier, accounted for.
+    Frontier checked(int64_t stream) {
+        Frontier known;
         {
             std::lock_guard<std::mutex> lock(mutex_);
-            for (auto& [graph, capture] : captures_) {
-                if (capture.open && capture.handle != 0) open.emplace_back(capture.handle, capture.seen);
-            }
+            known = known_[stream];
         }
-        bool behind = false;
-        for (auto [handle, seen] : open) behind |= node_count(handle) > seen;
-        if (!behind) return;
+        Frontier now = frontier(stream);
+        if (now == known) return now;
+        catch_up();
+        return frontier(stream);
+    }
+
+    void check(int64_t stream) {
+        if (readable_graph(stream) != 0) checked(stream);
+    }
+
+    void catch_up() {
         py::gil_scoped_acquire gil;
         if (catch_up_) catch_up_();
     }
@@ -778,10 +850,6 @@ class State {
                 d["reads"] = range_list(ranges, r.ranges, r.reads);
                 d["writes"] = range_list(ranges, r.ranges + r.reads, r.writes);
                 stack();
-                if (r.graph != 0) {
-                    d["_graph"] = r.graph;
-                    d["_nodes"] = py::make_tuple(r.first_node, r.end_node);
-                }
                 break;
             case Kind::RecordStream:
                 d["addr"] = r.value;
@@ -835,6 +903,7 @@ class State {
     std::unordered_map<int32_t, Capture> captures_;
     std::unordered_map<int64_t, int32_t> capturing_;  // stream -> graph it captures into
     std::unordered_map<int64_t, int32_t> event_capture_;  // event -> capture of its latest record
+    std::unordered_map<int64_t, Frontier> known_;  // capturing stream -> its frontier as last seen
 };
 
 // The state the hooks write to. States are never freed: a callback on another thread may
@@ -970,8 +1039,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              })
         .def("capture_streams", [](Hooks& h, int32_t graph) { return h.state().capture_streams(graph); })
         .def("open_graphs", [](Hooks& h) { return h.state().open_graphs(); })
-        .def("nodes_seen", [](Hooks& h, int32_t graph) { return h.state().nodes_seen(graph); })
-        .def("set_nodes_seen", [](Hooks& h, int32_t graph, int64_t n) { h.state().set_nodes_seen(graph, n); })
+        .def("claims", [](Hooks& h, int32_t graph) { return h.state().claims(graph); })
+        .def("last_claim", [](Hooks& h, int32_t graph) { return h.state().last_claim(graph); })
+        .def("claim", [](Hooks& h, int32_t graph, int64_t seq, int64_t node,
+                         bool trusted) { h.state().claim(graph, seq, node, trusted); })
+        .def("refresh_frontiers", [](Hooks& h, int32_t graph) { h.state().refresh_frontiers(graph); })
         .def("begin_launch", [](Hooks& h) { return h.state().begin_launch(); })
         .def("end_launch", [](Hooks& h) { h.state().end_launch(); })
         .def("drain", [](Hooks& h) { return h.state().drain(); })

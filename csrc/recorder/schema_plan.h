@@ -25,6 +25,9 @@ struct SchemaPlan {
     // Has a CompositeImplicitAutograd kernel: while autograd is on, the dispatcher may take
     // it apart into other ops above the Python key, and then those are what is recorded.
     bool decomposable = false;
+    // One of PyTorch's own namespaces (TRUSTED_NAMESPACES in capture_nodes.py): its kernels'
+    // pointers are not cross-checked against its schema.
+    bool trusted = false;
     std::vector<Role> args;        // per schema argument
     std::vector<bool> returns;     // per schema return: a fresh tensor the op writes
     bool any_return_written = false;
@@ -60,6 +63,9 @@ inline std::unique_ptr<SchemaPlan> make_plan(const c10::FunctionSchema& schema) 
     plan->record_stream = full == "aten::record_stream";
     plan->touches = !(base == "record_stream" || base == "set_" || inplace_view);
     plan->decomposable = op.has_value() && op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+    for (const char* ns : {"aten::", "prims::", "c10d::", "_c10d_functional::"}) {
+        plan->trusted |= full.rfind(ns, 0) == 0;
+    }
     bool factory = detail::is_factory(base);
     for (const auto& argument : schema.arguments()) {
         const auto* alias = argument.alias_info();

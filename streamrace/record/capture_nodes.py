@@ -1,31 +1,37 @@
 """Tie every node of a capture's graph to the trace event that created it.
 
-CUDA appends nodes to the capture graph in creation order, so node counts taken around a
-dispatched op delimit that op's nodes. Nodes that appear between two hooks belong to a
-launch the dispatcher never saw (Triton, CuPy, a custom extension, a library call): the
-recorder emits a ``kernel`` event for each, at that point of the program, on the stream whose
-capture frontier holds it. When the capture ends, ``finish`` reads every node back: kernel
-events get their name and their accesses (exact for memset/memcpy; from the parameter words
-otherwise, marked inferred), and a custom op (outside PyTorch's own namespaces) whose kernels
-hold pointers to blocks its schema does not mention gets those blocks as inferred writes.
+CUDA appends nodes to the capture graph in creation order, and a launch on a stream makes its
+node that stream's whole capture frontier. So a launch the hooks recorded (an op, a Triton
+launch) claims, by handle, its stream's frontier node when it ended: it owns every node
+created since the previous claim, up to that one. Counting nodes instead would cost CUDA a walk
+of the whole graph at every launch. Nodes that appear where no recorded launch was belong to a
+launch the dispatcher never saw (Triton through its own launchers, CuPy, a custom extension, a
+library call): when a stream's frontier moved without one, the recorder finds the new nodes
+and emits a ``kernel`` event for each, at that point of the program, on the stream whose
+frontier holds it ("catching up"); those claim their node by index.
+
+When the capture ends, ``snapshot`` reads what only the live graph can tell: each node's owner,
+and the parameters of the nodes that need them. ``finish``, after the capture, gives kernel
+events their accesses (exact for memset/memcpy; from the parameter words otherwise, marked
+inferred), and a custom op (outside PyTorch's own namespaces) whose kernels hold pointers to
+blocks its schema does not mention gets those blocks as inferred writes.
 """
 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from streamrace.record import graph_readback
-from streamrace.record.graph_readback import _ok, _rt
 from streamrace.record.kernel_params import LiveBlocks, node_access
 
 ACCESS_NODE_TYPES = ("kernel", "memset", "memcpy")
 # PyTorch's own kernels are described by their schemas, and their by-value parameter structs
 # (OffsetCalculator and friends) carry unused slots with stale stack bytes that look like live
 # pointers: checking them only invents writes. Custom ops are where hidden pointers live.
-_TRUSTED_NAMESPACES = ("aten::", "prims::", "c10d::", "_c10d_functional::")
+TRUSTED_NAMESPACES = ("aten::", "prims::", "c10d::", "_c10d_functional::")  # also csrc/recorder/schema_plan.h
 
 
 @dataclass(frozen=True)
@@ -63,72 +69,105 @@ class KernelStats:
     resolved_words: int = 0
 
 
+def is_trusted(op: str) -> bool:
+    """PyTorch's own ops, whose kernels' pointers are not cross-checked (their schemas say it)."""
+    return op.startswith(TRUSTED_NAMESPACES)
+
+
 class CaptureNodes:
-    """The nodes of one capture graph and the events that created them. How many nodes a
-    recorded launch has claimed so far is the hooks' to keep (they count around every op)."""
+    """The nodes of one capture graph and the launches that created them."""
 
-    def __init__(self, handle: int) -> None:
+    def __init__(self, handle: int, base: int) -> None:
         self.handle = handle
-        self.owner_of: dict[int, dict[str, Any]] = {}  # node index -> op or kernel event
-        self.unresolved: list[dict[str, Any]] = []  # kernel events whose accesses come from the node
+        self.base = base  # nodes there before the capture's first launch
+        self.kernels: dict[int, dict[str, Any]] = {}  # node index -> kernel event found by catching up
+        self.launches: dict[int, dict[str, Any]] = {}  # seq -> kernel event of a launch claimed by handle
+        self._accesses: dict[int, Any] = {}  # node index -> NodeAccess, read before the graph is gone
+        self._owners: dict[int, int] = {}  # node index -> seq of the event that created it
+        self._checked_ops: dict[int, list[int]] = {}  # seq of a custom op -> its kernel nodes
+        self._nodes: list[dict[str, Any]] = []
 
-    def count(self) -> int:
-        return graph_readback.node_count(self.handle)
+    def claimed_end(self, handles: list[int], last_claim: int) -> int:
+        """The index after the last node some recorded launch has claimed."""
+        end = self.base
+        if self.kernels:
+            end = max(end, max(self.kernels) + 1)
+        if last_claim in handles:
+            end = max(end, handles.index(last_claim) + 1)
+        return end
 
-    def claim(self, event: dict[str, Any], first: int, end: int) -> None:
-        for index in range(first, end):
-            self.owner_of[index] = event
-
-    def _nodes(self) -> list[Any]:
-        nodes, n = _ok(_rt.cudaGraphGetNodes(_rt.cudaGraph_t(init_value=self.handle), numNodes=self.count()))
-        return list(nodes[: int(n)])
-
-    def take_unseen(self, streams: Iterable[int], seen: int) -> tuple[list[tuple[int, str, int | None]], int]:
-        """Nodes created after the first ``seen``: ([(index, node type, launching stream or
-        None)], the node count now)."""
-        count = self.count()
-        if count <= seen:
-            return [], count
-        nodes = self._nodes()
+    def unseen(self, handles: list[int], seen: int, streams: Iterable[int]) -> list[tuple[int, str, int | None]]:
+        """Nodes from index ``seen`` on: (index, node type, launching stream or None)."""
+        if len(handles) <= seen:
+            return []
         frontier: dict[int, int] = {}
         for stream in streams:
-            info = _ok(_rt.cudaStreamGetCaptureInfo(_rt.cudaStream_t(init_value=stream)))
-            deps, n = info[3], int(info[5])
-            for dep in list(deps)[:n]:
-                frontier[int(dep)] = stream
+            for dep in graph_readback.capture_state(stream)[1]:
+                frontier[dep] = stream
         # A launch's nodes end where its stream's frontier is now; earlier ones of the same
         # gap lead to it, so they take the stream of the next node that has one.
-        unseen = []
+        found = []
         stream = None
-        for index in range(count - 1, seen - 1, -1):
-            stream = frontier.get(int(nodes[index]), stream)
-            kind = _ok(_rt.cudaGraphNodeGetType(nodes[index])).name.removeprefix("cudaGraphNodeType").lower()
-            unseen.append((index, kind, stream))
-        return unseen[::-1], count
+        for index in range(len(handles) - 1, seen - 1, -1):
+            stream = frontier.get(handles[index], stream)
+            found.append((index, graph_readback.node_type(handles[index]), stream))
+        return found[::-1]
 
-    def finish(self, graph_nodes: list[dict[str, Any]], live: LiveBlocks, stats: KernelStats) -> None:
-        """Fill kernel events and cross-check ops, using each node's own parameters."""
-        handles = self._nodes()
-        unresolved = {id(e) for e in self.unresolved}
-        for node in graph_nodes:
-            owner = self.owner_of.get(node["id"])
-            if owner is None:
+    def claim_kernel(self, event: dict[str, Any], index: int) -> None:
+        self.kernels[index] = event
+
+    def snapshot(
+        self, handles: list[int], nodes: list[dict[str, Any]], claims: Sequence[tuple[int, int, bool]]
+    ) -> None:
+        """At capture end: who created each node, and the parameters of the nodes whose
+        accesses are still to be worked out. ``claims``: the hooks' (seq, frontier node,
+        trusted op) in seq order."""
+        index_of = {node: i for i, node in enumerate(handles)}
+        merged: list[tuple[int, int, Any]] = [(seq, index_of.get(h, -1), trusted) for seq, h, trusted in claims]
+        merged += [(event["seq"], index, event) for index, event in self.kernels.items()]
+        cursor = self.base
+        for seq, index, what in sorted(merged, key=lambda c: c[0]):
+            if isinstance(what, dict):  # a kernel found by catching up: its one node
+                self._owners[index] = seq
+                cursor = max(cursor, index + 1)
+            elif index >= cursor:  # a recorded launch: everything since the previous claim
+                if seq in self.launches:
+                    self.launches[seq]["node"] = cursor
+                for i in range(cursor, index + 1):
+                    self._owners[i] = seq
+                    if not what:
+                        self._checked_ops.setdefault(seq, []).append(i)
+                cursor = index + 1
+        for node in nodes:
+            seq = self._owners.get(node["id"])
+            if seq is not None:
+                node["op"] = seq
+        needs = {i for i in self.kernels} | {i for ids in self._checked_ops.values() for i in ids}
+        for i in sorted(needs):
+            if nodes[i]["type"] in ACCESS_NODE_TYPES:
+                self._accesses[i] = node_access(handles[i], nodes[i]["type"])
+        self._nodes = nodes
+
+    def finish(self, live: Callable[[], LiveBlocks], events: dict[int, dict[str, Any]], stats: KernelStats) -> None:
+        """After the capture: kernel events get their accesses, custom ops are cross-checked."""
+        if not self._accesses:
+            return
+        blocks = live()
+        for index, event in self.kernels.items():
+            access = self._accesses.get(index)
+            if access is None:
                 continue
-            node["op"] = owner["seq"]
-            resolve = id(owner) in unresolved
-            check = owner["ev"] == "op" and not owner["op"].startswith(_TRUSTED_NAMESPACES)
-            if node["type"] not in ACCESS_NODE_TYPES or not (resolve or check):
-                continue  # reading a node's parameters costs; only these two need them
-            access = node_access(handles[node["id"]], node["type"])
-            if resolve:
-                owner["name"] = access.name or node["type"]
-                if node["type"] == "kernel":
-                    self._resolve_kernel(owner, access, live, stats)
-                else:
-                    owner["reads"], owner["writes"] = access.reads, access.writes
-                    owner["inferred"] = False
-            elif access.words:
-                self._cross_check(owner, access.words, live)
+            event["name"] = access.name or self._nodes[index]["type"]
+            if access.kind == "kernel":
+                self._resolve_kernel(event, access, blocks, stats)
+            else:
+                event["reads"], event["writes"] = access.reads, access.writes
+                event["inferred"] = False
+        for seq, indices in self._checked_ops.items():
+            op = events.get(seq)
+            words = [w for i in indices if i in self._accesses for w in self._accesses[i].words]
+            if op is not None and words:
+                self._cross_check(op, words, blocks)
 
     @staticmethod
     def _resolve_kernel(event: dict[str, Any], access: Any, live: LiveBlocks, stats: KernelStats) -> None:

@@ -1,8 +1,14 @@
-"""Reading a capture's own graph back through cuda-bindings: the nodes, their kinds, the edges.
+"""Reading a capture's own graph back: its nodes, their kinds, the edges, each stream's frontier.
 
 Only queries, which CUDA allows on a graph while it is being captured: nothing here creates
-work, allocates memory or synchronizes. Without cuda-bindings the recorder still works; the
-trace then lacks the ``graph`` events (the header says so).
+work, allocates memory or synchronizes. They go straight to the driver (libcuda, through
+ctypes): the recorder asks around every launch, and a plain C call costs a fraction of a
+binding call. Kernel parameters (streamrace/record/kernel_params.py) are read through
+cuda-bindings, which is optional: without it the trace lacks the ``graph`` events (the header
+says so).
+
+The driver symbols are the versioned ones CUDA 12.3 introduced and CUDA 13 drivers still
+export, so one build reads graphs on both.
 """
 
 from __future__ import annotations
@@ -16,24 +22,78 @@ try:  # cuda-bindings 12.x/13.x; optional
 except ImportError:  # pragma: no cover - exercised on machines without cuda-bindings
     _drv = _rt = None
 
-AVAILABLE = _rt is not None
 MAX_KERNEL_NAME = 200
+_P = ctypes.c_void_p
+_DEPS = ctypes.POINTER(ctypes.POINTER(_P))
+_SIZE = ctypes.POINTER(ctypes.c_size_t)
+_CAPTURE_ACTIVE = 1  # CU_STREAM_CAPTURE_STATUS_ACTIVE
+_PROGRAMMATIC = 1  # CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+# CUgraphNodeType, by value: the names the trace uses (CUDA's own, lower case).
+_NODE_TYPES = (
+    "kernel",
+    "memcpy",
+    "memset",
+    "host",
+    "graph",
+    "empty",
+    "waitevent",
+    "eventrecord",
+    "extsemaphoresignal",
+    "extsemaphorewait",
+    "memalloc",
+    "memfree",
+    "batchmemop",
+    "conditional",
+)
 
 
-def _driver_node_count() -> Any:
-    """cuGraphGetNodes through ctypes: the recorder asks for a node count around every op, and
-    a plain C call costs a fraction of a binding call. None where libcuda cannot be loaded."""
+class _KernelNodeParams(ctypes.Structure):
+    _fields_ = [  # CUDA_KERNEL_NODE_PARAMS_v2
+        ("func", _P),
+        ("grid", ctypes.c_uint * 3),
+        ("block", ctypes.c_uint * 3),
+        ("shared_mem_bytes", ctypes.c_uint),
+        ("kernel_params", _P),
+        ("extra", _P),
+        ("kern", _P),
+        ("ctx", _P),
+    ]
+
+
+class _EdgeData(ctypes.Structure):
+    _fields_ = [  # CUgraphEdgeData
+        ("from_port", ctypes.c_ubyte),
+        ("to_port", ctypes.c_ubyte),
+        ("type", ctypes.c_ubyte),
+        ("reserved", ctypes.c_ubyte * 5),
+    ]
+
+
+def _driver() -> Any:
+    """libcuda's functions this module calls, or None where the driver cannot be loaded."""
     try:
-        libcuda = ctypes.CDLL("libcuda.so.1")
-        get_nodes = libcuda.cuGraphGetNodes
+        lib = ctypes.CDLL("libcuda.so.1")
+        table = {
+            "get_nodes": (lib.cuGraphGetNodes, [_P, _P, ctypes.POINTER(ctypes.c_size_t)]),
+            "node_type": (lib.cuGraphNodeGetType, [_P, ctypes.POINTER(ctypes.c_int)]),
+            "kernel_params": (lib.cuGraphKernelNodeGetParams_v2, [_P, ctypes.POINTER(_KernelNodeParams)]),
+            "func_name": (lib.cuFuncGetName, [ctypes.POINTER(ctypes.c_char_p), _P]),
+            "kernel_name": (lib.cuKernelGetName, [ctypes.POINTER(ctypes.c_char_p), _P]),
+            "edges": (lib.cuGraphGetEdges_v2, [_P, _P, _P, _P, ctypes.POINTER(ctypes.c_size_t)]),
+            "capture_info": (
+                lib.cuStreamGetCaptureInfo_v2,
+                [_P, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(_P), _DEPS, _SIZE],
+            ),
+        }
     except (OSError, AttributeError):
         return None
-    get_nodes.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
-    get_nodes.restype = ctypes.c_int
-    return get_nodes
+    for fn, argtypes in table.values():
+        fn.argtypes, fn.restype = argtypes, ctypes.c_int
+    return type("Driver", (), {name: staticmethod(fn) for name, (fn, _) in table.items()})
 
 
-_GET_NODES = _driver_node_count() if AVAILABLE else None
+_DRIVER = _driver()
+AVAILABLE = _rt is not None and _DRIVER is not None
 
 
 class ReadbackError(RuntimeError):
@@ -47,66 +107,92 @@ def _ok(result: Any) -> Any:
     return result[1:] if len(result) > 2 else result[1]
 
 
+def _check(err: int, what: str) -> None:
+    if err != 0:
+        raise ReadbackError(f"{what} failed (CUresult {err})")
+
+
+def capture_state(stream: int) -> tuple[int | None, tuple[int, ...]]:
+    """(the graph the stream is capturing into, or None; its frontier: the nodes the stream's
+    next launch will depend on). A launch on the stream makes its node the whole frontier."""
+    status, capture_id, graph = ctypes.c_int(0), ctypes.c_uint64(0), _P()
+    deps, count = ctypes.POINTER(_P)(), ctypes.c_size_t(0)
+    _check(
+        _DRIVER.capture_info(
+            stream, ctypes.byref(status), ctypes.byref(capture_id), ctypes.byref(graph), ctypes.byref(deps),
+            ctypes.byref(count),
+        ),
+        "cuStreamGetCaptureInfo",
+    )  # fmt: skip
+    if status.value != _CAPTURE_ACTIVE:
+        return None, ()
+    return graph.value, tuple(deps[i] or 0 for i in range(count.value))
+
+
 def capture_graph(stream: int) -> int | None:
     """The graph a stream is capturing into (as an int handle), or None if it is not capturing."""
-    info = _ok(_rt.cudaStreamGetCaptureInfo(_rt.cudaStream_t(init_value=stream)))
-    status, graph = info[0], info[2]
-    if int(status) != int(_rt.cudaStreamCaptureStatus.cudaStreamCaptureStatusActive):
-        return None
-    return int(graph)
+    return capture_state(stream)[0]
 
 
 def node_count(graph: int) -> int:
-    """Nodes in the graph so far; new nodes are appended, so counts before and after an op
-    delimit the nodes the op created."""
-    if _GET_NODES is not None:
-        count = ctypes.c_size_t(0)
-        if _GET_NODES(graph, None, ctypes.byref(count)) == 0:
-            return count.value
-    result = _ok(_rt.cudaGraphGetNodes(_rt.cudaGraph_t(init_value=graph), numNodes=0))
-    return int(result[-1])
+    """Nodes in the graph so far (CUDA counts them one by one: not for every launch)."""
+    count = ctypes.c_size_t(0)
+    _check(_DRIVER.get_nodes(graph, None, ctypes.byref(count)), "cuGraphGetNodes")
+    return count.value
 
 
-def _kernel_name(node: Any) -> str | None:
-    params = _ok(_drv.cuGraphKernelNodeGetParams(_drv.CUgraphNode(init_value=int(node))))
-    func = params.func
-    if not int(func):
+def node_handles(graph: int) -> list[int]:
+    """Every node of the graph, in creation order."""
+    count = ctypes.c_size_t(node_count(graph))
+    nodes = (_P * max(count.value, 1))()
+    _check(_DRIVER.get_nodes(graph, nodes, ctypes.byref(count)), "cuGraphGetNodes")
+    return [nodes[i] or 0 for i in range(count.value)]
+
+
+def node_type(node: int) -> str:
+    kind = ctypes.c_int(0)
+    _check(_DRIVER.node_type(node, ctypes.byref(kind)), "cuGraphNodeGetType")
+    return _NODE_TYPES[kind.value] if kind.value < len(_NODE_TYPES) else f"type{kind.value}"
+
+
+def kernel_name(node: int) -> str | None:
+    params = _KernelNodeParams()
+    if _DRIVER.kernel_params(node, ctypes.byref(params)) != 0:
         return None
-    name = _ok(_drv.cuFuncGetName(func))
-    text = name.decode() if isinstance(name, bytes) else str(name)
-    return text[:MAX_KERNEL_NAME]
+    name = ctypes.c_char_p()
+    if params.func:
+        err = _DRIVER.func_name(ctypes.byref(name), params.func)
+    elif params.kern:
+        err = _DRIVER.kernel_name(ctypes.byref(name), params.kern)
+    else:
+        return None
+    if err != 0 or not name.value:
+        return None
+    return name.value.decode(errors="replace")[:MAX_KERNEL_NAME]
 
 
-def read_graph(graph: int) -> tuple[list[dict[str, Any]], list[list[Any]]]:
+def read_graph(graph: int, handles: list[int] | None = None) -> tuple[list[dict[str, Any]], list[list[Any]]]:
     """(nodes, edges) of a graph: nodes in creation order as {id, type[, name]}, edges by node id."""
-    handle = _rt.cudaGraph_t(init_value=graph)
-    count = node_count(graph)
-    nodes_raw, _n = _ok(_rt.cudaGraphGetNodes(handle, numNodes=count))
-    index = {int(node): i for i, node in enumerate(nodes_raw[:count])}
+    handles = node_handles(graph) if handles is None else handles
+    index = {node: i for i, node in enumerate(handles)}
     nodes: list[dict[str, Any]] = []
-    for i, node in enumerate(nodes_raw[:count]):
-        kind = _ok(_rt.cudaGraphNodeGetType(node))
-        type_name = kind.name.removeprefix("cudaGraphNodeType").lower()
-        entry: dict[str, Any] = {"id": i, "type": type_name}
-        if type_name == "kernel":
-            try:
-                name = _kernel_name(node)
-            except ReadbackError:
-                name = None
+    for i, node in enumerate(handles):
+        kind = node_type(node)
+        entry: dict[str, Any] = {"id": i, "type": kind}
+        if kind == "kernel":
+            name = kernel_name(node)
             if name:
                 entry["name"] = name
         nodes.append(entry)
+    count = ctypes.c_size_t(0)
+    _check(_DRIVER.edges(graph, None, None, None, ctypes.byref(count)), "cuGraphGetEdges")
     edges: list[list[Any]] = []
-    result = _rt.cudaGraphGetEdges(handle, numEdges=0)
-    n_edges = int(_ok(result)[-1])
-    if n_edges:
-        result = _ok(_rt.cudaGraphGetEdges(handle, numEdges=n_edges))
-        sources, targets = result[0], result[1]
-        edge_data = result[2] if len(result) > 3 else None
-        for k in range(n_edges):
-            edge = [index[int(sources[k])], index[int(targets[k])]]
-            if edge_data is not None and int(getattr(edge_data[k], "type", 0)) != 0:
-                # Programmatic (dependent-launch) edges do not order completion.
-                edge.append("programmatic")
+    if count.value:
+        sources, targets, data = (_P * count.value)(), (_P * count.value)(), (_EdgeData * count.value)()
+        _check(_DRIVER.edges(graph, sources, targets, data, ctypes.byref(count)), "cuGraphGetEdges")
+        for k in range(count.value):
+            edge: list[Any] = [index[sources[k]], index[targets[k]]]
+            if data[k].type == _PROGRAMMATIC:
+                edge.append("programmatic")  # dependent-launch edges do not order completion
             edges.append(edge)
     return nodes, edges

@@ -11,11 +11,13 @@ Two implementations with one interface and the same events:
 
 Both own the bookkeeping the hot path needs: the sequence counter every event draws from, the
 streams seen, which stream captures into which graph, which capture each CUDA event's latest
-record is in, the user stacks, and how many nodes of each capture graph a recorded launch has
-claimed. They emit trace events (dicts) with two internal fields the Recorder takes off:
-``_graph``, the capture an alloc or op happened in, and ``_nodes``, the ``[first, end)`` graph
-nodes an op created. Frees carry no stream and allocs a placeholder size: the Recorder fills
-those in from the allocation history.
+record is in, the user stacks, each capturing stream's frontier as last seen, and the graph
+nodes recorded launches claimed (streamrace/record/capture_nodes.py). A hook that finds a
+stream's frontier moved with no recorded launch asks the Recorder to catch up: something the
+dispatcher never saw launched there. They emit trace events (dicts); an alloc carries the
+internal field ``_graph`` (the capture it happened in) for the Recorder to take off, frees
+carry no stream and allocs a placeholder size: the Recorder fills those in from the
+allocation history.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from typing import Any, Protocol
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from streamrace.record import graph_readback
+from streamrace.record.capture_nodes import is_trusted
 from streamrace.record.op_accesses import op_accesses
 from streamrace.record.stacks import StackTable
 
@@ -71,9 +75,11 @@ class Hooks(Protocol):
     def end_capture(self, graph: int) -> None: ...
     def capture_streams(self, graph: int) -> list[int]: ...
     def open_graphs(self) -> list[int]: ...
-    def nodes_seen(self, graph: int) -> int: ...
-    def set_nodes_seen(self, graph: int, seen: int) -> None: ...
-    def begin_launch(self) -> tuple[int, int | None, int]: ...  # (stack, graph or None, first node)
+    def claims(self, graph: int) -> list[tuple[int, int, bool]]: ...  # (seq, frontier node, trusted op)
+    def last_claim(self, graph: int) -> int: ...  # the node the latest claim ends at, 0 for none
+    def claim(self, graph: int, seq: int, node: int, trusted: bool) -> None: ...
+    def refresh_frontiers(self, graph: int) -> None: ...  # after catching up
+    def begin_launch(self) -> tuple[int, int | None, int]: ...  # (stack, graph or None, frontier node)
     def end_launch(self) -> None: ...
     def drain(self) -> list[dict[str, Any]]: ...
     def release_python(self) -> None: ...
@@ -136,10 +142,11 @@ class _OpMode(TorchDispatchMode):
 
 
 class _Capture:
-    __slots__ = ("handle", "open", "seen")
+    __slots__ = ("claims", "handle", "open")
 
-    def __init__(self, handle: int, seen: int) -> None:
-        self.handle, self.seen, self.open = handle, seen, True
+    def __init__(self, handle: int) -> None:
+        self.handle, self.open = handle, True
+        self.claims: list[tuple[int, int, bool]] = []
 
 
 class PythonHooks:
@@ -155,11 +162,9 @@ class PythonHooks:
         max_walk: int,
         shown_path: Callable[[Any], str | None],
         catch_up: Callable[[], None],
-        node_count: Callable[[int], int],
     ) -> None:
         self.eager_ops = eager_ops
         self._catch_up = catch_up
-        self._node_count = node_count
         self._seq = 0
         self._records: list[dict[str, Any]] = []
         self._stacks = StackTable(self._emit, depth=stack_depth, max_walk=max_walk, shown_path=shown_path)
@@ -167,6 +172,7 @@ class PythonHooks:
         self._captures: dict[int, _Capture] = {}
         self._capturing: dict[int, int] = {}  # stream -> graph it captures into
         self._event_capture: dict[int, int] = {}  # event -> graph its latest record is in
+        self._known: dict[int, tuple[int, ...]] = {}  # capturing stream -> its frontier as last seen
         self._errors = 0
         self._mode: _OpMode | None = None
         self.depth = 0  # ops and launches in flight: nodes created meanwhile are theirs
@@ -208,14 +214,17 @@ class PythonHooks:
         return stream
 
     def begin_capture(self, graph: int, stream: int, handle: int) -> None:
-        self._captures[graph] = _Capture(handle, max(self._node_count(handle), 0) if handle else 0)
+        self._captures[graph] = _Capture(handle)
         self._capturing[stream] = graph
+        if handle:
+            self._known[stream] = graph_readback.capture_state(stream)[1]
 
     def end_capture(self, graph: int) -> None:
         if graph in self._captures:
             self._captures[graph].open = False
         for stream in [s for s, g in self._capturing.items() if g == graph]:
             del self._capturing[stream]
+            self._known.pop(stream, None)
 
     def capture_streams(self, graph: int) -> list[int]:
         return sorted(s for s, g in self._capturing.items() if g == graph)
@@ -223,14 +232,31 @@ class PythonHooks:
     def open_graphs(self) -> list[int]:
         return sorted(g for g, c in self._captures.items() if c.open)
 
-    def nodes_seen(self, graph: int) -> int:
-        capture = self._captures.get(graph)
-        return capture.seen if capture is not None else 0
+    def claims(self, graph: int) -> list[tuple[int, int, bool]]:
+        return list(self._captures[graph].claims) if graph in self._captures else []
 
-    def set_nodes_seen(self, graph: int, seen: int) -> None:
-        capture = self._captures.get(graph)
-        if capture is not None:
-            capture.seen = max(capture.seen, seen)
+    def last_claim(self, graph: int) -> int:
+        claims = self._captures[graph].claims if graph in self._captures else []
+        return claims[-1][1] if claims else 0
+
+    def claim(self, graph: int, seq: int, node: int, trusted: bool) -> None:
+        if graph in self._captures:
+            self._captures[graph].claims.append((seq, node, trusted))
+
+    def refresh_frontiers(self, graph: int) -> None:
+        if graph in self._captures and self._captures[graph].handle:
+            for stream in self.capture_streams(graph):
+                self._known[stream] = graph_readback.capture_state(stream)[1]
+
+    def _read_graph(self, stream: int) -> int | None:
+        """The graph a capturing stream's launches go to, if it can be read."""
+        graph = self._capturing.get(stream)
+        return graph if graph is not None and self._captures[graph].handle else None
+
+    def _check(self, stream: int) -> None:
+        """Catch up when the stream's frontier moved and no recorded launch moved it."""
+        if self._read_graph(stream) is not None and graph_readback.capture_state(stream)[1] != self._known.get(stream):
+            self._catch_up()
 
     def drain(self) -> list[dict[str, Any]]:
         records, self._records = self._records, []
@@ -263,22 +289,29 @@ class PythonHooks:
             self._mode = None
 
     # -- ops -----------------------------------------------------------------------------------
-    def before_op(self) -> tuple[int, int] | None:
-        """The capture of the current stream and its nodes claimed so far, to attribute the
-        nodes the op creates; the op's stack is taken here, shared with its allocations."""
+    def before_op(self) -> tuple[int, int, tuple[int, ...]] | None:
+        """The capture of the current stream and the stream's frontier before an op, to
+        attribute the nodes the op creates; the op's stack is taken here, shared with its
+        allocations."""
         if not (self._any_open() or self.eager_ops) or self.depth:
             return None
         self.op_stack = self.stack()
         if not self._any_open():
             return None
-        self._catch_up()
-        graph = self._capturing.get(torch._C._cuda_getCurrentRawStream(torch.cuda.current_device()))
-        if graph is None or not self._captures[graph].handle:
+        stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
+        graph = self._read_graph(stream)
+        if graph is None:
             return None
-        return graph, self._captures[graph].seen
+        self._check(stream)
+        return graph, stream, graph_readback.capture_state(stream)[1]
 
     def on_op(
-        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any, before: tuple[int, int] | None
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        outputs: Any,
+        before: tuple[int, int, tuple[int, ...]] | None,
     ) -> None:
         if not self._any_open() and not self.eager_ops:
             return
@@ -294,22 +327,15 @@ class PythonHooks:
         graph = self._capturing.get(stream)
         if graph is None and not self.eager_ops:
             return
-        nodes = None
-        if before is not None and before[0] == graph:
-            end = self._node_count(self._captures[graph].handle)
-            nodes = (before[1], end)
-            self.set_nodes_seen(graph, end)
-        self._emit(
-            "op",
-            op=op_name(func),
-            stream=stream,
-            device=device,
-            reads=reads,
-            writes=writes,
-            stack=self._stack_field(stack),
-            _graph=graph if nodes is not None else None,
-            _nodes=nodes,
+        name = op_name(func)
+        event = self._emit(
+            "op", op=name, stream=stream, device=device, reads=reads, writes=writes, stack=self._stack_field(stack)
         )
+        if before is not None and before[0] == graph and before[1] == stream:
+            after = graph_readback.capture_state(stream)[1]
+            if after and after != before[2]:
+                self.claim(graph, event["seq"], after[-1], is_trusted(name))
+            self._known[stream] = after
 
     def _record_stream(self, tensor: torch.Tensor, stream: Any, stack: int) -> None:
         """``t.record_stream(s)`` launches nothing; it tells the allocator about a block's users."""
@@ -327,11 +353,13 @@ class PythonHooks:
     def begin_launch(self) -> tuple[int, int | None, int]:
         self.op_stack = stack = self.stack()
         self.depth += 1
-        self._catch_up()
-        graph = self._capturing.get(torch._C._cuda_getCurrentRawStream(torch.cuda.current_device()))
-        if graph is None or not self._captures[graph].handle:
+        stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
+        graph = self._read_graph(stream)
+        if graph is None:
             return stack, None, 0
-        return stack, graph, self._captures[graph].seen
+        self._check(stream)
+        frontier = graph_readback.capture_state(stream)[1]
+        return stack, graph, frontier[-1] if frontier else 0
 
     def end_launch(self) -> None:
         self.depth = max(self.depth - 1, 0)
@@ -373,9 +401,9 @@ class PythonHooks:
         )
 
     def _on_free(self, ptr: int) -> None:
-        if self._any_open() and not self.depth:
-            self._catch_up()
         device = torch.cuda.current_device()
+        if self._any_open() and not self.depth:
+            self._check(torch._C._cuda_getCurrentRawStream(device))
         self._emit("free", addr=ptr, device=device, stack=self._stack_field(self._op_stack()))
 
     def _on_event_create(self, event: int) -> None:
@@ -391,20 +419,24 @@ class PythonHooks:
             self._event_capture.pop(event, None)
         else:
             self._event_capture[event] = graph
-        if self._any_open():
-            self._catch_up()
+        self._check(stream)
         self.see_stream(stream, torch.cuda.current_device())
         self._emit("event_record", event=event, stream=stream, stack=self._stack_field(self.stack()))
 
     def _on_event_wait(self, event: int, stream: int) -> None:
         self.see_stream(stream, torch.cuda.current_device())
-        if self._any_open():
+        # The wait added the event's nodes to the frontier; a launch would have replaced it.
+        if self._read_graph(stream) is not None and not set(self._known.get(stream, ())) <= set(
+            graph_readback.capture_state(stream)[1]
+        ):
             self._catch_up()
         self._emit("event_wait", event=event, stream=stream, stack=self._stack_field(self.stack()))
         # Waiting on an event recorded in an open capture joins the capture, as in CUDA.
         source = self._event_capture.get(event)
         if source is not None and self._captures[source].open and stream not in self._capturing:
             self._capturing[stream] = source
+        if self._read_graph(stream) is not None:
+            self._known[stream] = graph_readback.capture_state(stream)[1]
 
     def _on_stream_sync(self, stream: int) -> None:
         self.see_stream(stream, torch.cuda.current_device())
@@ -450,8 +482,10 @@ class NativeHooks:
             "end_capture",
             "capture_streams",
             "open_graphs",
-            "nodes_seen",
-            "set_nodes_seen",
+            "claims",
+            "last_claim",
+            "claim",
+            "refresh_frontiers",
             "begin_launch",
             "end_launch",
             "drain",
@@ -476,7 +510,6 @@ def make_hooks(
     max_walk: int,
     shown_path: Callable[[Any], str | None],
     catch_up: Callable[[], None],
-    node_count: Callable[[int], int],
 ) -> tuple[Hooks, str | None]:
     """The hooks to record with (``choice``: auto, native or python), and why the native ones
     are not used where they could have been."""
@@ -508,6 +541,5 @@ def make_hooks(
         max_walk=max_walk,
         shown_path=shown_path,
         catch_up=catch_up,
-        node_count=node_count,
     )
     return python, reason

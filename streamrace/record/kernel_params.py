@@ -84,14 +84,14 @@ def _kernel(node: Any) -> NodeAccess:
 
 
 def _memset(node: Any) -> NodeAccess:
-    p = _ok(_rt.cudaGraphMemsetNodeGetParams(node))
+    p = _ok(_rt.cudaGraphMemsetNodeGetParams(_rt.cudaGraphNode_t(init_value=int(node))))
     width = int(p.width) * int(p.elementSize)
     nbytes = int(p.pitch) * (int(p.height) - 1) + width if int(p.height) > 1 else width
     return NodeAccess("memset", writes=[{"addr": int(p.dst), "nbytes": nbytes}])
 
 
 def _memcpy(node: Any) -> NodeAccess:
-    p = _ok(_rt.cudaGraphMemcpyNodeGetParams(node))
+    p = _ok(_rt.cudaGraphMemcpyNodeGetParams(_rt.cudaGraphNode_t(init_value=int(node))))
     extent = p.extent
     nbytes = int(extent.width) * max(int(extent.height), 1) * max(int(extent.depth), 1)
     access = NodeAccess("memcpy")

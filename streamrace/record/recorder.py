@@ -65,7 +65,7 @@ class _Capture:
         self.handle = handle
         self.begin = begin  # the capture_begin event, completed with the pool at the end
         self.allocs: list[dict[str, Any]] = []  # alloc events from this capture's pool
-        self.nodes = CaptureNodes(handle) if handle is not None else None
+        self.nodes = CaptureNodes(handle, graph_readback.node_count(handle)) if handle is not None else None
         self.pool: list[int] | None = None  # known once the capture ends
 
 
@@ -110,6 +110,7 @@ class Recorder:
         self._history_pos = 0
         self._history_on = False
         self._free_seq: dict[int, int] = {}  # alloc seq -> free seq
+        self._unfinished: list[_Capture] = []  # captures whose nodes still need their accesses
         self.kernel_stats = KernelStats()
 
     @property
@@ -159,7 +160,6 @@ class Recorder:
             max_walk=_MAX_WALK,
             shown_path=UserCode().shown_path,
             catch_up=self._guarded_catch_up,
-            node_count=graph_readback.node_count,
         )
         with _LOCK:
             if _ACTIVE is not None:
@@ -183,6 +183,7 @@ class Recorder:
         try:
             self._ingest()
             self._resolve_allocations()
+            self._finish_captures()
         except Exception as exc:
             self.fail("finalize", exc)
         self.hooks.release_python()
@@ -201,7 +202,7 @@ class Recorder:
 
     def _ingest(self) -> None:
         """Take the hooks' events: settle what they leave for later (stream names, the owners
-        of freed blocks, pools, the graph nodes each op created) and keep them."""
+        of freed blocks, pools) and keep them."""
         if self.hooks is None:
             return
         for event in self.hooks.drain():
@@ -210,11 +211,6 @@ class Recorder:
                 self._ingest_alloc(event)
             elif ev == "free":
                 event = self._ingest_free(event)
-            elif ev == "op":
-                nodes = event.pop("_nodes", None)
-                capture = self._captures.get(event.pop("_graph", None))
-                if nodes is not None and capture is not None and capture.nodes is not None:
-                    capture.nodes.claim(event, *nodes)
             elif ev == "stream":
                 name = _STREAM_NAMES.get(event["stream"]) or ("default" if event["stream"] == 0 else None)
                 if name is not None:
@@ -279,6 +275,7 @@ class Recorder:
         history was on) are left out, since they cannot take part in lifetime checks."""
         self._ingest()
         self._resolve_allocations()
+        self._finish_captures()
         if not self._sorted:
             self.events.sort(key=operator.itemgetter("seq"))
             self._sorted = True
@@ -318,14 +315,32 @@ class Recorder:
         self.hooks.begin_capture(graph, stream, handle or 0)
 
     def before_capture_end(self, cuda_graph: Any) -> tuple[list[dict[str, Any]], list[list[Any]]] | None:
+        """Read what only the live graph can tell; the rest waits until after the capture."""
         capture = self._graph_of.get(id(cuda_graph))
         if capture is None or capture.nodes is None:
             return None
         self._catch_up()
-        self._ingest()  # every op's claim on the graph's nodes, before they are read back
-        nodes, edges = graph_readback.read_graph(capture.handle)
-        capture.nodes.finish(nodes, self._live_blocks(), self.kernel_stats)
+        handles = graph_readback.node_handles(capture.handle)
+        nodes, edges = graph_readback.read_graph(capture.handle, handles)
+        capture.nodes.snapshot(handles, nodes, self.hooks.claims(capture.graph))
+        self._unfinished.append(capture)
         return nodes, edges
+
+    def _finish_captures(self) -> None:
+        """Kernel events' accesses and custom ops' cross-checks, once allocations are known."""
+        if not self._unfinished:
+            return
+        events = {e["seq"]: e for e in self.events if e["ev"] == "op"}
+        live: list[LiveBlocks] = []
+
+        def blocks() -> LiveBlocks:
+            if not live:
+                live.append(self._live_blocks())
+            return live[0]
+
+        for capture in self._unfinished:
+            capture.nodes.finish(blocks, events, self.kernel_stats)
+        self._unfinished.clear()
 
     def _guarded_catch_up(self) -> None:
         try:
@@ -334,16 +349,15 @@ class Recorder:
             self.fail("invisible launches", exc)
 
     def _catch_up(self) -> None:
-        """Nodes that appeared since the last recorded launch were launched by something the
+        """Nodes that appeared where no recorded launch was were launched by something the
         dispatcher never saw: give each a kernel event here, in program order, on its stream."""
         for graph in self.hooks.open_graphs():
             capture = self._captures.get(graph)
             if capture is None or capture.nodes is None:
                 continue
-            streams = self.hooks.capture_streams(graph)
-            unseen, count = capture.nodes.take_unseen(streams, self.hooks.nodes_seen(graph))
-            self.hooks.set_nodes_seen(graph, count)
-            for index, kind, stream in unseen:
+            handles = graph_readback.node_handles(capture.handle)
+            seen = capture.nodes.claimed_end(handles, self.hooks.last_claim(graph))
+            for index, kind, stream in capture.nodes.unseen(handles, seen, self.hooks.capture_streams(graph)):
                 if kind not in ACCESS_NODE_TYPES:
                     continue
                 event = self.emit(
@@ -358,13 +372,13 @@ class Recorder:
                     inferred=True,
                     stack=self.stack(),
                 )
-                capture.nodes.claim(event, index, index + 1)
-                capture.nodes.unresolved.append(event)
+                capture.nodes.claim_kernel(event, index)
+            self.hooks.refresh_frontiers(graph)
 
     def on_triton_launch(
         self, jit_function: Any, args: tuple[Any, ...], kwargs: dict[str, Any], kernel: Any, mark: tuple[int, Any, int]
     ) -> None:
-        stack, graph, first = mark
+        stack, graph, before = mark
         capture = self._captures.get(graph) if graph is not None else None
         if capture is None or capture.nodes is None:
             return
@@ -377,21 +391,24 @@ class Recorder:
             if rng is not None:
                 (writes if inferred or written[i] else reads).append(rng)
         device = tensors[0].device.index if tensors else torch.cuda.current_device()
+        stream = self._current_stream(device)
         event = self.emit(
             "kernel",
             graph=capture.graph,
-            node=first,
+            node=capture.nodes.base,  # its first node, set when the capture ends (CaptureNodes.snapshot)
             name=f"triton:{getattr(jit_function, '__name__', None) or jit_function.fn.__name__}",
-            stream=self._current_stream(device),
+            stream=stream,
             device=device,
             reads=reads,
             writes=writes,
             inferred=inferred,
             stack=None if stack < 0 else stack,
         )
-        end = capture.nodes.count()
-        capture.nodes.claim(event, first, end)
-        self.hooks.set_nodes_seen(graph, end)
+        frontier = graph_readback.capture_state(stream)[1]
+        if frontier and frontier[-1] != before:
+            self.hooks.claim(graph, event["seq"], frontier[-1], True)
+            capture.nodes.launches[event["seq"]] = event
+        self.hooks.refresh_frontiers(graph)
 
     def _live_blocks(self) -> LiveBlocks:
         """Every recorded lifetime, plus the blocks that were live before recording began."""
@@ -417,7 +434,6 @@ class Recorder:
         self, capture: _Capture, pool: list[int] | None, graph_data: tuple[list[Any], list[Any]] | None, aborted: bool
     ) -> None:
         self.hooks.end_capture(capture.graph)
-        self._ingest()
         if pool is not None:
             capture.pool = pool
             for event in [capture.begin, *capture.allocs]:
