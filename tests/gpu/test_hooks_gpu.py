@@ -17,7 +17,25 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 def _record(kind: str, out: pathlib.Path) -> dict[str, list[dict]]:
     subprocess.run([sys.executable, str(HERE / "record_with_hooks.py"), kind, str(out)], check=True, cwd=ROOT)
-    return {p.name: load_trace(p).events for p in sorted(out.iterdir())}
+    return {p.name: _canonical(load_trace(p).events) for p in sorted(out.iterdir())}
+
+
+def _canonical(events: list[dict]) -> list[dict]:
+    """Addresses, stream and event handles differ between processes: number each by its
+    first appearance, so that two recordings of one program compare equal."""
+    labels: dict[str, dict[int, int]] = {"addr": {}, "stream": {}, "event": {}}
+
+    def walk(value):
+        if isinstance(value, dict):
+            return {
+                k: labels[k].setdefault(v, len(labels[k])) if k in labels and isinstance(v, int) else walk(v)
+                for k, v in value.items()
+            }
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        return value
+
+    return [walk(e) for e in events]
 
 
 def test_native_hooks_record_what_the_python_hooks_record(tmp_path):
