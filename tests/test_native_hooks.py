@@ -230,3 +230,21 @@ def test_the_hooks_choice_is_checked(monkeypatch):
         native.hooks_choice()
     monkeypatch.setenv(native.ENV_HOOKS, "python")
     assert native.hooks_choice() == "python"
+
+
+def test_a_direct_fire_function_still_runs_the_registrys_other_callbacks():
+    module = native_module()
+    others, seen = [], []
+    fire = module.fire_function("on_alloc", others)
+    hooks = cpu_hooks()
+    hooks.start()
+    try:
+        fire(0x1000)
+        others.append(seen.append)  # a tool that registers after recording began
+        fire(0x2000)
+    finally:
+        hooks.stop()
+    assert [e["addr"] for e in hooks.drain() if e["ev"] == "alloc"] == [0x1000, 0x2000]
+    assert seen == [0x2000]
+    with pytest.raises(ValueError, match="no direct fire function"):
+        module.fire_function("on_device_sync", [])

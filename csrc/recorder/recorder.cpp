@@ -39,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "graph_nodes.h"
 #include "schema_plan.h"
 #include "tensor_range.h"
 #include "user_stacks.h"
@@ -1050,6 +1051,78 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         .def("release_python", [](Hooks& h) { h.state().release_python(); });
 
     // torch.cuda._gpu_trace callbacks: they act on the recording in progress, if any.
+    // Graph reads at a capture's end and at a catch-up (graph_readback.py does the same in
+    // Python): types and kernel names of nodes, and the nodes created since the last claim.
+    m.def("describe_nodes", [](const std::vector<int64_t>& handles) {
+        auto& driver = streamrace::GraphNodes::driver();
+        py::list out;
+        for (int64_t node : handles) {
+            int type = driver.type(node);
+            py::object name = py::none();
+            if (type == 0) {
+                std::string text = driver.kernel_name(node);
+                if (!text.empty()) name = py::str(text);
+            }
+            out.append(py::make_tuple(streamrace::node_type_name(type), name));
+        }
+        return out;
+    });
+    m.def("node_handles", [](int64_t graph) { return streamrace::GraphNodes::driver().handles(graph); });
+    m.def("nodes_since", [](int64_t graph, int64_t last_claim, int64_t floor) {
+        auto& driver = streamrace::GraphNodes::driver();
+        std::vector<int64_t> handles = driver.handles(graph);
+        int64_t seen = floor;
+        for (int64_t i = static_cast<int64_t>(handles.size()) - 1; i >= seen && last_claim != 0; --i) {
+            if (handles[i] == last_claim) {
+                seen = i + 1;
+                break;
+            }
+        }
+        py::list out;
+        for (int64_t i = seen; i < static_cast<int64_t>(handles.size()); ++i) {
+            out.append(py::make_tuple(i, handles[i], streamrace::node_type_name(driver.type(handles[i]))));
+        }
+        return out;
+    });
+    // A torch.cuda._gpu_trace registry's fire_callbacks, straight to a native hook: the
+    // registry's Python loop costs more than the hook. Callbacks others add to it still run.
+    m.def("fire_function", [](const std::string& hook, py::list others) -> py::cpp_function {
+        using streamrace::guarded;
+        auto rest = [others](py::args args) {
+            if (PyList_GET_SIZE(others.ptr()) == 0) return;
+            for (py::handle cb : py::list(others)) {
+                try {
+                    cb(*args);
+                } catch (py::error_already_set& e) {
+                    e.discard_as_unraisable("a torch.cuda._gpu_trace callback");
+                }
+            }
+        };
+        if (hook == "on_alloc") {
+            return py::cpp_function([rest](int64_t p, py::args more) {
+                guarded("memory allocation", [&](State& s) { s.on_alloc(p); });
+                rest(py::make_tuple(p));
+            });
+        }
+        if (hook == "on_free") {
+            return py::cpp_function([rest](int64_t p, py::args more) {
+                guarded("memory deallocation", [&](State& s) { s.on_free(p); });
+                rest(py::make_tuple(p));
+            });
+        }
+        if (hook == "on_event_record" || hook == "on_event_wait") {
+            bool record = hook == "on_event_record";
+            return py::cpp_function([rest, record](int64_t e, int64_t stream, py::args more) {
+                if (record) {
+                    guarded("event record", [&](State& s) { s.on_event_record(e, stream); });
+                } else {
+                    guarded("event wait", [&](State& s) { s.on_event_wait(e, stream); });
+                }
+                rest(py::make_tuple(e, stream));
+            });
+        }
+        throw std::invalid_argument("no direct fire function for " + hook);
+    });
     m.def("on_alloc", [](int64_t ptr) { streamrace::guarded("memory allocation", [&](State& s) { s.on_alloc(ptr); }); });
     m.def("on_free", [](int64_t ptr) { streamrace::guarded("memory deallocation", [&](State& s) { s.on_free(ptr); }); });
     m.def("on_event_create",

@@ -87,19 +87,14 @@ class CaptureNodes:
         self._checked_ops: dict[int, list[int]] = {}  # seq of a custom op -> its kernel nodes
         self._nodes: list[dict[str, Any]] = []
 
-    def claimed_end(self, handles: list[int], last_claim: int) -> int:
-        """The index after the last node some recorded launch has claimed."""
-        end = self.base
-        if self.kernels:
-            end = max(end, max(self.kernels) + 1)
-        if last_claim in handles:
-            end = max(end, handles.index(last_claim) + 1)
-        return end
+    def floor(self) -> int:
+        """No node before this index can be new: the capture's first, or after the last one
+        a catch-up found (a recorded launch's claim is a handle: the hooks find it)."""
+        return max(self.base, max(self.kernels) + 1) if self.kernels else self.base
 
-    def unseen(self, handles: list[int], seen: int, streams: Iterable[int]) -> list[tuple[int, str, int | None]]:
-        """Nodes from index ``seen`` on: (index, node type, launching stream or None)."""
-        if len(handles) <= seen:
-            return []
+    @staticmethod
+    def launching_streams(new: list[tuple[int, int, str]], streams: Iterable[int]) -> list[tuple[int, str, int | None]]:
+        """(index, node type, launching stream or None) of new nodes."""
         frontier: dict[int, int] = {}
         for stream in streams:
             for dep in graph_readback.capture_state(stream)[1]:
@@ -108,9 +103,9 @@ class CaptureNodes:
         # gap lead to it, so they take the stream of the next node that has one.
         found = []
         stream = None
-        for index in range(len(handles) - 1, seen - 1, -1):
-            stream = frontier.get(handles[index], stream)
-            found.append((index, graph_readback.node_type(handles[index]), stream))
+        for index, handle, kind in reversed(new):
+            stream = frontier.get(handle, stream)
+            found.append((index, kind, stream))
         return found[::-1]
 
     def claim_kernel(self, event: dict[str, Any], index: int) -> None:

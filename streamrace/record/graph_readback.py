@@ -14,6 +14,7 @@ export, so one build reads graphs on both.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from typing import Any
 
 try:  # cuda-bindings 12.x/13.x; optional
@@ -171,18 +172,34 @@ def kernel_name(node: int) -> str | None:
     return name.value.decode(errors="replace")[:MAX_KERNEL_NAME]
 
 
-def read_graph(graph: int, handles: list[int] | None = None) -> tuple[list[dict[str, Any]], list[list[Any]]]:
+def describe_nodes(handles: list[int]) -> list[tuple[str, str | None]]:
+    """(type, kernel name or None) of each node (the native hooks do the same in C++)."""
+    return [(kind, kernel_name(node) if kind == "kernel" else None) for node in handles for kind in (node_type(node),)]
+
+
+def nodes_since(graph: int, last_claim: int, floor: int) -> list[tuple[int, int, str]]:
+    """(index, handle, type) of the nodes after the one ``last_claim`` names, and from index
+    ``floor`` on at least (the native hooks do the same in C++)."""
+    handles = node_handles(graph)
+    seen = floor
+    if last_claim:
+        for i in range(len(handles) - 1, floor - 1, -1):
+            if handles[i] == last_claim:
+                seen = i + 1
+                break
+    return [(i, handles[i], node_type(handles[i])) for i in range(seen, len(handles))]
+
+
+def read_graph(
+    graph: int, handles: list[int], describe: Callable[[list[int]], list[tuple[str, str | None]]] = describe_nodes
+) -> tuple[list[dict[str, Any]], list[list[Any]]]:
     """(nodes, edges) of a graph: nodes in creation order as {id, type[, name]}, edges by node id."""
-    handles = node_handles(graph) if handles is None else handles
     index = {node: i for i, node in enumerate(handles)}
     nodes: list[dict[str, Any]] = []
-    for i, node in enumerate(handles):
-        kind = node_type(node)
+    for i, (kind, name) in enumerate(describe(handles)):
         entry: dict[str, Any] = {"id": i, "type": kind}
-        if kind == "kernel":
-            name = kernel_name(node)
-            if name:
-                entry["name"] = name
+        if name:
+            entry["name"] = name
         nodes.append(entry)
     count = ctypes.c_size_t(0)
     _check(_DRIVER.edges(graph, None, None, None, ctypes.byref(count)), "cuGraphGetEdges")

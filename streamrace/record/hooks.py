@@ -83,6 +83,12 @@ class Hooks(Protocol):
     def end_launch(self) -> None: ...
     def drain(self) -> list[dict[str, Any]]: ...
     def release_python(self) -> None: ...
+    # Graph reads (graph_readback.py, or the same in C++), and the registries whose
+    # fire_callbacks a hook replaces instead of joining their callback list.
+    def node_handles(self, graph: int) -> list[int]: ...
+    def describe_nodes(self, handles: list[int]) -> list[tuple[str, str | None]]: ...
+    def nodes_since(self, graph: int, last_claim: int, floor: int) -> list[tuple[int, int, str]]: ...
+    def fire_overrides(self, gpu_trace: Any) -> dict[str, Callable[..., None]]: ...
 
 
 def _is_cuda_tensor(value: Any) -> bool:
@@ -131,13 +137,14 @@ class _OpMode(TorchDispatchMode):
         kwargs = kwargs or {}
         hooks = self.hooks
         before = hooks.guard("op", hooks.before_op)
+        stack = hooks.op_stack
         hooks.depth += 1
         try:
             outputs = func(*args, **kwargs)
         finally:
             hooks.depth -= 1
             hooks.op_stack = -1
-        hooks.guard("op", hooks.on_op, func, args, kwargs, outputs, before)
+        hooks.guard("op", hooks.on_op, func, args, kwargs, outputs, before, stack)
         return outputs
 
 
@@ -262,6 +269,13 @@ class PythonHooks:
         records, self._records = self._records, []
         return records
 
+    node_handles = staticmethod(graph_readback.node_handles)
+    describe_nodes = staticmethod(graph_readback.describe_nodes)
+    nodes_since = staticmethod(graph_readback.nodes_since)
+
+    def fire_overrides(self, gpu_trace: Any) -> dict[str, Callable[..., None]]:
+        return {}
+
     def release_python(self) -> None:
         self._catch_up = _nothing
 
@@ -312,10 +326,10 @@ class PythonHooks:
         kwargs: dict[str, Any],
         outputs: Any,
         before: tuple[int, int, tuple[int, ...]] | None,
+        stack: int,
     ) -> None:
         if not self._any_open() and not self.eager_ops:
             return
-        stack = self.op_stack
         if func is _RECORD_STREAM:
             self._record_stream(*args, stack=stack)
             return
@@ -492,6 +506,30 @@ class NativeHooks:
             "release_python",
         ):
             setattr(self, name, getattr(self._native, name))
+        self._module = module
+        self.node_handles = module.node_handles
+        self.describe_nodes = module.describe_nodes
+        self.nodes_since = module.nodes_since
+
+    def fire_overrides(self, gpu_trace: Any) -> dict[str, Callable[..., None]]:
+        """The busiest registries call the native hooks directly (callbacks others add to them
+        still run); where a registry is not as expected, the hook joins its list instead."""
+        overrides = {}
+        for registry, hook in _DIRECT.items():
+            target = getattr(gpu_trace, registry, None)
+            if isinstance(getattr(target, "callback_list", None), list) and callable(
+                getattr(target, "fire_callbacks", None)
+            ):
+                overrides[registry] = self._module.fire_function(hook, target.callback_list)
+        return overrides
+
+
+_DIRECT = {
+    "MemoryAllocationCallbacks": "on_alloc",
+    "MemoryDeallocationCallbacks": "on_free",
+    "EventRecordCallbacks": "on_event_record",
+    "EventWaitCallbacks": "on_event_wait",
+}
 
 
 def _raw_stream(device_type: int, device_index: int, stream_id: int) -> int:

@@ -21,7 +21,7 @@ from types import ModuleType
 ENV_HOOKS = "STREAMRACE_HOOKS"
 ENV_BUILD_DIR = "STREAMRACE_BUILD_DIR"
 CHOICES = ("auto", "native", "python")
-_SOURCE_FILES = ("recorder.cpp", "schema_plan.h", "tensor_range.h", "user_stacks.h")
+_SOURCE_FILES = ("recorder.cpp", "graph_nodes.h", "schema_plan.h", "tensor_range.h", "user_stacks.h")
 
 
 class NativeUnavailable(RuntimeError):

@@ -320,8 +320,8 @@ class Recorder:
         if capture is None or capture.nodes is None:
             return None
         self._catch_up()
-        handles = graph_readback.node_handles(capture.handle)
-        nodes, edges = graph_readback.read_graph(capture.handle, handles)
+        handles = self.hooks.node_handles(capture.handle)
+        nodes, edges = graph_readback.read_graph(capture.handle, handles, self.hooks.describe_nodes)
         capture.nodes.snapshot(handles, nodes, self.hooks.claims(capture.graph))
         self._unfinished.append(capture)
         return nodes, edges
@@ -355,9 +355,9 @@ class Recorder:
             capture = self._captures.get(graph)
             if capture is None or capture.nodes is None:
                 continue
-            handles = graph_readback.node_handles(capture.handle)
-            seen = capture.nodes.claimed_end(handles, self.hooks.last_claim(graph))
-            for index, kind, stream in capture.nodes.unseen(handles, seen, self.hooks.capture_streams(graph)):
+            new = self.hooks.nodes_since(capture.handle, self.hooks.last_claim(graph), capture.nodes.floor())
+            streams = self.hooks.capture_streams(graph) if new else []
+            for index, kind, stream in capture.nodes.launching_streams(new, streams):
                 if kind not in ACCESS_NODE_TYPES:
                     continue
                 event = self.emit(
@@ -529,8 +529,13 @@ def _install_hooks(hooks: Hooks) -> None:
     from torch.cuda import _gpu_trace
 
     torch._C._activate_gpu_trace()
+    overrides = hooks.fire_overrides(_gpu_trace)
     for registry in GPU_TRACE_REGISTRIES:
-        getattr(_gpu_trace, registry).add_callback(hooks.callbacks[registry])
+        if registry in overrides:
+            getattr(_gpu_trace, registry).fire_callbacks = overrides[registry]
+        else:
+            getattr(_gpu_trace, registry).add_callback(hooks.callbacks[registry])
+    _ORIGINALS["fire_overrides"] = overrides
     graph_cls = torch.cuda.graphs.CUDAGraph
     _ORIGINALS["capture_begin"] = graph_cls.capture_begin
     _ORIGINALS["capture_end"] = graph_cls.capture_end
@@ -546,10 +551,14 @@ def _uninstall_hooks(hooks: Hooks) -> None:
         return
     from torch.cuda import _gpu_trace
 
+    overrides = _ORIGINALS.pop("fire_overrides", {})
     for registry in GPU_TRACE_REGISTRIES:
-        callbacks = getattr(_gpu_trace, registry).callback_list
-        if hooks.callbacks[registry] in callbacks:
-            callbacks.remove(hooks.callbacks[registry])
+        target = getattr(_gpu_trace, registry)
+        if registry in overrides:
+            if vars(target).get("fire_callbacks") is overrides[registry]:
+                del target.fire_callbacks  # the class's own again
+        elif hooks.callbacks[registry] in target.callback_list:
+            target.callback_list.remove(hooks.callbacks[registry])
     graph_cls = torch.cuda.graphs.CUDAGraph
     graph_cls.capture_begin = _ORIGINALS.pop("capture_begin")
     graph_cls.capture_end = _ORIGINALS.pop("capture_end")
