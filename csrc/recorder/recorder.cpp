@@ -349,7 +349,7 @@ class State {
         int32_t stack = python_stack();
         t.op_stack = stack;
         int32_t graph = readable_graph(stream);
-        Frontier before = graph != 0 ? checked(stream) : Frontier();
+        Frontier before = graph != 0 ? checked_all(graph, stream) : Frontier();
         OpFrame& frame = t.frames[index];  // Python may have run above: nested ops came and went
         frame.recorded = true;
         frame.plan = plan;
@@ -460,7 +460,7 @@ class State {
         int64_t stream = current_stream(current_device());
         int32_t graph = readable_graph(stream);
         if (graph == 0) return py::make_tuple(stack, py::none(), 0);
-        Frontier now = checked(stream);
+        Frontier now = checked_all(graph, stream);
         return py::make_tuple(stack, graph, now.empty() ? 0 : now.back());
     }
 
@@ -729,6 +729,28 @@ class State {
 
     void check(int64_t stream) {
         if (readable_graph(stream) != 0) checked(stream);
+    }
+
+    // Before a launch claims "every node since the previous claim", every stream of its
+    // capture must be accounted for, not only its own. Returns `stream`'s frontier.
+    Frontier checked_all(int32_t graph, int64_t stream) {
+        std::vector<int64_t> streams;
+        std::vector<Frontier> known;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            streams = streams_of(graph);
+            for (int64_t s : streams) known.push_back(known_[s]);
+        }
+        Frontier mine;
+        bool moved = false;
+        for (size_t i = 0; i < streams.size(); ++i) {
+            Frontier now = frontier(streams[i]);
+            moved |= now != known[i];
+            if (streams[i] == stream) mine = std::move(now);
+        }
+        if (!moved) return mine;
+        catch_up();
+        return frontier(stream);
     }
 
     void catch_up() {

@@ -265,6 +265,13 @@ class PythonHooks:
         if self._read_graph(stream) is not None and graph_readback.capture_state(stream)[1] != self._known.get(stream):
             self._catch_up()
 
+    def _check_all(self, graph: int) -> None:
+        """Before a launch claims every node since the previous claim, every stream of its
+        capture must be accounted for, not only its own."""
+        streams = self.capture_streams(graph)
+        if any(graph_readback.capture_state(s)[1] != self._known.get(s) for s in streams):
+            self._catch_up()
+
     def drain(self) -> list[dict[str, Any]]:
         records, self._records = self._records, []
         return records
@@ -316,7 +323,7 @@ class PythonHooks:
         graph = self._read_graph(stream)
         if graph is None:
             return None
-        self._check(stream)
+        self._check_all(graph)
         return graph, stream, graph_readback.capture_state(stream)[1]
 
     def on_op(
@@ -371,7 +378,7 @@ class PythonHooks:
         graph = self._read_graph(stream)
         if graph is None:
             return stack, None, 0
-        self._check(stream)
+        self._check_all(graph)
         frontier = graph_readback.capture_state(stream)[1]
         return stack, graph, frontier[-1] if frontier else 0
 

@@ -22,8 +22,10 @@ def _record(kind: str, out: pathlib.Path) -> dict[str, list[dict]]:
 
 def _canonical(events: list[dict]) -> list[dict]:
     """Addresses, stream and event handles differ between processes: number each by its
-    first appearance, so that two recordings of one program compare equal."""
+    first appearance, so that two recordings of one program compare equal. CUDA hands a
+    destroyed event's handle out again: a created event is a new one."""
     labels: dict[str, dict[int, int]] = {"addr": {}, "stream": {}, "event": {}}
+    created = 0
 
     def walk(value):
         if isinstance(value, dict):
@@ -35,7 +37,13 @@ def _canonical(events: list[dict]) -> list[dict]:
             return [walk(v) for v in value]
         return value
 
-    return [walk(e) for e in events]
+    out = []
+    for event in events:
+        if event["ev"] == "event_create":
+            created += 1
+            labels["event"][event["event"]] = f"event{created}"
+        out.append(walk(event))
+    return out
 
 
 def test_native_hooks_record_what_the_python_hooks_record(tmp_path):
