@@ -163,6 +163,7 @@ struct ThreadState {
     int opaque_depth = 0;
     int launches = 0;         // Python-side launches in flight (Triton)
     int32_t op_stack = -1;    // the stack of the op or launch in flight, shared by its allocations
+    int64_t last_stream = 0;  // the stream of the previous launch, while no event hook came between
 };
 
 thread_local ThreadState tls;
@@ -349,7 +350,7 @@ class State {
         int32_t stack = python_stack();
         t.op_stack = stack;
         int32_t graph = readable_graph(stream);
-        Frontier before = graph != 0 ? checked_all(graph, stream) : Frontier();
+        Frontier before = graph != 0 ? checked_before_launch(graph, stream) : Frontier();
         OpFrame& frame = t.frames[index];  // Python may have run above: nested ops came and went
         frame.recorded = true;
         frame.plan = plan;
@@ -460,7 +461,7 @@ class State {
         int64_t stream = current_stream(current_device());
         int32_t graph = readable_graph(stream);
         if (graph == 0) return py::make_tuple(stack, py::none(), 0);
-        Frontier now = checked_all(graph, stream);
+        Frontier now = checked_before_launch(graph, stream);
         return py::make_tuple(stack, graph, now.empty() ? 0 : now.back());
     }
 
@@ -511,6 +512,7 @@ class State {
     }
 
     void on_event_record(int64_t event, int64_t stream) {
+        tls.last_stream = 0;
         {
             std::lock_guard<std::mutex> lock(mutex_);
             auto it = capturing_.find(stream);
@@ -533,6 +535,7 @@ class State {
     }
 
     void on_event_wait(int64_t event, int64_t stream) {
+        tls.last_stream = 0;
         see_stream(stream, current_device());
         if (readable_graph(stream) != 0) {
             // The wait added the event's nodes to the frontier; a launch would have replaced it.
@@ -731,8 +734,15 @@ class State {
         if (readable_graph(stream) != 0) checked(stream);
     }
 
-    // Before a launch claims "every node since the previous claim", every stream of its
-    // capture must be accounted for, not only its own. Returns `stream`'s frontier.
+    // Before a launch claims "every node since the previous claim", the streams that may have
+    // launched unseen must be accounted for: its own, and, after a change of stream or an
+    // event hook (where programs move between streams), every stream of its capture.
+    Frontier checked_before_launch(int32_t graph, int64_t stream) {
+        bool same = tls.last_stream == stream;
+        tls.last_stream = stream;
+        return same ? checked(stream) : checked_all(graph, stream);
+    }
+
     Frontier checked_all(int32_t graph, int64_t stream) {
         std::vector<int64_t> streams;
         std::vector<Frontier> known;

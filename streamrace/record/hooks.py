@@ -180,6 +180,7 @@ class PythonHooks:
         self._capturing: dict[int, int] = {}  # stream -> graph it captures into
         self._event_capture: dict[int, int] = {}  # event -> graph its latest record is in
         self._known: dict[int, tuple[int, ...]] = {}  # capturing stream -> its frontier as last seen
+        self._last_stream = 0  # the stream of the previous launch, while no event hook came between
         self._errors = 0
         self._mode: _OpMode | None = None
         self.depth = 0  # ops and launches in flight: nodes created meanwhile are theirs
@@ -265,10 +266,12 @@ class PythonHooks:
         if self._read_graph(stream) is not None and graph_readback.capture_state(stream)[1] != self._known.get(stream):
             self._catch_up()
 
-    def _check_all(self, graph: int) -> None:
-        """Before a launch claims every node since the previous claim, every stream of its
-        capture must be accounted for, not only its own."""
-        streams = self.capture_streams(graph)
+    def _check_before_launch(self, graph: int, stream: int) -> None:
+        """Before a launch claims every node since the previous claim, the streams that may
+        have launched unseen must be accounted for: its own, and, after a change of stream or
+        an event hook (where programs move between streams), every stream of its capture."""
+        same, self._last_stream = self._last_stream == stream, stream
+        streams = [stream] if same else self.capture_streams(graph)
         if any(graph_readback.capture_state(s)[1] != self._known.get(s) for s in streams):
             self._catch_up()
 
@@ -323,7 +326,7 @@ class PythonHooks:
         graph = self._read_graph(stream)
         if graph is None:
             return None
-        self._check_all(graph)
+        self._check_before_launch(graph, stream)
         return graph, stream, graph_readback.capture_state(stream)[1]
 
     def on_op(
@@ -378,7 +381,7 @@ class PythonHooks:
         graph = self._read_graph(stream)
         if graph is None:
             return stack, None, 0
-        self._check_all(graph)
+        self._check_before_launch(graph, stream)
         frontier = graph_readback.capture_state(stream)[1]
         return stack, graph, frontier[-1] if frontier else 0
 
@@ -435,6 +438,7 @@ class PythonHooks:
         self._emit("event_delete", event=event)
 
     def _on_event_record(self, event: int, stream: int) -> None:
+        self._last_stream = 0
         graph = self._capturing.get(stream)
         if graph is None:
             self._event_capture.pop(event, None)
@@ -445,6 +449,7 @@ class PythonHooks:
         self._emit("event_record", event=event, stream=stream, stack=self._stack_field(self.stack()))
 
     def _on_event_wait(self, event: int, stream: int) -> None:
+        self._last_stream = 0
         self.see_stream(stream, torch.cuda.current_device())
         # The wait added the event's nodes to the frontier; a launch would have replaced it.
         if self._read_graph(stream) is not None and not set(self._known.get(stream, ())) <= set(
