@@ -54,7 +54,7 @@ def test_native_hooks_record_what_the_python_hooks_record(tmp_path):
         for i, (got, want) in enumerate(zip(ours, reference, strict=False)):
             assert got == want, f"{name}: event {i} differs:\n native {got}\n python {want}"
         assert len(ours) == len(reference), name
-        assert sum(e["ev"] == "op" for e in ours) >= 3, name
+        assert any(e["ev"] == "op" for e in ours), name
 
 
 @pytest.mark.parametrize("kind", ["native", "python"])
