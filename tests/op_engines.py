@@ -16,7 +16,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from streamrace.record import native
-from streamrace.record.hooks import NativeHooks, op_name
+from streamrace.record.hooks import HookOptions, NativeHooks, op_name
 from streamrace.record.op_accesses import op_accesses
 from streamrace.record.stacks import UserCode
 
@@ -56,15 +56,8 @@ def native_module() -> Any:
 
 def cpu_hooks(shown_path: Callable[[Any], str | None] | None = None, catch_up: Callable[[], None] = lambda: None):
     """Native hooks recording every op on CPU tensors (there is no capture on the CPU)."""
-    return NativeHooks(
-        native_module(),
-        eager_ops=True,
-        stack_depth=6,
-        max_walk=48,
-        shown_path=shown_path or UserCode().shown_path,
-        catch_up=catch_up,
-        device_type=CPU,
-    )
+    options = HookOptions(True, 6, 48, shown_path or UserCode().shown_path, catch_up)
+    return NativeHooks(native_module(), options, device_type=CPU)
 
 
 def native_events(fn: Callable[[], object], **options: Any) -> list[dict[str, Any]]:

@@ -209,13 +209,7 @@ class State {
 
     void see_stream(int64_t stream, int32_t device) {
         std::lock_guard<std::mutex> lock(mutex_);
-        if (streams_.insert(stream).second) {
-            Record r;
-            r.kind = Kind::Stream;
-            r.stream = stream;
-            r.device = device;
-            append(r);
-        }
+        if (streams_.insert(stream).second) append(simple(Kind::Stream, 0, stream, device));
     }
 
     // The user stack here (GIL held), its definition recorded first if it is new.
@@ -478,12 +472,7 @@ class State {
         see_stream(stream, device);
         int32_t stack = op_stack();
         std::lock_guard<std::mutex> lock(mutex_);
-        Record r;
-        r.kind = Kind::Alloc;
-        r.value = ptr;
-        r.stream = stream;
-        r.device = device;
-        r.stack = stack;
+        Record r = simple(Kind::Alloc, ptr, stream, device, stack);
         auto it = capturing_.find(stream);
         if (it != capturing_.end()) r.graph = it->second;
         append(r);
@@ -494,21 +483,13 @@ class State {
         if (!in_op() && any_open_.load(std::memory_order_relaxed)) check(current_stream(device));
         int32_t stack = op_stack();
         std::lock_guard<std::mutex> lock(mutex_);
-        Record r;
-        r.kind = Kind::Free;
-        r.value = ptr;
-        r.device = device;
-        r.stack = stack;
-        append(r);
+        append(simple(Kind::Free, ptr, -1, device, stack));
     }
 
     void on_event(Kind kind, int64_t event) {
         std::lock_guard<std::mutex> lock(mutex_);
         if (kind == Kind::EventDelete) event_capture_.erase(event);
-        Record r;
-        r.kind = kind;
-        r.value = event;
-        append(r);
+        append(simple(kind, event));
     }
 
     void on_event_record(int64_t event, int64_t stream) {
@@ -526,12 +507,7 @@ class State {
         see_stream(stream, current_device());
         int32_t stack = this->stack();
         std::lock_guard<std::mutex> lock(mutex_);
-        Record r;
-        r.kind = Kind::EventRecord;
-        r.value = event;
-        r.stream = stream;
-        r.stack = stack;
-        append(r);
+        append(simple(Kind::EventRecord, event, stream, -1, stack));
     }
 
     void on_event_wait(int64_t event, int64_t stream) {
@@ -549,12 +525,7 @@ class State {
         int32_t stack = this->stack();
         {
             std::lock_guard<std::mutex> lock(mutex_);
-            Record r;
-            r.kind = Kind::EventWait;
-            r.value = event;
-            r.stream = stream;
-            r.stack = stack;
-            append(r);
+            append(simple(Kind::EventWait, event, stream, -1, stack));
             // Waiting on an event recorded in an open capture joins the capture, as in CUDA.
             auto source = event_capture_.find(event);
             if (source != event_capture_.end() && captures_[source->second].open && capturing_.count(stream) == 0) {
@@ -571,19 +542,13 @@ class State {
     void on_stream_sync(int64_t stream) {
         see_stream(stream, current_device());
         std::lock_guard<std::mutex> lock(mutex_);
-        Record r;
-        r.kind = Kind::StreamSync;
-        r.stream = stream;
-        append(r);
+        append(simple(Kind::StreamSync, 0, stream));
     }
 
     void on_device_sync() {
         int32_t device = current_device();
         std::lock_guard<std::mutex> lock(mutex_);
-        Record r;
-        r.kind = Kind::DeviceSync;
-        r.device = device;
-        append(r);
+        append(simple(Kind::DeviceSync, 0, -1, device));
     }
 
     // -- draining ----------------------------------------------------------------------------
@@ -779,13 +744,17 @@ class State {
         int64_t stream = raw_handle(*frame.recorded_on);
         see_stream(stream, device);
         std::lock_guard<std::mutex> lock(mutex_);
+        append(simple(Kind::RecordStream, addr, stream, device, frame.stack));
+    }
+
+    static Record simple(Kind kind, int64_t value, int64_t stream = -1, int32_t device = -1, int32_t stack = -1) {
         Record r;
-        r.kind = Kind::RecordStream;
-        r.value = addr;
+        r.kind = kind;
+        r.value = value;
         r.stream = stream;
         r.device = device;
-        r.stack = frame.stack;
-        append(r);
+        r.stack = stack;
+        return r;
     }
 
     // mutex_ held.
@@ -793,6 +762,7 @@ class State {
         r.seq = seq_++;
         records_.push_back(r);
     }
+    void append(Record&& r) { append(r); }
 
     // mutex_ held.
     int32_t text(const std::string& s) {
@@ -947,64 +917,44 @@ std::atomic<State*> g_active{nullptr};
 auto* g_states = new std::vector<std::shared_ptr<State>>();
 at::CallbackHandle g_callback = 0;
 
+// Runs a hook on a state; a failure becomes a recorder_error record, never an exception in
+// the user's program.
+template <typename F>
+void failsafe(State& state, const char* where, F&& f) {
+    try {
+        f(state);
+    } catch (py::error_already_set& e) {
+        state.fail(where, python_error_text(e));
+    } catch (const c10::Error& e) {
+        state.fail(where, e.what_without_backtrace());
+    } catch (const std::exception& e) {
+        state.fail(where, e.what());
+    } catch (...) {
+        state.fail(where, "unknown C++ exception");
+    }
+}
+
 template <typename F>
 void guarded(const char* where, F&& f) {
     State* state = g_active.load(std::memory_order_acquire);
-    if (state == nullptr) return;
-    try {
-        f(*state);
-    } catch (py::error_already_set& e) {
-        state->fail(where, python_error_text(e));
-    } catch (const c10::Error& e) {
-        state->fail(where, e.what_without_backtrace());
-    } catch (const std::exception& e) {
-        state->fail(where, e.what());
-    } catch (...) {
-        state->fail(where, "unknown C++ exception");
-    }
+    if (state != nullptr) failsafe(*state, where, std::forward<F>(f));
 }
 
 std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
     State* state = g_active.load(std::memory_order_acquire);
-    if (state == nullptr) {
-        tls.frames.emplace_back();  // keep start and end paired
-        return nullptr;
-    }
     size_t depth = tls.frames.size();
-    try {
-        state->op_start(fn);
-    } catch (py::error_already_set& e) {
-        state->fail("op", python_error_text(e));
-    } catch (const c10::Error& e) {
-        state->fail("op", e.what_without_backtrace());
-    } catch (const std::exception& e) {
-        state->fail("op", e.what());
-    } catch (...) {
-        state->fail("op", "unknown C++ exception");
-    }
-    if (tls.frames.size() == depth) tls.frames.emplace_back();  // failed before its frame
+    if (state != nullptr) failsafe(*state, "op", [&](State& s) { s.op_start(fn); });
+    if (tls.frames.size() == depth) tls.frames.emplace_back();  // keep start and end paired
     return nullptr;
 }
 
 void on_op_end(const at::RecordFunction& fn, at::ObserverContext*) {
     State* state = g_active.load(std::memory_order_acquire);
-    if (state == nullptr) {
-        if (!tls.frames.empty()) {
-            if (tls.frames.back().opaque) --tls.opaque_depth;
-            tls.frames.pop_back();
-        }
-        return;
-    }
-    try {
-        state->op_end(fn);
-    } catch (py::error_already_set& e) {
-        state->fail("op", python_error_text(e));
-    } catch (const c10::Error& e) {
-        state->fail("op", e.what_without_backtrace());
-    } catch (const std::exception& e) {
-        state->fail("op", e.what());
-    } catch (...) {
-        state->fail("op", "unknown C++ exception");
+    if (state != nullptr) {
+        failsafe(*state, "op", [&](State& s) { s.op_end(fn); });
+    } else if (!tls.frames.empty()) {  // recording stopped while the op ran
+        if (tls.frames.back().opaque) --tls.opaque_depth;
+        tls.frames.pop_back();
     }
 }
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -57,6 +58,17 @@ _HOOK_NAMES = (
     "on_event_sync",
     "on_device_sync",
 )
+
+
+@dataclass(frozen=True)
+class HookOptions:
+    """What either set of hooks is made with."""
+
+    eager_ops: bool  # record ops outside captures too
+    stack_depth: int  # user frames kept per stack
+    max_walk: int  # frames looked at per stack, user or not
+    shown_path: Callable[[Any], str | None]  # UserCode.shown_path: which frames are the user's
+    catch_up: Callable[[], None]  # the Recorder's, when a stream launched what no hook saw
 
 
 class Hooks(Protocol):
@@ -161,20 +173,14 @@ class PythonHooks:
 
     kind = "python"
 
-    def __init__(
-        self,
-        *,
-        eager_ops: bool,
-        stack_depth: int,
-        max_walk: int,
-        shown_path: Callable[[Any], str | None],
-        catch_up: Callable[[], None],
-    ) -> None:
-        self.eager_ops = eager_ops
-        self._catch_up = catch_up
+    def __init__(self, options: HookOptions) -> None:
+        self.eager_ops = options.eager_ops
+        self._catch_up = options.catch_up
         self._seq = 0
         self._records: list[dict[str, Any]] = []
-        self._stacks = StackTable(self._emit, depth=stack_depth, max_walk=max_walk, shown_path=shown_path)
+        self._stacks = StackTable(
+            self._emit, depth=options.stack_depth, max_walk=options.max_walk, shown_path=options.shown_path
+        )
         self._streams: set[int] = set()
         self._captures: dict[int, _Capture] = {}
         self._capturing: dict[int, int] = {}  # stream -> graph it captures into
@@ -484,18 +490,17 @@ class NativeHooks:
 
     kind = "native"
 
-    def __init__(
-        self,
-        module: Any,
-        *,
-        eager_ops: bool,
-        stack_depth: int,
-        max_walk: int,
-        shown_path: Callable[[Any], str | None],
-        catch_up: Callable[[], None],
-        device_type: int = 1,  # c10::DeviceType::CUDA; the CPU (0) for tests
-    ) -> None:
-        self._native = module.Hooks(eager_ops, device_type, stack_depth, max_walk, shown_path, _raw_stream, catch_up)
+    def __init__(self, module: Any, options: HookOptions, device_type: int = 1) -> None:
+        # device_type: c10::DeviceType::CUDA; the CPU (0) for tests
+        self._native = module.Hooks(
+            options.eager_ops,
+            device_type,
+            options.stack_depth,
+            options.max_walk,
+            options.shown_path,
+            _raw_stream,
+            options.catch_up,
+        )
         self.callbacks = {r: getattr(module, n) for r, n in zip(GPU_TRACE_REGISTRIES, _HOOK_NAMES, strict=True)}
         for name in (
             "start",
@@ -552,44 +557,17 @@ def _raw_stream(device_type: int, device_index: int, stream_id: int) -> int:
     return torch.cuda.Stream(stream_id=stream_id, device_index=device_index, device_type=device_type).cuda_stream
 
 
-def make_hooks(
-    choice: str,
-    *,
-    eager_ops: bool,
-    stack_depth: int,
-    max_walk: int,
-    shown_path: Callable[[Any], str | None],
-    catch_up: Callable[[], None],
-) -> tuple[Hooks, str | None]:
+def make_hooks(choice: str, options: HookOptions) -> tuple[Hooks, str | None]:
     """The hooks to record with (``choice``: auto, native or python), and why the native ones
     are not used where they could have been."""
     from streamrace.record import native
 
-    if choice != "python":
-        try:
-            module = native.load()
-        except native.NativeUnavailable as exc:
-            if choice == "native":
-                raise
-            print(f"streamrace: native recorder unavailable ({exc}); recording with the Python hooks", file=sys.stderr)
-            reason = str(exc)
-        else:
-            hooks = NativeHooks(
-                module,
-                eager_ops=eager_ops,
-                stack_depth=stack_depth,
-                max_walk=max_walk,
-                shown_path=shown_path,
-                catch_up=catch_up,
-            )
-            return hooks, None
-    else:
-        reason = None
-    python = PythonHooks(
-        eager_ops=eager_ops,
-        stack_depth=stack_depth,
-        max_walk=max_walk,
-        shown_path=shown_path,
-        catch_up=catch_up,
-    )
-    return python, reason
+    if choice == "python":
+        return PythonHooks(options), None
+    try:
+        return NativeHooks(native.load(), options), None
+    except native.NativeUnavailable as exc:
+        if choice == "native":
+            raise
+        print(f"streamrace: native recorder unavailable ({exc}); recording with the Python hooks", file=sys.stderr)
+        return PythonHooks(options), str(exc)

@@ -32,7 +32,7 @@ import torch
 
 from streamrace.record import graph_readback
 from streamrace.record.capture_nodes import ACCESS_NODE_TYPES, CaptureNodes, KernelStats
-from streamrace.record.hooks import GPU_TRACE_REGISTRIES, Hooks, make_hooks
+from streamrace.record.hooks import GPU_TRACE_REGISTRIES, HookOptions, Hooks, make_hooks
 from streamrace.record.kernel_params import LiveBlocks
 from streamrace.record.native import hooks_choice
 from streamrace.record.op_accesses import tensor_range
@@ -153,14 +153,9 @@ class Recorder:
 
     def start(self) -> None:
         global _ACTIVE
-        hooks, self.native_unavailable = make_hooks(
-            self.hooks_choice,
-            eager_ops=self.eager_ops,
-            stack_depth=self.stack_depth,
-            max_walk=_MAX_WALK,
-            shown_path=UserCode().shown_path,
-            catch_up=self._guarded_catch_up,
-        )
+        shown_path = UserCode().shown_path
+        options = HookOptions(self.eager_ops, self.stack_depth, _MAX_WALK, shown_path, self._guarded_catch_up)
+        hooks, self.native_unavailable = make_hooks(self.hooks_choice, options)
         with _LOCK:
             if _ACTIVE is not None:
                 raise RuntimeError("a streamrace recorder is already active in this process")
