@@ -924,6 +924,8 @@ void failsafe(State& state, const char* where, F&& f) {
     try {
         f(state);
     } catch (py::error_already_set& e) {
+        // The GIL may have been let go on the way out (a scoped acquire around the Python call).
+        py::gil_scoped_acquire gil;
         state.fail(where, python_error_text(e));
     } catch (const c10::Error& e) {
         state.fail(where, e.what_without_backtrace());
@@ -956,6 +958,35 @@ void on_op_end(const at::RecordFunction& fn, at::ObserverContext*) {
         if (tls.frames.back().opaque) --tls.opaque_depth;
         tls.frames.pop_back();
     }
+}
+
+// torch.cuda._gpu_trace callbacks: they act on the recording in progress, if any.
+void hook_alloc(int64_t ptr) { guarded("memory allocation", [&](State& s) { s.on_alloc(ptr); }); }
+void hook_free(int64_t ptr) { guarded("memory deallocation", [&](State& s) { s.on_free(ptr); }); }
+void hook_event_create(int64_t e) { guarded("event creation", [&](State& s) { s.on_event(Kind::EventCreate, e); }); }
+void hook_event_delete(int64_t e) { guarded("event deletion", [&](State& s) { s.on_event(Kind::EventDelete, e); }); }
+void hook_event_record(int64_t e, int64_t stream) {
+    guarded("event record", [&](State& s) { s.on_event_record(e, stream); });
+}
+void hook_event_wait(int64_t e, int64_t stream) {
+    guarded("event wait", [&](State& s) { s.on_event_wait(e, stream); });
+}
+void hook_stream_sync(int64_t stream) {
+    guarded("stream synchronization", [&](State& s) { s.on_stream_sync(stream); });
+}
+void hook_event_sync(int64_t e) { guarded("event synchronization", [&](State& s) { s.on_event(Kind::EventSync, e); }); }
+void hook_device_sync() { guarded("device synchronization", [&](State& s) { s.on_device_sync(); }); }
+
+// The hooks of the busiest registries, called with the registry's arguments.
+using DirectHook = void (*)(const py::args&);
+const std::unordered_map<std::string, DirectHook>& direct_hooks() {
+    static const std::unordered_map<std::string, DirectHook> hooks = {
+        {"on_alloc", [](const py::args& a) { hook_alloc(a[0].cast<int64_t>()); }},
+        {"on_free", [](const py::args& a) { hook_free(a[0].cast<int64_t>()); }},
+        {"on_event_record", [](const py::args& a) { hook_event_record(a[0].cast<int64_t>(), a[1].cast<int64_t>()); }},
+        {"on_event_wait", [](const py::args& a) { hook_event_wait(a[0].cast<int64_t>(), a[1].cast<int64_t>()); }},
+    };
+    return hooks;
 }
 
 // The Python face: one Hooks object per recording, with the interface of PythonHooks.
@@ -995,8 +1026,6 @@ class Hooks {
 }  // namespace streamrace
 
 using streamrace::Hooks;
-using streamrace::Kind;
-using streamrace::State;
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "streamrace's native recorder hooks (built on first use against this torch)";
@@ -1068,59 +1097,31 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     });
     // A torch.cuda._gpu_trace registry's fire_callbacks, straight to a native hook: the
     // registry's Python loop costs more than the hook. Callbacks others add to it still run.
+    // A torch.cuda._gpu_trace registry's fire_callbacks, straight to a native hook: the
+    // registry's Python loop costs more than the hook. Callbacks others add to it still run.
     m.def("fire_function", [](const std::string& hook, py::list others) -> py::cpp_function {
-        using streamrace::guarded;
-        auto rest = [others](py::args args) {
-            if (PyList_GET_SIZE(others.ptr()) == 0) return;
-            for (py::handle cb : py::list(others)) {
+        auto direct = streamrace::direct_hooks().find(hook);
+        if (direct == streamrace::direct_hooks().end()) {
+            throw std::invalid_argument("no direct fire function for " + hook);
+        }
+        return py::cpp_function([run = direct->second, others](py::args args) {
+            run(args);
+            for (py::handle cb : py::list(others)) {  // a copy: a callback may change the list
                 try {
                     cb(*args);
                 } catch (py::error_already_set& e) {
                     e.discard_as_unraisable("a torch.cuda._gpu_trace callback");
                 }
             }
-        };
-        if (hook == "on_alloc") {
-            return py::cpp_function([rest](int64_t p, py::args more) {
-                guarded("memory allocation", [&](State& s) { s.on_alloc(p); });
-                rest(py::make_tuple(p));
-            });
-        }
-        if (hook == "on_free") {
-            return py::cpp_function([rest](int64_t p, py::args more) {
-                guarded("memory deallocation", [&](State& s) { s.on_free(p); });
-                rest(py::make_tuple(p));
-            });
-        }
-        if (hook == "on_event_record" || hook == "on_event_wait") {
-            bool record = hook == "on_event_record";
-            return py::cpp_function([rest, record](int64_t e, int64_t stream, py::args more) {
-                if (record) {
-                    guarded("event record", [&](State& s) { s.on_event_record(e, stream); });
-                } else {
-                    guarded("event wait", [&](State& s) { s.on_event_wait(e, stream); });
-                }
-                rest(py::make_tuple(e, stream));
-            });
-        }
-        throw std::invalid_argument("no direct fire function for " + hook);
+        });
     });
-    m.def("on_alloc", [](int64_t ptr) { streamrace::guarded("memory allocation", [&](State& s) { s.on_alloc(ptr); }); });
-    m.def("on_free", [](int64_t ptr) { streamrace::guarded("memory deallocation", [&](State& s) { s.on_free(ptr); }); });
-    m.def("on_event_create",
-          [](int64_t e) { streamrace::guarded("event creation", [&](State& s) { s.on_event(Kind::EventCreate, e); }); });
-    m.def("on_event_delete",
-          [](int64_t e) { streamrace::guarded("event deletion", [&](State& s) { s.on_event(Kind::EventDelete, e); }); });
-    m.def("on_event_record", [](int64_t e, int64_t stream) {
-        streamrace::guarded("event record", [&](State& s) { s.on_event_record(e, stream); });
-    });
-    m.def("on_event_wait", [](int64_t e, int64_t stream) {
-        streamrace::guarded("event wait", [&](State& s) { s.on_event_wait(e, stream); });
-    });
-    m.def("on_stream_sync", [](int64_t stream) {
-        streamrace::guarded("stream synchronization", [&](State& s) { s.on_stream_sync(stream); });
-    });
-    m.def("on_event_sync",
-          [](int64_t e) { streamrace::guarded("event synchronization", [&](State& s) { s.on_event(Kind::EventSync, e); }); });
-    m.def("on_device_sync", [] { streamrace::guarded("device synchronization", [&](State& s) { s.on_device_sync(); }); });
+    m.def("on_alloc", &streamrace::hook_alloc);
+    m.def("on_free", &streamrace::hook_free);
+    m.def("on_event_create", &streamrace::hook_event_create);
+    m.def("on_event_delete", &streamrace::hook_event_delete);
+    m.def("on_event_record", &streamrace::hook_event_record);
+    m.def("on_event_wait", &streamrace::hook_event_wait);
+    m.def("on_stream_sync", &streamrace::hook_stream_sync);
+    m.def("on_event_sync", &streamrace::hook_event_sync);
+    m.def("on_device_sync", &streamrace::hook_device_sync);
 }

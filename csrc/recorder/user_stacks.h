@@ -8,7 +8,7 @@
 // runs with the GIL held, which is also what guards it.
 #pragma once
 
-#include <Python.h>
+#include <pybind11/pybind11.h>
 #include <frameobject.h>
 
 #include <c10/util/SmallVector.h>
@@ -56,7 +56,7 @@ class UserStacks {
 
     // The id of the calling user stack (innermost first), -1 when no frame is the user's.
     // A stack seen for the first time comes back in `fresh` so that its definition can be
-    // written before its first use. Throws std::runtime_error when shown_path fails.
+    // written before its first use. Throws pybind11::error_already_set when shown_path fails.
     int capture(NewStack& fresh) {
         fresh.id = -1;
         fresh.frames.clear();
@@ -135,7 +135,7 @@ class UserStacks {
         auto it = paths_.find(code);
         if (it != paths_.end()) return it->second;
         PyObject* result = PyObject_CallOneArg(shown_path_, code);
-        if (result == nullptr) throw_python_error();
+        if (result == nullptr) throw pybind11::error_already_set();
         PyObject* path = nullptr;
         if (result != Py_None) {
             if (!PyUnicode_Check(result)) {
@@ -153,7 +153,7 @@ class UserStacks {
 
     PyObject* function_name(PyObject* code) {
         PyObject* name = PyObject_GetAttrString(code, "co_name");
-        if (name == nullptr) throw_python_error();
+        if (name == nullptr) throw pybind11::error_already_set();
         PyObject* interned = intern(name);
         Py_DECREF(name);
         return interned;
@@ -165,27 +165,6 @@ class UserStacks {
         PyUnicode_InternInPlace(&s);
         owned_.push_back(s);
         return s;
-    }
-
-    [[noreturn]] static void throw_python_error() {
-        PyObject *type, *value, *trace;
-        PyErr_Fetch(&type, &value, &trace);
-        PyErr_NormalizeException(&type, &value, &trace);
-        std::string message = "error";
-        if (type != nullptr) message = reinterpret_cast<PyTypeObject*>(type)->tp_name;
-        if (value != nullptr) {
-            PyObject* text = PyObject_Str(value);
-            if (text != nullptr) {
-                const char* utf8 = PyUnicode_AsUTF8(text);
-                if (utf8 != nullptr) message += std::string(": ") + utf8;
-                Py_DECREF(text);
-            }
-        }
-        PyErr_Clear();
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(trace);
-        throw std::runtime_error(message);
     }
 
     int depth_;

@@ -267,9 +267,13 @@ class PythonHooks:
         graph = self._capturing.get(stream)
         return graph if graph is not None and self._captures[graph].handle else None
 
+    def _moved(self, streams: list[int]) -> bool:
+        """Whether a stream's frontier moved since the hooks last saw it."""
+        return any(graph_readback.capture_state(s)[1] != self._known.get(s) for s in streams)
+
     def _check(self, stream: int) -> None:
         """Catch up when the stream's frontier moved and no recorded launch moved it."""
-        if self._read_graph(stream) is not None and graph_readback.capture_state(stream)[1] != self._known.get(stream):
+        if self._read_graph(stream) is not None and self._moved([stream]):
             self._catch_up()
 
     def _check_before_launch(self, graph: int, stream: int) -> None:
@@ -277,8 +281,7 @@ class PythonHooks:
         have launched unseen must be accounted for: its own, and, after a change of stream or
         an event hook (where programs move between streams), every stream of its capture."""
         same, self._last_stream = self._last_stream == stream, stream
-        streams = [stream] if same else self.capture_streams(graph)
-        if any(graph_readback.capture_state(s)[1] != self._known.get(s) for s in streams):
+        if self._moved([stream] if same else self.capture_streams(graph)):
             self._catch_up()
 
     def drain(self) -> list[dict[str, Any]]:
