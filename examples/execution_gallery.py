@@ -296,11 +296,11 @@ SCENARIOS: dict[str, Scenario] = {
     "X5": Scenario("a graph's input made outside its pool is freed after capture", foreign_input_freed),
     "X6": Scenario("eager: freed on the allocating stream while a side stream reads it", eager_freed_before_use),
     "E1": Scenario(
-        "correct: PyTorch's side-stream warm-up, then a whole-network capture",
+        "PyTorch's side-stream warm-up, then a whole-network capture",
         documented_side_stream_warmup,
         True,
     ),
-    "E2": Scenario("correct: capturable Adam with a side-stream branch", capturable_adam_side_branch, True),
+    "E2": Scenario("capturable Adam with a side-stream branch", capturable_adam_side_branch, True),
 }
 
 
