@@ -1,6 +1,6 @@
 // What an operator's schema says about each of its arguments and returns, worked out once per
-// operator: the same rules as streamrace/record/op_accesses.py (the reference), so the native
-// and the Python hooks record the same accesses.
+// operator: the same rules as streamrace/record/op_accesses.py (the reference), over the same
+// tables (hook_tables.h), so the native and the Python hooks record the same accesses.
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -12,6 +12,8 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "hook_tables.h"
 
 namespace streamrace {
 
@@ -25,8 +27,8 @@ struct SchemaPlan {
     // Has a CompositeImplicitAutograd kernel: while autograd is on, the dispatcher may take
     // it apart into other ops above the Python key, and then those are what is recorded.
     bool decomposable = false;
-    // One of PyTorch's own namespaces (TRUSTED_NAMESPACES in capture_nodes.py): its kernels'
-    // pointers are not cross-checked against its schema.
+    // One of PyTorch's own namespaces (hook_tables.TRUSTED_NAMESPACES): its kernels' pointers
+    // are not cross-checked against its schema.
     bool trusted = false;
     std::vector<Role> args;        // per schema argument
     std::vector<bool> returns;     // per schema return: a fresh tensor the op writes
@@ -35,18 +37,30 @@ struct SchemaPlan {
 
 namespace detail {
 
+inline bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
 inline bool ends_with(const std::string& s, const char* suffix) {
     size_t n = std::strlen(suffix);
     return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
 }
 
-// (new_.*|.*_like)$: a factory's tensor arguments are templates, never read.
-inline bool is_factory(const std::string& base) { return base.rfind("new_", 0) == 0 || ends_with(base, "_like"); }
+template <size_t N>
+bool one_of(const std::string& s, const char* const (&names)[N]) {
+    for (const char* name : names) {
+        if (s == name) return true;
+    }
+    return false;
+}
 
-// (new_)?empty(_like|_strided|_permuted)?$: allocates, no kernel touches the result.
+// A factory's tensor arguments are templates, never read.
+inline bool is_factory(const std::string& base) {
+    return starts_with(base, tables::kFactoryPrefix) || ends_with(base, tables::kFactorySuffix);
+}
+
+// Allocates, no kernel touches the result.
 inline bool allocates_only(std::string base) {
-    if (base.rfind("new_", 0) == 0) base = base.substr(4);
-    return base == "empty" || base == "empty_like" || base == "empty_strided" || base == "empty_permuted";
+    if (starts_with(base, tables::kFactoryPrefix)) base = base.substr(std::strlen(tables::kFactoryPrefix));
+    return one_of(base, tables::kAllocateOnlyOps);
 }
 
 }  // namespace detail
@@ -61,11 +75,9 @@ inline std::unique_ptr<SchemaPlan> make_plan(const c10::FunctionSchema& schema) 
     auto op = c10::Dispatcher::singleton().findOp(schema.operator_name());
     bool inplace_view = op.has_value() && op->hasTag(at::Tag::inplace_view);
     plan->record_stream = full == "aten::record_stream";
-    plan->touches = !(base == "record_stream" || base == "set_" || inplace_view);
+    plan->touches = !(detail::one_of(base, tables::kNoAccessOps) || inplace_view);
     plan->decomposable = op.has_value() && op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
-    for (const char* ns : {"aten::", "prims::", "c10d::", "_c10d_functional::"}) {
-        plan->trusted |= full.rfind(ns, 0) == 0;
-    }
+    for (const char* ns : tables::kTrustedNamespaces) plan->trusted |= detail::starts_with(full, ns);
     bool factory = detail::is_factory(base);
     for (const auto& argument : schema.arguments()) {
         const auto* alias = argument.alias_info();

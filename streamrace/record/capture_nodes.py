@@ -24,14 +24,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streamrace.record import graph_readback
-from streamrace.record.kernel_params import LiveBlocks, node_access
+from streamrace.record.hook_tables import TRUSTED_NAMESPACES
+from streamrace.record.kernel_params import LiveBlocks, NodeAccess, node_access
 
 ACCESS_NODE_TYPES = ("kernel", "memset", "memcpy")
-# PyTorch's own kernels are described by their schemas, and their by-value parameter structs
-# (OffsetCalculator and friends) carry unused slots with stale stack bytes that look like live
-# pointers: checking them only invents writes. Custom ops are where hidden pointers live.
-TRUSTED_NAMESPACES = ("aten::", "prims::", "c10d::", "_c10d_functional::")  # also csrc/recorder/schema_plan.h
 
 
 @dataclass(frozen=True)
@@ -77,9 +73,10 @@ def is_trusted(op: str) -> bool:
 class CaptureNodes:
     """The nodes of one capture graph and the launches that created them."""
 
-    def __init__(self, handle: int, base: int) -> None:
+    def __init__(self, handle: int, base: int, read_access: Callable[[int, str], NodeAccess] = node_access) -> None:
         self.handle = handle
         self.base = base  # nodes there before the capture's first launch
+        self._read_access = read_access  # CudaRuntime.node_access
         self.kernels: dict[int, dict[str, Any]] = {}  # node index -> kernel event found by catching up
         self.launches: dict[int, dict[str, Any]] = {}  # seq -> kernel event of a launch claimed by handle
         self._accesses: dict[int, Any] = {}  # node index -> NodeAccess, read before the graph is gone
@@ -93,11 +90,16 @@ class CaptureNodes:
         return max(self.base, max(self.kernels) + 1) if self.kernels else self.base
 
     @staticmethod
-    def launching_streams(new: list[tuple[int, int, str]], streams: Iterable[int]) -> list[tuple[int, str, int | None]]:
-        """(index, node type, launching stream or None) of new nodes."""
+    def launching_streams(
+        new: list[tuple[int, int, str]],
+        streams: Iterable[int],
+        capture_state: Callable[[int], tuple[int | None, tuple[int, ...]]],
+    ) -> list[tuple[int, str, int | None]]:
+        """(index, node type, launching stream or None) of new nodes; ``capture_state``:
+        GraphReadback.capture_state."""
         frontier: dict[int, int] = {}
         for stream in streams:
-            for dep in graph_readback.capture_state(stream)[1]:
+            for dep in capture_state(stream)[1]:
                 frontier[dep] = stream
         # A launch's nodes end where its stream's frontier is now; earlier ones of the same
         # gap lead to it, so they take the stream of the next node that has one.
@@ -140,7 +142,7 @@ class CaptureNodes:
         needs = {i for i in self.kernels} | {i for ids in self._checked_ops.values() for i in ids}
         for i in sorted(needs):
             if nodes[i]["type"] in ACCESS_NODE_TYPES:
-                self._accesses[i] = node_access(handles[i], nodes[i]["type"])
+                self._accesses[i] = self._read_access(handles[i], nodes[i]["type"])
         self._nodes = nodes
 
     def finish(self, live: Callable[[], LiveBlocks], events: dict[int, dict[str, Any]], stats: KernelStats) -> None:

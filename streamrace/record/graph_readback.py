@@ -7,6 +7,11 @@ binding call. Kernel parameters (streamrace/record/kernel_params.py) are read th
 cuda-bindings, which is optional: without it the trace lacks the ``graph`` events (the header
 says so).
 
+The driver is a ``Driver``: the C functions this module calls, by libcuda's symbol names and
+with their signatures. ``libcuda()`` loads the real one; ``Driver.at(addresses)`` takes any
+functions with those signatures (tests/fake_cuda.py's scripted capture), and the native hooks
+take the same addresses (``Driver.addresses``), so one fake serves both sets of hooks.
+
 The driver symbols are the versioned ones CUDA 12.3 introduced and CUDA 13 drivers still
 export, so one build reads graphs on both.
 """
@@ -17,38 +22,21 @@ import ctypes
 from collections.abc import Callable
 from typing import Any
 
+from streamrace.record.hook_tables import CAPTURE_STATUS_ACTIVE, MAX_KERNEL_NAME, node_type_name
+
 try:  # cuda-bindings 12.x/13.x; optional
     from cuda.bindings import driver as _drv
     from cuda.bindings import runtime as _rt
 except ImportError:  # pragma: no cover - exercised on machines without cuda-bindings
     _drv = _rt = None
 
-MAX_KERNEL_NAME = 200
 _P = ctypes.c_void_p
 _DEPS = ctypes.POINTER(ctypes.POINTER(_P))
 _SIZE = ctypes.POINTER(ctypes.c_size_t)
-_CAPTURE_ACTIVE = 1  # CU_STREAM_CAPTURE_STATUS_ACTIVE
 _PROGRAMMATIC = 1  # CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
-# CUgraphNodeType, by value: the names the trace uses (CUDA's own, lower case).
-_NODE_TYPES = (
-    "kernel",
-    "memcpy",
-    "memset",
-    "host",
-    "graph",
-    "empty",
-    "waitevent",
-    "eventrecord",
-    "extsemaphoresignal",
-    "extsemaphorewait",
-    "memalloc",
-    "memfree",
-    "batchmemop",
-    "conditional",
-)
 
 
-class _KernelNodeParams(ctypes.Structure):
+class KernelNodeParams(ctypes.Structure):
     _fields_ = [  # CUDA_KERNEL_NODE_PARAMS_v2
         ("func", _P),
         ("grid", ctypes.c_uint * 3),
@@ -61,7 +49,7 @@ class _KernelNodeParams(ctypes.Structure):
     ]
 
 
-class _EdgeData(ctypes.Structure):
+class EdgeData(ctypes.Structure):
     _fields_ = [  # CUgraphEdgeData
         ("from_port", ctypes.c_ubyte),
         ("to_port", ctypes.c_ubyte),
@@ -70,31 +58,56 @@ class _EdgeData(ctypes.Structure):
     ]
 
 
-def _driver() -> Any:
-    """libcuda's functions this module calls, or None where the driver cannot be loaded."""
+# Driver attribute -> (libcuda symbol, argument types); every one returns a CUresult (int).
+SIGNATURES: dict[str, tuple[str, list[Any]]] = {
+    "capture_info": (
+        "cuStreamGetCaptureInfo_v2",
+        [_P, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(_P), _DEPS, _SIZE],
+    ),
+    "get_nodes": ("cuGraphGetNodes", [_P, _P, _SIZE]),
+    "node_type": ("cuGraphNodeGetType", [_P, ctypes.POINTER(ctypes.c_int)]),
+    "kernel_params": ("cuGraphKernelNodeGetParams_v2", [_P, ctypes.POINTER(KernelNodeParams)]),
+    "func_name": ("cuFuncGetName", [ctypes.POINTER(ctypes.c_char_p), _P]),
+    "kernel_name": ("cuKernelGetName", [ctypes.POINTER(ctypes.c_char_p), _P]),
+    "edges": ("cuGraphGetEdges_v2", [_P, _P, _P, _P, _SIZE]),
+}
+
+
+def prototype(attribute: str) -> Any:
+    """The C function type of a driver attribute (a fake's functions are made with it)."""
+    return ctypes.CFUNCTYPE(ctypes.c_int, *SIGNATURES[attribute][1])
+
+
+class Driver:
+    """The driver functions the capture path calls (attributes named as in SIGNATURES)."""
+
+    def __init__(self, functions: dict[str, Any], addresses: dict[str, int] | None) -> None:
+        for attribute, fn in functions.items():
+            setattr(self, attribute, fn)
+        # symbol -> address, for the native hooks; None: they look libcuda up themselves.
+        self.addresses = addresses
+
+    @classmethod
+    def at(cls, addresses: dict[str, int]) -> Driver:
+        """The functions at these addresses (by libcuda symbol name)."""
+        functions = {attr: prototype(attr)(addresses[symbol]) for attr, (symbol, _) in SIGNATURES.items()}
+        return cls(functions, dict(addresses))
+
+
+def libcuda() -> Driver | None:
+    """libcuda's functions, or None where the driver cannot be loaded."""
     try:
         lib = ctypes.CDLL("libcuda.so.1")
-        table = {
-            "get_nodes": (lib.cuGraphGetNodes, [_P, _P, ctypes.POINTER(ctypes.c_size_t)]),
-            "node_type": (lib.cuGraphNodeGetType, [_P, ctypes.POINTER(ctypes.c_int)]),
-            "kernel_params": (lib.cuGraphKernelNodeGetParams_v2, [_P, ctypes.POINTER(_KernelNodeParams)]),
-            "func_name": (lib.cuFuncGetName, [ctypes.POINTER(ctypes.c_char_p), _P]),
-            "kernel_name": (lib.cuKernelGetName, [ctypes.POINTER(ctypes.c_char_p), _P]),
-            "edges": (lib.cuGraphGetEdges_v2, [_P, _P, _P, _P, ctypes.POINTER(ctypes.c_size_t)]),
-            "capture_info": (
-                lib.cuStreamGetCaptureInfo_v2,
-                [_P, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(_P), _DEPS, _SIZE],
-            ),
-        }
+        functions = {attr: getattr(lib, symbol) for attr, (symbol, _) in SIGNATURES.items()}
     except (OSError, AttributeError):
         return None
-    for fn, argtypes in table.values():
-        fn.argtypes, fn.restype = argtypes, ctypes.c_int
-    return type("Driver", (), {name: staticmethod(fn) for name, (fn, _) in table.items()})
+    for attr, fn in functions.items():
+        fn.argtypes, fn.restype = SIGNATURES[attr][1], ctypes.c_int
+    return Driver(functions, None)
 
 
-_DRIVER = _driver()
-AVAILABLE = _rt is not None and _DRIVER is not None
+LIBCUDA = libcuda()
+AVAILABLE = _rt is not None and LIBCUDA is not None
 
 
 class ReadbackError(RuntimeError):
@@ -113,103 +126,107 @@ def _check(err: int, what: str) -> None:
         raise ReadbackError(f"{what} failed (CUresult {err})")
 
 
-def capture_state(stream: int) -> tuple[int | None, tuple[int, ...]]:
-    """(the graph the stream is capturing into, or None; its frontier: the nodes the stream's
-    next launch will depend on). A launch on the stream makes its node the whole frontier."""
-    status, capture_id, graph = ctypes.c_int(0), ctypes.c_uint64(0), _P()
-    deps, count = ctypes.POINTER(_P)(), ctypes.c_size_t(0)
-    _check(
-        _DRIVER.capture_info(
-            stream, ctypes.byref(status), ctypes.byref(capture_id), ctypes.byref(graph), ctypes.byref(deps),
-            ctypes.byref(count),
-        ),
-        "cuStreamGetCaptureInfo",
-    )  # fmt: skip
-    if status.value != _CAPTURE_ACTIVE:
-        return None, ()
-    return graph.value, tuple(deps[i] or 0 for i in range(count.value))
+class GraphReadback:
+    """The capture path's queries, through one driver."""
 
+    def __init__(self, driver: Driver | None) -> None:
+        self.driver = driver
 
-def capture_graph(stream: int) -> int | None:
-    """The graph a stream is capturing into (as an int handle), or None if it is not capturing."""
-    return capture_state(stream)[0]
+    def capture_state(self, stream: int) -> tuple[int | None, tuple[int, ...]]:
+        """(the graph the stream is capturing into, or None; its frontier: the nodes the
+        stream's next launch will depend on). A launch on the stream makes its node the whole
+        frontier."""
+        status, capture_id, graph = ctypes.c_int(0), ctypes.c_uint64(0), _P()
+        deps, count = ctypes.POINTER(_P)(), ctypes.c_size_t(0)
+        _check(
+            self.driver.capture_info(
+                stream, ctypes.byref(status), ctypes.byref(capture_id), ctypes.byref(graph), ctypes.byref(deps),
+                ctypes.byref(count),
+            ),
+            "cuStreamGetCaptureInfo",
+        )  # fmt: skip
+        if status.value != CAPTURE_STATUS_ACTIVE:
+            return None, ()
+        return graph.value, tuple(deps[i] or 0 for i in range(count.value))
 
+    def capture_graph(self, stream: int) -> int | None:
+        """The graph a stream is capturing into (as an int handle), or None if it is not capturing."""
+        return self.capture_state(stream)[0]
 
-def node_count(graph: int) -> int:
-    """Nodes in the graph so far (CUDA counts them one by one: not for every launch)."""
-    count = ctypes.c_size_t(0)
-    _check(_DRIVER.get_nodes(graph, None, ctypes.byref(count)), "cuGraphGetNodes")
-    return count.value
+    def node_count(self, graph: int) -> int:
+        """Nodes in the graph so far (CUDA counts them one by one: not for every launch)."""
+        count = ctypes.c_size_t(0)
+        _check(self.driver.get_nodes(graph, None, ctypes.byref(count)), "cuGraphGetNodes")
+        return count.value
 
+    def node_handles(self, graph: int) -> list[int]:
+        """Every node of the graph, in creation order."""
+        count = ctypes.c_size_t(self.node_count(graph))
+        nodes = (_P * max(count.value, 1))()
+        _check(self.driver.get_nodes(graph, nodes, ctypes.byref(count)), "cuGraphGetNodes")
+        return [nodes[i] or 0 for i in range(count.value)]
 
-def node_handles(graph: int) -> list[int]:
-    """Every node of the graph, in creation order."""
-    count = ctypes.c_size_t(node_count(graph))
-    nodes = (_P * max(count.value, 1))()
-    _check(_DRIVER.get_nodes(graph, nodes, ctypes.byref(count)), "cuGraphGetNodes")
-    return [nodes[i] or 0 for i in range(count.value)]
+    def node_type(self, node: int) -> str:
+        kind = ctypes.c_int(0)
+        _check(self.driver.node_type(node, ctypes.byref(kind)), "cuGraphNodeGetType")
+        return node_type_name(kind.value)
 
+    def kernel_name(self, node: int) -> str | None:
+        params = KernelNodeParams()
+        if self.driver.kernel_params(node, ctypes.byref(params)) != 0:
+            return None
+        name = ctypes.c_char_p()
+        if params.func:
+            err = self.driver.func_name(ctypes.byref(name), params.func)
+        elif params.kern:
+            err = self.driver.kernel_name(ctypes.byref(name), params.kern)
+        else:
+            return None
+        if err != 0 or not name.value:
+            return None
+        return name.value.decode(errors="replace")[:MAX_KERNEL_NAME]
 
-def node_type(node: int) -> str:
-    kind = ctypes.c_int(0)
-    _check(_DRIVER.node_type(node, ctypes.byref(kind)), "cuGraphNodeGetType")
-    return _NODE_TYPES[kind.value] if kind.value < len(_NODE_TYPES) else f"type{kind.value}"
+    def describe_nodes(self, handles: list[int]) -> list[tuple[str, str | None]]:
+        """(type, kernel name or None) of each node (the native hooks do the same in C++)."""
+        return [
+            (kind, self.kernel_name(node) if kind == "kernel" else None)
+            for node in handles
+            for kind in (self.node_type(node),)
+        ]
 
+    def nodes_since(self, graph: int, last_claim: int, floor: int) -> list[tuple[int, int, str]]:
+        """(index, handle, type) of the nodes after the one ``last_claim`` names, and from index
+        ``floor`` on at least (the native hooks do the same in C++)."""
+        handles = self.node_handles(graph)
+        seen = floor
+        if last_claim:
+            for i in range(len(handles) - 1, floor - 1, -1):
+                if handles[i] == last_claim:
+                    seen = i + 1
+                    break
+        return [(i, handles[i], self.node_type(handles[i])) for i in range(seen, len(handles))]
 
-def kernel_name(node: int) -> str | None:
-    params = _KernelNodeParams()
-    if _DRIVER.kernel_params(node, ctypes.byref(params)) != 0:
-        return None
-    name = ctypes.c_char_p()
-    if params.func:
-        err = _DRIVER.func_name(ctypes.byref(name), params.func)
-    elif params.kern:
-        err = _DRIVER.kernel_name(ctypes.byref(name), params.kern)
-    else:
-        return None
-    if err != 0 or not name.value:
-        return None
-    return name.value.decode(errors="replace")[:MAX_KERNEL_NAME]
-
-
-def describe_nodes(handles: list[int]) -> list[tuple[str, str | None]]:
-    """(type, kernel name or None) of each node (the native hooks do the same in C++)."""
-    return [(kind, kernel_name(node) if kind == "kernel" else None) for node in handles for kind in (node_type(node),)]
-
-
-def nodes_since(graph: int, last_claim: int, floor: int) -> list[tuple[int, int, str]]:
-    """(index, handle, type) of the nodes after the one ``last_claim`` names, and from index
-    ``floor`` on at least (the native hooks do the same in C++)."""
-    handles = node_handles(graph)
-    seen = floor
-    if last_claim:
-        for i in range(len(handles) - 1, floor - 1, -1):
-            if handles[i] == last_claim:
-                seen = i + 1
-                break
-    return [(i, handles[i], node_type(handles[i])) for i in range(seen, len(handles))]
-
-
-def read_graph(
-    graph: int, handles: list[int], describe: Callable[[list[int]], list[tuple[str, str | None]]] = describe_nodes
-) -> tuple[list[dict[str, Any]], list[list[Any]]]:
-    """(nodes, edges) of a graph: nodes in creation order as {id, type[, name]}, edges by node id."""
-    index = {node: i for i, node in enumerate(handles)}
-    nodes: list[dict[str, Any]] = []
-    for i, (kind, name) in enumerate(describe(handles)):
-        entry: dict[str, Any] = {"id": i, "type": kind}
-        if name:
-            entry["name"] = name
-        nodes.append(entry)
-    count = ctypes.c_size_t(0)
-    _check(_DRIVER.edges(graph, None, None, None, ctypes.byref(count)), "cuGraphGetEdges")
-    edges: list[list[Any]] = []
-    if count.value:
-        sources, targets, data = (_P * count.value)(), (_P * count.value)(), (_EdgeData * count.value)()
-        _check(_DRIVER.edges(graph, sources, targets, data, ctypes.byref(count)), "cuGraphGetEdges")
-        for k in range(count.value):
-            edge: list[Any] = [index[sources[k]], index[targets[k]]]
-            if data[k].type == _PROGRAMMATIC:
-                edge.append("programmatic")  # dependent-launch edges do not order completion
-            edges.append(edge)
-    return nodes, edges
+    def read_graph(
+        self, graph: int, handles: list[int], describe: Callable[[list[int]], list[tuple[str, str | None]]]
+    ) -> tuple[list[dict[str, Any]], list[list[Any]]]:
+        """(nodes, edges) of a graph: nodes in creation order as {id, type[, name]}, edges by node
+        id; ``describe``: the hooks' describe_nodes."""
+        index = {node: i for i, node in enumerate(handles)}
+        nodes: list[dict[str, Any]] = []
+        for i, (kind, name) in enumerate(describe(handles)):
+            entry: dict[str, Any] = {"id": i, "type": kind}
+            if name:
+                entry["name"] = name
+            nodes.append(entry)
+        count = ctypes.c_size_t(0)
+        _check(self.driver.edges(graph, None, None, None, ctypes.byref(count)), "cuGraphGetEdges")
+        edges: list[list[Any]] = []
+        if count.value:
+            sources, targets, data = (_P * count.value)(), (_P * count.value)(), (EdgeData * count.value)()
+            _check(self.driver.edges(graph, sources, targets, data, ctypes.byref(count)), "cuGraphGetEdges")
+            for k in range(count.value):
+                edge: list[Any] = [index[sources[k]], index[targets[k]]]
+                if data[k].type == _PROGRAMMATIC:
+                    edge.append("programmatic")  # dependent-launch edges do not order completion
+                edges.append(edge)
+        return nodes, edges

@@ -25,39 +25,19 @@ from __future__ import annotations
 import itertools
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from streamrace.record import graph_readback
 from streamrace.record.capture_nodes import is_trusted
+from streamrace.record.cuda_runtime import CudaRuntime
+from streamrace.record.hook_tables import GPU_TRACE_HOOKS, MAX_ERRORS
 from streamrace.record.op_accesses import op_accesses
 from streamrace.record.stacks import StackTable
 
-GPU_TRACE_REGISTRIES = (
-    "MemoryAllocationCallbacks",
-    "MemoryDeallocationCallbacks",
-    "EventCreationCallbacks",
-    "EventDeletionCallbacks",
-    "EventRecordCallbacks",
-    "EventWaitCallbacks",
-    "StreamSynchronizationCallbacks",
-    "EventSynchronizationCallbacks",
-    "DeviceSynchronizationCallbacks",
-)
-_HOOK_NAMES = (
-    "on_alloc",
-    "on_free",
-    "on_event_create",
-    "on_event_delete",
-    "on_event_record",
-    "on_event_wait",
-    "on_stream_sync",
-    "on_event_sync",
-    "on_device_sync",
-)
+GPU_TRACE_REGISTRIES = tuple(h.registry for h in GPU_TRACE_HOOKS)
 
 
 @dataclass(frozen=True)
@@ -69,6 +49,7 @@ class HookOptions:
     max_walk: int  # frames looked at per stack, user or not
     shown_path: Callable[[Any], str | None]  # UserCode.shown_path: which frames are the user's
     catch_up: Callable[[], None]  # the Recorder's, when a stream launched what no hook saw
+    runtime: CudaRuntime = field(default_factory=CudaRuntime)  # what CUDA is asked through
 
 
 class Hooks(Protocol):
@@ -103,10 +84,6 @@ class Hooks(Protocol):
     def fire_overrides(self, gpu_trace: Any) -> dict[str, Callable[..., None]]: ...
 
 
-def _is_cuda_tensor(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and value.is_cuda
-
-
 _OP_NAMES: dict[Any, str] = {}
 
 
@@ -119,14 +96,14 @@ def op_name(func: Any) -> str:
     return name
 
 
-def _op_device(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
-    """The device an op runs on: that of its first CUDA tensor argument."""
+def _op_device(args: tuple[Any, ...], kwargs: dict[str, Any], runtime: CudaRuntime) -> int:
+    """The device an op runs on: that of its first recorded (CUDA) tensor argument."""
     for value in itertools.chain(args, kwargs.values()):
         items = value if isinstance(value, (list, tuple)) else (value,)
         for item in items:
-            if _is_cuda_tensor(item):
-                return item.device.index
-    return torch.cuda.current_device()
+            if runtime.is_recorded_tensor(item):
+                return runtime.tensor_device(item)
+    return runtime.current_device()
 
 
 _RECORD_STREAM = torch.ops.aten.record_stream.default
@@ -176,6 +153,8 @@ class PythonHooks:
     def __init__(self, options: HookOptions) -> None:
         self.eager_ops = options.eager_ops
         self._catch_up = options.catch_up
+        self._runtime = options.runtime
+        self._graphs = options.runtime.graphs
         self._seq = 0
         self._records: list[dict[str, Any]] = []
         self._stacks = StackTable(
@@ -191,7 +170,7 @@ class PythonHooks:
         self._mode: _OpMode | None = None
         self.depth = 0  # ops and launches in flight: nodes created meanwhile are theirs
         self.op_stack = -1  # the stack of the op in flight, shared by what it allocates
-        self.callbacks = {r: self._callback(r, n) for r, n in zip(GPU_TRACE_REGISTRIES, _HOOK_NAMES, strict=True)}
+        self.callbacks = {h.registry: self._callback(h.hook, h.where) for h in GPU_TRACE_HOOKS}
 
     # -- shared bookkeeping --------------------------------------------------------------------
     def _emit(self, ev: str, **fields: Any) -> dict[str, Any]:
@@ -223,7 +202,7 @@ class PythonHooks:
             self._emit("stream", stream=stream, device=device)
 
     def _current_stream(self, device: int) -> int:
-        stream = torch._C._cuda_getCurrentRawStream(device)
+        stream = self._runtime.current_stream(device)
         self.see_stream(stream, device)
         return stream
 
@@ -231,7 +210,7 @@ class PythonHooks:
         self._captures[graph] = _Capture(handle)
         self._capturing[stream] = graph
         if handle:
-            self._known[stream] = graph_readback.capture_state(stream)[1]
+            self._known[stream] = self._graphs.capture_state(stream)[1]
 
     def end_capture(self, graph: int) -> None:
         if graph in self._captures:
@@ -260,7 +239,7 @@ class PythonHooks:
     def refresh_frontiers(self, graph: int) -> None:
         if graph in self._captures and self._captures[graph].handle:
             for stream in self.capture_streams(graph):
-                self._known[stream] = graph_readback.capture_state(stream)[1]
+                self._known[stream] = self._graphs.capture_state(stream)[1]
 
     def _read_graph(self, stream: int) -> int | None:
         """The graph a capturing stream's launches go to, if it can be read."""
@@ -269,7 +248,7 @@ class PythonHooks:
 
     def _moved(self, streams: list[int]) -> bool:
         """Whether a stream's frontier moved since the hooks last saw it."""
-        return any(graph_readback.capture_state(s)[1] != self._known.get(s) for s in streams)
+        return any(self._graphs.capture_state(s)[1] != self._known.get(s) for s in streams)
 
     def _check(self, stream: int) -> None:
         """Catch up when the stream's frontier moved and no recorded launch moved it."""
@@ -288,9 +267,14 @@ class PythonHooks:
         records, self._records = self._records, []
         return records
 
-    node_handles = staticmethod(graph_readback.node_handles)
-    describe_nodes = staticmethod(graph_readback.describe_nodes)
-    nodes_since = staticmethod(graph_readback.nodes_since)
+    def node_handles(self, graph: int) -> list[int]:
+        return self._graphs.node_handles(graph)
+
+    def describe_nodes(self, handles: list[int]) -> list[tuple[str, str | None]]:
+        return self._graphs.describe_nodes(handles)
+
+    def nodes_since(self, graph: int, last_claim: int, floor: int) -> list[tuple[int, int, str]]:
+        return self._graphs.nodes_since(graph, last_claim, floor)
 
     def fire_overrides(self, gpu_trace: Any) -> dict[str, Callable[..., None]]:
         return {}
@@ -303,7 +287,7 @@ class PythonHooks:
         try:
             return hook(*args)
         except Exception as exc:  # the user's program must go on
-            if self._errors < 100:
+            if self._errors < MAX_ERRORS:
                 self._errors += 1
                 self._emit("recorder_error", message=f"{type(exc).__name__}: {exc}", where=where)
             return None
@@ -331,12 +315,12 @@ class PythonHooks:
         self.op_stack = self.stack()
         if not self._any_open():
             return None
-        stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
+        stream = self._runtime.current_stream(self._runtime.current_device())
         graph = self._read_graph(stream)
         if graph is None:
             return None
         self._check_before_launch(graph, stream)
-        return graph, stream, graph_readback.capture_state(stream)[1]
+        return graph, stream, self._graphs.capture_state(stream)[1]
 
     def on_op(
         self,
@@ -352,10 +336,10 @@ class PythonHooks:
         if func is _RECORD_STREAM:
             self._record_stream(*args, stack=stack)
             return
-        reads, writes = op_accesses(func, args, kwargs, outputs, _is_cuda_tensor)
+        reads, writes = op_accesses(func, args, kwargs, outputs, self._runtime.is_recorded_tensor)
         if not reads and not writes:
             return
-        device = _op_device(args, kwargs)
+        device = _op_device(args, kwargs, self._runtime)
         stream = self._current_stream(device)
         graph = self._capturing.get(stream)
         if graph is None and not self.eager_ops:
@@ -365,20 +349,18 @@ class PythonHooks:
             "op", op=name, stream=stream, device=device, reads=reads, writes=writes, stack=self._stack_field(stack)
         )
         if before is not None and before[0] == graph and before[1] == stream:
-            after = graph_readback.capture_state(stream)[1]
+            after = self._graphs.capture_state(stream)[1]
             if after and after != before[2]:
                 self.claim(graph, event["seq"], after[-1], is_trusted(name))
             self._known[stream] = after
 
     def _record_stream(self, tensor: torch.Tensor, stream: Any, stack: int) -> None:
         """``t.record_stream(s)`` launches nothing; it tells the allocator about a block's users."""
-        if not tensor.is_cuda:
+        if not self._runtime.is_recorded_tensor(tensor):
             return
-        raw = torch.cuda.Stream(
-            stream_id=stream.stream_id, device_index=stream.device_index, device_type=stream.device_type
-        ).cuda_stream
+        raw = self._runtime.stream_handle(stream)
         addr = tensor.untyped_storage().data_ptr()
-        device = tensor.device.index
+        device = self._runtime.tensor_device(tensor)
         self.see_stream(raw, device)
         self._emit("record_stream", addr=addr, stream=raw, device=device, stack=self._stack_field(stack))
 
@@ -386,12 +368,12 @@ class PythonHooks:
     def begin_launch(self) -> tuple[int, int | None, int]:
         self.op_stack = stack = self.stack()
         self.depth += 1
-        stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
+        stream = self._runtime.current_stream(self._runtime.current_device())
         graph = self._read_graph(stream)
         if graph is None:
             return stack, None, 0
         self._check_before_launch(graph, stream)
-        frontier = graph_readback.capture_state(stream)[1]
+        frontier = self._graphs.capture_state(stream)[1]
         return stack, graph, frontier[-1] if frontier else 0
 
     def end_launch(self) -> None:
@@ -399,19 +381,8 @@ class PythonHooks:
         self.op_stack = -1
 
     # -- torch.cuda._gpu_trace callbacks ----------------------------------------------------------
-    def _callback(self, registry: str, name: str) -> Callable[..., None]:
+    def _callback(self, name: str, where: str) -> Callable[..., None]:
         hook = getattr(self, "_" + name)
-        where = {
-            "MemoryAllocationCallbacks": "memory allocation",
-            "MemoryDeallocationCallbacks": "memory deallocation",
-            "EventCreationCallbacks": "event creation",
-            "EventDeletionCallbacks": "event deletion",
-            "EventRecordCallbacks": "event record",
-            "EventWaitCallbacks": "event wait",
-            "StreamSynchronizationCallbacks": "stream synchronization",
-            "EventSynchronizationCallbacks": "event synchronization",
-            "DeviceSynchronizationCallbacks": "device synchronization",
-        }[registry]
 
         def callback(*args: Any) -> None:
             self.guard(where, hook, *args)
@@ -425,7 +396,7 @@ class PythonHooks:
         return self.stack()
 
     def _on_alloc(self, ptr: int) -> None:
-        device = torch.cuda.current_device()
+        device = self._runtime.current_device()
         stream = self._current_stream(device)
         stack = self._op_stack()
         graph = self._capturing.get(stream)
@@ -434,9 +405,9 @@ class PythonHooks:
         )
 
     def _on_free(self, ptr: int) -> None:
-        device = torch.cuda.current_device()
+        device = self._runtime.current_device()
         if self._any_open() and not self.depth:
-            self._check(torch._C._cuda_getCurrentRawStream(device))
+            self._check(self._runtime.current_stream(device))
         self._emit("free", addr=ptr, device=device, stack=self._stack_field(self._op_stack()))
 
     def _on_event_create(self, event: int) -> None:
@@ -454,15 +425,15 @@ class PythonHooks:
         else:
             self._event_capture[event] = graph
         self._check(stream)
-        self.see_stream(stream, torch.cuda.current_device())
+        self.see_stream(stream, self._runtime.current_device())
         self._emit("event_record", event=event, stream=stream, stack=self._stack_field(self.stack()))
 
     def _on_event_wait(self, event: int, stream: int) -> None:
         self._last_stream = 0
-        self.see_stream(stream, torch.cuda.current_device())
+        self.see_stream(stream, self._runtime.current_device())
         # The wait added the event's nodes to the frontier; a launch would have replaced it.
         if self._read_graph(stream) is not None and not set(self._known.get(stream, ())) <= set(
-            graph_readback.capture_state(stream)[1]
+            self._graphs.capture_state(stream)[1]
         ):
             self._catch_up()
         self._emit("event_wait", event=event, stream=stream, stack=self._stack_field(self.stack()))
@@ -471,17 +442,17 @@ class PythonHooks:
         if source is not None and self._captures[source].open and stream not in self._capturing:
             self._capturing[stream] = source
         if self._read_graph(stream) is not None:
-            self._known[stream] = graph_readback.capture_state(stream)[1]
+            self._known[stream] = self._graphs.capture_state(stream)[1]
 
     def _on_stream_sync(self, stream: int) -> None:
-        self.see_stream(stream, torch.cuda.current_device())
+        self.see_stream(stream, self._runtime.current_device())
         self._emit("stream_sync", stream=stream)
 
     def _on_event_sync(self, event: int) -> None:
         self._emit("event_sync", event=event)
 
     def _on_device_sync(self) -> None:
-        self._emit("device_sync", device=torch.cuda.current_device())
+        self._emit("device_sync", device=self._runtime.current_device())
 
 
 def _nothing() -> None:
@@ -493,18 +464,22 @@ class NativeHooks:
 
     kind = "native"
 
-    def __init__(self, module: Any, options: HookOptions, device_type: int = 1) -> None:
-        # device_type: c10::DeviceType::CUDA; the CPU (0) for tests
+    def __init__(self, module: Any, options: HookOptions, device_type: int | None = None) -> None:
+        # device_type: whose tensors are recorded (c10::DeviceType), the runtime's unless given:
+        # tests record CPU tensors (0) with the real runtime.
+        runtime = options.runtime
         self._native = module.Hooks(
             options.eager_ops,
-            device_type,
+            runtime.device_type if device_type is None else device_type,
             options.stack_depth,
             options.max_walk,
             options.shown_path,
-            _raw_stream,
+            runtime.raw_stream,
             options.catch_up,
+            runtime.driver.addresses if runtime.driver is not None else None,
+            runtime.native_current_stream,
         )
-        self.callbacks = {r: getattr(module, n) for r, n in zip(GPU_TRACE_REGISTRIES, _HOOK_NAMES, strict=True)}
+        self.callbacks = {h.registry: getattr(module, h.hook) for h in GPU_TRACE_HOOKS}
         for name in (
             "start",
             "stop",
@@ -524,40 +499,24 @@ class NativeHooks:
             "end_launch",
             "drain",
             "release_python",
+            "node_handles",
+            "describe_nodes",
+            "nodes_since",
         ):
             setattr(self, name, getattr(self._native, name))
         self._module = module
-        self.node_handles = module.node_handles
-        self.describe_nodes = module.describe_nodes
-        self.nodes_since = module.nodes_since
 
     def fire_overrides(self, gpu_trace: Any) -> dict[str, Callable[..., None]]:
         """The busiest registries call the native hooks directly (callbacks others add to them
         still run); where a registry is not as expected, the hook joins its list instead."""
         overrides = {}
-        for registry, hook in _DIRECT.items():
-            target = getattr(gpu_trace, registry, None)
+        for hook in GPU_TRACE_HOOKS:
+            target = getattr(gpu_trace, hook.registry, None) if hook.direct else None
             if isinstance(getattr(target, "callback_list", None), list) and callable(
                 getattr(target, "fire_callbacks", None)
             ):
-                overrides[registry] = self._module.fire_function(hook, target.callback_list)
+                overrides[hook.registry] = self._module.fire_function(hook.hook, target.callback_list)
         return overrides
-
-
-_DIRECT = {
-    "MemoryAllocationCallbacks": "on_alloc",
-    "MemoryDeallocationCallbacks": "on_free",
-    "EventRecordCallbacks": "on_event_record",
-    "EventWaitCallbacks": "on_event_wait",
-}
-
-
-def _raw_stream(device_type: int, device_index: int, stream_id: int) -> int:
-    """A torch stream id as its raw handle (cudaStream_t), asked once per stream by the native
-    hooks; the CPU's one stream is 0."""
-    if device_type != 1:
-        return 0
-    return torch.cuda.Stream(stream_id=stream_id, device_index=device_index, device_type=device_type).cuda_stream
 
 
 def make_hooks(choice: str, options: HookOptions) -> tuple[Hooks, str | None]:

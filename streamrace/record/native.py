@@ -4,7 +4,8 @@ A torch extension must match its torch exactly (C++ ABI, headers), and pip canno
 torch a recording process will import, so the hooks are compiled the first time they are
 needed (``torch.utils.cpp_extension``: a C++17 compiler and ninja; no CUDA toolkit, since
 nothing here includes a CUDA header) into a cache directory keyed by the torch and Python
-versions. Later processes load the cached build in milliseconds.
+versions and the sources. Later processes load the cached build in milliseconds. The tables
+both sets of hooks keep (hook_tables.py) are written into the build as ``hook_tables.h``.
 
 ``STREAMRACE_HOOKS`` picks the hooks: ``auto`` (the default: native, or the Python hooks with
 a warning when they cannot be built), ``native`` (an error when they cannot), ``python``.
@@ -21,7 +22,10 @@ from types import ModuleType
 ENV_HOOKS = "STREAMRACE_HOOKS"
 ENV_BUILD_DIR = "STREAMRACE_BUILD_DIR"
 CHOICES = ("auto", "native", "python")
-_SOURCE_FILES = ("recorder.cpp", "graph_nodes.h", "schema_plan.h", "tensor_range.h", "user_stacks.h")
+# NDEBUG as torch itself is built: RecordFunction's layout depends on it. Hidden visibility,
+# as pybind11 asks of a module (its types are hidden; ours hold them). -Wall -Wextra: the
+# build has no warnings of ours (torch's and Python's headers are system headers to it).
+CFLAGS = ("-O2", "-std=c++17", "-DNDEBUG", "-fvisibility=hidden", "-Wall", "-Wextra")
 
 
 class NativeUnavailable(RuntimeError):
@@ -44,14 +48,17 @@ def source_dir() -> pathlib.Path:
     raise NativeUnavailable("the native recorder's sources are not installed")
 
 
-def _build_dir(torch_version: str, sources: pathlib.Path) -> pathlib.Path:
+def _build_dir(torch_version: str, sources: pathlib.Path, tables: str) -> pathlib.Path:
     root = os.environ.get(ENV_BUILD_DIR)
     if not root:
         cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         root = os.path.join(cache, "streamrace", "native")
     digest = hashlib.sha256()
-    for name in _SOURCE_FILES:
-        digest.update((sources / name).read_bytes())
+    for path in sorted(sources.iterdir()):
+        if path.suffix in (".cpp", ".h"):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    digest.update(tables.encode())
+    digest.update(" ".join(CFLAGS).encode())
     tag = f"torch{torch_version}-{sys.implementation.cache_tag}-{digest.hexdigest()[:12]}".replace("+", "_")
     return pathlib.Path(root) / tag
 
@@ -82,9 +89,16 @@ def _build_and_import() -> ModuleType:
     import torch
     from torch.utils import cpp_extension
 
+    from streamrace.record.hook_tables import cpp_header
+
     sources = source_dir()
-    build_dir = _build_dir(torch.__version__, sources)
-    build_dir.mkdir(parents=True, exist_ok=True)
+    tables = cpp_header()
+    build_dir = _build_dir(torch.__version__, sources, tables)
+    generated = build_dir / "include"
+    generated.mkdir(parents=True, exist_ok=True)
+    header = generated / "hook_tables.h"
+    if not header.is_file() or header.read_text() != tables:
+        header.write_text(tables)
     name = "streamrace_native_hooks"
     built = (build_dir / f"{name}.so").exists()
     if not built:
@@ -95,9 +109,8 @@ def _build_and_import() -> ModuleType:
     return cpp_extension.load(
         name=name,
         sources=[str(sources / "recorder.cpp")],
-        # NDEBUG as torch itself is built: RecordFunction's layout depends on it.
-        extra_cflags=["-O2", "-std=c++17", "-DNDEBUG"],
-        extra_include_paths=[str(sources)],
+        extra_cflags=list(CFLAGS),
+        extra_include_paths=[str(sources), str(generated)],
         build_directory=str(build_dir),
         with_cuda=False,
         verbose=False,

@@ -15,17 +15,12 @@ The rules follow the op schema, as PyTorch's CUDA sanitizer does, but keyed on s
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
-_FACTORY = re.compile(r"(new_.*|.*_like)$")
-_ALLOCATE_ONLY = re.compile(r"(new_)?empty(_like|_strided|_permuted)?$")
-# Ops with a write annotation that launch no kernel: record_stream only tells the allocator,
-# set_ rebinds storage. Metadata-only in-place views (resize_, as_strided_) carry a tag.
-_NO_ACCESS = {"record_stream", "set_"}
+from streamrace.record.hook_tables import ALLOCATE_ONLY_OPS, FACTORY_PREFIX, FACTORY_SUFFIX, NO_ACCESS_OPS
 
 Range = dict[str, Any]
 
@@ -69,8 +64,9 @@ class _Plan:
     def __init__(self, func: Any) -> None:
         schema = func._schema
         base_name = schema.name.split("::", 1)[-1]
-        self.touches = not (base_name in _NO_ACCESS or torch.Tag.inplace_view in func.tags)
-        is_factory = bool(_FACTORY.match(base_name))
+        # Metadata-only in-place views (resize_, as_strided_) carry a tag.
+        self.touches = not (base_name in NO_ACCESS_OPS or torch.Tag.inplace_view in func.tags)
+        is_factory = base_name.startswith(FACTORY_PREFIX) or base_name.endswith(FACTORY_SUFFIX)
         self.args: list[tuple[int, str, bool, int]] = []  # (position, name, kwarg only, role)
         for i, argument in enumerate(schema.arguments):
             alias = argument.alias_info
@@ -82,7 +78,7 @@ class _Plan:
                 role = _READ
             self.args.append((i, argument.name, argument.kwarg_only, role))
         # A returned tensor that aliases nothing is written, unless the op only allocates.
-        fresh = not _ALLOCATE_ONLY.match(base_name)
+        fresh = base_name.removeprefix(FACTORY_PREFIX) not in ALLOCATE_ONLY_OPS
         self.returns = [fresh and ret.alias_info is None for ret in schema.returns]
 
 

@@ -1,16 +1,25 @@
 """Triton launches: seen at the launch, with exact read/write direction from the kernel's IR.
 
-The dispatcher never sees a Triton kernel. Wrapping ``JITFunction.run`` gives the launch its
-place in program order, its stream, the user's line, and its tensor arguments; the kernel's
-Triton IR says which pointer arguments are stored through (``tt.store``, atomics, descriptor
-stores), so the others are only read. Kernels launched some other way (inductor's compiled
-launchers) are still found as graph nodes with no event, with inferred accesses.
+The dispatcher never sees a Triton kernel. Wrapping ``JITFunction.run`` (``TritonLaunches``,
+installed at the first capture of a program that imported Triton: importing it here would cost
+the program a second) gives the launch its place in program order, its stream, the user's
+line, and its tensor arguments; the kernel's Triton IR says which pointer arguments are stored
+through (``tt.store``, atomics, descriptor stores), so the others are only read. Kernels
+launched some other way (inductor's compiled launchers) are still found as graph nodes with no
+event, with inferred accesses (unseen_launches.py).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
+
+from streamrace.record import installation
+from streamrace.record.op_accesses import tensor_range
+
+if TYPE_CHECKING:
+    from streamrace.record.recorder import Recorder
 
 _SIGNATURE = re.compile(r"tt\.func\s+(?:public\s+|private\s+)?@[\w$.]+\((.*?)\)\s*(?:attributes|\{)", re.S)
 _ARG = re.compile(r"(%[\w#]+)\s*:\s*(!tt\.ptr<[^>]*>|[^,{]+)")
@@ -83,3 +92,80 @@ def tensor_arguments(jit_function: Any, args: tuple[Any, ...], kwargs: dict[str,
     values = dict(zip(jit_function.arg_names, args, strict=False))
     values.update((k, v) for k, v in kwargs.items() if k in jit_function.arg_names)
     return [values[name] for name in jit_function.arg_names if name in values and is_tensor(values[name])]
+
+
+class TritonLaunches:
+    """The recorder's part that records Triton launches inside captures."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self._rec = recorder
+
+    @staticmethod
+    def install() -> None:
+        """Wrap ``JITFunction.run`` until the recording ends, if the program uses Triton."""
+        jit = sys.modules.get("triton.runtime.jit")
+        if jit is None or installation.patched(jit.JITFunction, "run"):
+            return
+        installation.patch(installation.MethodPatch(jit.JITFunction, "run", _wrap_run))
+
+    def on_launch(
+        self, jit_function: Any, args: tuple[Any, ...], kwargs: dict[str, Any], kernel: Any, mark: tuple[int, Any, int]
+    ) -> None:
+        """After a launch the hooks bracketed (``mark``: their begin_launch)."""
+        rec = self._rec
+        runtime = rec.runtime
+        stack, graph, before = mark
+        capture = rec.captures.get(graph)
+        if capture is None or capture.nodes is None:
+            return
+        tensors = tensor_arguments(jit_function, args, kwargs, runtime.is_recorded_tensor)
+        written = pointer_directions(kernel)
+        inferred = written is None or len(written) != len(tensors)
+        reads, writes = [], []
+        for i, tensor in enumerate(tensors):
+            rng = tensor_range(tensor)
+            if rng is not None:
+                (writes if inferred or written[i] else reads).append(rng)
+        device = runtime.tensor_device(tensors[0]) if tensors else runtime.current_device()
+        stream = rec.current_stream(device)
+        event = rec.log.emit(
+            "kernel",
+            graph=capture.graph,
+            node=capture.nodes.base,  # its first node, set when the capture ends (CaptureNodes.snapshot)
+            name=f"triton:{getattr(jit_function, '__name__', None) or jit_function.fn.__name__}",
+            stream=stream,
+            device=device,
+            reads=reads,
+            writes=writes,
+            inferred=inferred,
+            stack=None if stack < 0 else stack,
+        )
+        frontier = runtime.graphs.capture_state(stream)[1]
+        if frontier and frontier[-1] != before:
+            rec.hooks.claim(graph, event["seq"], frontier[-1], True)
+            capture.nodes.launches[event["seq"]] = event
+        rec.hooks.refresh_frontiers(graph)
+
+
+def _wrap_run(run: Any) -> Any:
+    def triton_run(self: Any, *args: Any, grid: Any = None, warmup: bool = False, **kwargs: Any) -> Any:
+        rec = installation.active()
+        if rec is None or warmup or not rec.hooks.open_graphs():
+            return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        mark = None
+        try:
+            mark = rec.hooks.begin_launch()
+        except Exception as exc:
+            rec.log.fail("triton launch", exc)
+        try:
+            kernel = run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        finally:
+            rec.hooks.end_launch()
+        if mark is not None:
+            try:
+                rec.triton.on_launch(self, args, kwargs, kernel, mark)
+            except Exception as exc:
+                rec.log.fail("triton launch", exc)
+        return kernel
+
+    return triton_run

@@ -1,0 +1,162 @@
+// Which streams capture into which graph, which capture each CUDA event's latest record is
+// in, each capturing stream's frontier as last seen, and the graph nodes the recorded
+// launches claimed (capture_nodes.py says what a claim is). The C++ twin of PythonHooks'
+// _captures, _capturing, _event_capture and _known.
+//
+// Guarded by the event log's mutex: methods that take a `const Locked&` need it held, the
+// others take it themselves.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "event_log.h"
+#include "graph_reads.h"
+
+namespace streamrace {
+
+struct Claim {
+    int64_t seq;
+    int64_t node;  // the launch's stream frontier when it ended: its last node
+    bool trusted;
+};
+
+struct Capture {
+    int64_t handle = 0;  // the capture graph (cudaGraph_t), 0 where it cannot be read
+    bool open = true;
+    std::vector<Claim> claims;  // the recorded launches' nodes, in seq order
+};
+
+class CaptureTracker {
+   public:
+    explicit CaptureTracker(std::mutex& guard) : mutex_(guard) {}
+
+    // Whether any capture is open, read without the lock by the hooks' cheapest checks.
+    bool any_open() const { return any_open_.load(std::memory_order_relaxed); }
+    void set_any_open(bool open) { any_open_.store(open, std::memory_order_relaxed); }
+
+    void begin(int32_t graph, int64_t stream, int64_t handle, const Frontier& now) {
+        Locked held(mutex_);
+        captures_[graph] = Capture{handle, true, {}};
+        capturing_[stream] = graph;
+        if (handle != 0) known_[stream] = now;
+    }
+
+    void end(int32_t graph) {
+        Locked held(mutex_);
+        auto it = captures_.find(graph);
+        if (it != captures_.end()) it->second.open = false;
+        for (auto s = capturing_.begin(); s != capturing_.end();) {
+            if (s->second == graph) {
+                known_.erase(s->first);
+                s = capturing_.erase(s);
+            } else {
+                ++s;
+            }
+        }
+    }
+
+    std::vector<int64_t> capture_streams(int32_t graph) {
+        Locked held(mutex_);
+        return streams_of(held, graph);
+    }
+
+    std::vector<int32_t> open_graphs() {
+        Locked held(mutex_);
+        std::vector<int32_t> graphs;
+        for (auto& [graph, capture] : captures_) {
+            if (capture.open) graphs.push_back(graph);
+        }
+        std::sort(graphs.begin(), graphs.end());
+        return graphs;
+    }
+
+    std::vector<std::tuple<int64_t, int64_t, bool>> claims(int32_t graph) {
+        Locked held(mutex_);
+        std::vector<std::tuple<int64_t, int64_t, bool>> out;
+        auto it = captures_.find(graph);
+        if (it != captures_.end()) {
+            for (const Claim& c : it->second.claims) out.emplace_back(c.seq, c.node, c.trusted);
+        }
+        return out;
+    }
+
+    int64_t last_claim(int32_t graph) {
+        Locked held(mutex_);
+        auto it = captures_.find(graph);
+        return it == captures_.end() || it->second.claims.empty() ? 0 : it->second.claims.back().node;
+    }
+
+    void claim(int32_t graph, int64_t seq, int64_t node, bool trusted) {
+        Locked held(mutex_);
+        claim(held, graph, seq, node, trusted);
+    }
+    void claim(const Locked&, int32_t graph, int64_t seq, int64_t node, bool trusted) {
+        auto it = captures_.find(graph);
+        if (it != captures_.end()) it->second.claims.push_back(Claim{seq, node, trusted});
+    }
+
+    // The capture a stream's launches go to, if its graph can be read (0 otherwise).
+    int32_t readable_graph(int64_t stream) {
+        Locked held(mutex_);
+        auto it = capturing_.find(stream);
+        if (it == capturing_.end() || captures_[it->second].handle == 0) return 0;
+        return it->second;
+    }
+
+    // The capture a stream captures into (0: none).
+    int32_t graph_of(const Locked&, int64_t stream) const {
+        auto it = capturing_.find(stream);
+        return it != capturing_.end() ? it->second : 0;
+    }
+    bool capturing(const Locked&, int64_t stream) const { return capturing_.count(stream) != 0; }
+
+    std::vector<int64_t> streams_of(const Locked&, int32_t graph) const {
+        std::vector<int64_t> streams;
+        for (auto [stream, g] : capturing_) {
+            if (g == graph) streams.push_back(stream);
+        }
+        std::sort(streams.begin(), streams.end());
+        return streams;
+    }
+
+    // A capturing stream's frontier as the hooks last saw it (empty if never).
+    Frontier known(const Locked&, int64_t stream) { return known_[stream]; }
+    void set_known(const Locked&, int64_t stream, Frontier now) { known_[stream] = std::move(now); }
+
+    // An event recorded on a stream: in that stream's capture, or in none.
+    void event_recorded(int64_t event, int64_t stream) {
+        Locked held(mutex_);
+        auto it = capturing_.find(stream);
+        if (it == capturing_.end()) {
+            event_capture_.erase(event);
+        } else {
+            event_capture_[event] = it->second;
+        }
+    }
+
+    void event_deleted(const Locked&, int64_t event) { event_capture_.erase(event); }
+
+    // Waiting on an event recorded in an open capture joins the capture, as in CUDA.
+    void join_on_wait(const Locked&, int64_t event, int64_t stream) {
+        auto source = event_capture_.find(event);
+        if (source != event_capture_.end() && captures_[source->second].open && capturing_.count(stream) == 0) {
+            capturing_[stream] = source->second;
+        }
+    }
+
+   private:
+    std::mutex& mutex_;
+    std::atomic<bool> any_open_{false};
+    std::unordered_map<int32_t, Capture> captures_;
+    std::unordered_map<int64_t, int32_t> capturing_;      // stream -> graph it captures into
+    std::unordered_map<int64_t, int32_t> event_capture_;  // event -> capture of its latest record
+    std::unordered_map<int64_t, Frontier> known_;         // capturing stream -> its frontier as last seen
+};
+
+}  // namespace streamrace

@@ -1,0 +1,80 @@
+// The CUDA driver functions the capture path calls: looked up in libcuda (dlsym'd: no CUDA
+// headers), or given by address (tests/fake_cuda.py's scripted capture, on the CPU). The C++
+// twin of graph_readback.Driver, by the same symbol names, so one fake serves both sets of
+// hooks.
+#pragma once
+
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+namespace streamrace {
+
+struct KernelNodeParams {  // CUDA_KERNEL_NODE_PARAMS_v2
+    void* func;
+    unsigned grid[3];
+    unsigned block[3];
+    unsigned shared_mem_bytes;
+    void** kernel_params;
+    void** extra;
+    void* kern;
+    void* ctx;
+};
+
+struct Driver {
+    // cuStreamGetCaptureInfo_v2 is the CUDA 12 signature, which CUDA 13 drivers still export.
+    using CaptureInfo = int (*)(void* stream, int* status, uint64_t* id, void** graph, void* const** deps,
+                                size_t* count);
+    using GetNodes = int (*)(void* graph, void** nodes, size_t* count);
+    using NodeType = int (*)(void* node, int* type);
+    using KernelParams = int (*)(void* node, KernelNodeParams* params);
+    using Name = int (*)(const char** name, void* function);
+
+    CaptureInfo capture_info = nullptr;
+    GetNodes get_nodes = nullptr;
+    NodeType node_type = nullptr;
+    KernelParams kernel_params = nullptr;
+    Name func_name = nullptr;
+    Name kernel_name = nullptr;
+
+    // libcuda's, loaded once; a function the driver lacks stays null.
+    static const Driver& libcuda() {
+        static const Driver driver = [] {
+            Driver d;
+            void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+            if (lib == nullptr) return d;
+            d.capture_info = reinterpret_cast<CaptureInfo>(dlsym(lib, "cuStreamGetCaptureInfo_v2"));
+            d.get_nodes = reinterpret_cast<GetNodes>(dlsym(lib, "cuGraphGetNodes"));
+            d.node_type = reinterpret_cast<NodeType>(dlsym(lib, "cuGraphNodeGetType"));
+            d.kernel_params = reinterpret_cast<KernelParams>(dlsym(lib, "cuGraphKernelNodeGetParams_v2"));
+            d.func_name = reinterpret_cast<Name>(dlsym(lib, "cuFuncGetName"));
+            d.kernel_name = reinterpret_cast<Name>(dlsym(lib, "cuKernelGetName"));
+            return d;
+        }();
+        return driver;
+    }
+
+    // The functions at these addresses, by libcuda symbol name (every one must be given).
+    static Driver at(const std::unordered_map<std::string, int64_t>& addresses) {
+        auto address = [&](const char* symbol) {
+            auto it = addresses.find(symbol);
+            if (it == addresses.end() || it->second == 0) {
+                throw std::invalid_argument(std::string("no address for the driver function ") + symbol);
+            }
+            return reinterpret_cast<void*>(it->second);
+        };
+        Driver d;
+        d.capture_info = reinterpret_cast<CaptureInfo>(address("cuStreamGetCaptureInfo_v2"));
+        d.get_nodes = reinterpret_cast<GetNodes>(address("cuGraphGetNodes"));
+        d.node_type = reinterpret_cast<NodeType>(address("cuGraphNodeGetType"));
+        d.kernel_params = reinterpret_cast<KernelParams>(address("cuGraphKernelNodeGetParams_v2"));
+        d.func_name = reinterpret_cast<Name>(address("cuFuncGetName"));
+        d.kernel_name = reinterpret_cast<Name>(address("cuKernelGetName"));
+        return d;
+    }
+};
+
+}  // namespace streamrace

@@ -1,0 +1,258 @@
+// The hooks' events, in seq order, as compact records until Python drains them (after the
+// capture), and the one mutex the hooks' shared bookkeeping is under: the sequence counter
+// orders everything, so the lock that guards it guards the rest (capture_tracker.h) too.
+// The C++ twin of what PythonHooks keeps in its _records.
+//
+// Methods that take a `const Locked&` need the mutex held (lock()); the others take it
+// themselves. Python is never entered while it is held, since Python code (a garbage
+// collection, say) can come back into a hook.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "hook_tables.h"
+#include "tensor_range.h"
+#include "user_stacks.h"
+
+namespace streamrace {
+
+namespace py = pybind11;
+using tables::Kind;
+using Locked = std::unique_lock<std::mutex>;  // the hooks' mutex, held
+
+struct Record {
+    int64_t seq = 0;
+    Kind kind = Kind::RecorderError;
+    int64_t value = 0;  // addr (alloc, free, record_stream), event (event_*), id (stack)
+    int64_t stream = -1;
+    int32_t device = -1;
+    int32_t stack = -1;
+    int32_t graph = 0;  // the capture an alloc happened in; 0: none
+    int32_t text = -1;  // op name or error message, an index into texts_
+    int32_t where = -1;
+    uint32_t ranges = 0;  // reads then writes, from ranges_[ranges]
+    uint32_t reads = 0, writes = 0;
+};
+
+inline Record simple(Kind kind, int64_t value, int64_t stream = -1, int32_t device = -1, int32_t stack = -1) {
+    Record r;
+    r.kind = kind;
+    r.value = value;
+    r.stream = stream;
+    r.device = device;
+    r.stack = stack;
+    return r;
+}
+
+class EventLog {
+   public:
+    Locked lock() { return Locked(mutex_); }
+    std::mutex& mutex() { return mutex_; }
+
+    int64_t next_seq() {
+        Locked held = lock();
+        return seq_++;
+    }
+    int64_t peek_seq() {
+        Locked held = lock();
+        return seq_;
+    }
+
+    // A stream's definition, the first time it is seen.
+    void see_stream(int64_t stream, int32_t device) {
+        Locked held = lock();
+        if (streams_.insert(stream).second) append(held, simple(Kind::Stream, 0, stream, device));
+    }
+
+    // A user stack interned for the first time: its definition, before its first use.
+    void define_stack(NewStack&& fresh) {
+        Locked held = lock();
+        Record r;
+        r.kind = Kind::Stack;
+        r.value = fresh.id;
+        append(held, r);
+        stack_frames_.emplace(fresh.id, std::move(fresh.frames));
+    }
+
+    // A failure of the hooks, up to the error cap.
+    void fail(const char* where, const std::string& message) {
+        Locked held = lock();
+        if (errors_ >= tables::kMaxErrors) return;
+        ++errors_;
+        Record r;
+        r.kind = Kind::RecorderError;
+        r.text = text(held, message);
+        r.where = text(held, where);
+        append(held, r);
+    }
+
+    void append(const Locked&, Record& r) {
+        r.seq = seq_++;
+        records_.push_back(r);
+    }
+    void append(const Locked& held, Record&& r) { append(held, r); }
+
+    // An op's reads then writes, for the record that follows.
+    void add_ranges(const Locked&, Record& r, const std::vector<ByteRange>& reads,
+                    const std::vector<ByteRange>& writes) {
+        r.ranges = static_cast<uint32_t>(ranges_.size());
+        r.reads = static_cast<uint32_t>(reads.size());
+        r.writes = static_cast<uint32_t>(writes.size());
+        ranges_.insert(ranges_.end(), reads.begin(), reads.end());
+        ranges_.insert(ranges_.end(), writes.begin(), writes.end());
+    }
+
+    int32_t text(const Locked&, const std::string& s) {
+        auto it = text_ids_.find(s);
+        if (it != text_ids_.end()) return it->second;
+        int32_t id = static_cast<int32_t>(texts_.size());
+        texts_.push_back(s);
+        text_ids_.emplace(s, id);
+        return id;
+    }
+
+    // The records so far as trace event dicts, in seq order (GIL held). Internal fields for
+    // the recorder start with an underscore: "_graph", the capture an alloc happened in.
+    py::list drain() {
+        std::vector<Record> records;
+        std::vector<ByteRange> ranges;
+        {
+            Locked held = lock();
+            records.swap(records_);
+            ranges.swap(ranges_);
+        }
+        py::list out;
+        for (const Record& r : records) out.append(to_dict(r, ranges));
+        return out;
+    }
+
+   private:
+    py::object text_object(int32_t id) {
+        if (id >= static_cast<int32_t>(text_objects_.size())) text_objects_.resize(id + 1);
+        py::object& cached = text_objects_[id];
+        if (!cached) {
+            Locked held = lock();
+            cached = py::str(texts_[id]);
+        }
+        return cached;
+    }
+
+    static py::list range_list(const std::vector<ByteRange>& ranges, uint32_t begin, uint32_t n) {
+        py::list out;
+        for (uint32_t i = begin; i < begin + n; ++i) {
+            const ByteRange& r = ranges[i];
+            py::dict d;
+            d["addr"] = r.addr;
+            if (r.contiguous) {
+                d["nbytes"] = r.nbytes;
+            } else {
+                py::list shape, stride;
+                for (int64_t v : r.shape) shape.append(v);
+                for (int64_t v : r.stride) stride.append(v);
+                d["shape"] = shape;
+                d["stride"] = stride;
+                d["itemsize"] = r.itemsize;
+            }
+            out.append(d);
+        }
+        return out;
+    }
+
+    py::dict to_dict(const Record& r, const std::vector<ByteRange>& ranges) {
+        py::dict d;
+        d["seq"] = r.seq;
+        d["ev"] = tables::kKindNames[static_cast<int>(r.kind)];
+        auto stack = [&] {
+            if (r.stack >= 0) d["stack"] = r.stack;
+        };
+        switch (r.kind) {
+            case Kind::Stream:
+                d["stream"] = r.stream;
+                d["device"] = r.device;
+                break;
+            case Kind::Stack: {
+                d["id"] = r.value;
+                py::list frames;
+                for (const UserFrame& f : stack_frames_.at(static_cast<int>(r.value))) {
+                    py::list frame;
+                    frame.append(py::reinterpret_borrow<py::object>(f.path));
+                    frame.append(f.line);
+                    frame.append(py::reinterpret_borrow<py::object>(f.function));
+                    frames.append(frame);
+                }
+                d["frames"] = frames;
+                break;
+            }
+            case Kind::Alloc:
+                d["addr"] = r.value;
+                d["size"] = 1;  // the allocator's history gives the size, after the capture
+                d["stream"] = r.stream;
+                d["device"] = r.device;
+                stack();
+                if (r.graph != 0) d["_graph"] = r.graph;
+                break;
+            case Kind::Free:
+                d["addr"] = r.value;
+                d["device"] = r.device;
+                stack();
+                break;
+            case Kind::Op:
+                d["op"] = text_object(r.text);
+                d["stream"] = r.stream;
+                d["device"] = r.device;
+                d["reads"] = range_list(ranges, r.ranges, r.reads);
+                d["writes"] = range_list(ranges, r.ranges + r.reads, r.writes);
+                stack();
+                break;
+            case Kind::RecordStream:
+                d["addr"] = r.value;
+                d["stream"] = r.stream;
+                d["device"] = r.device;
+                stack();
+                break;
+            case Kind::EventCreate:
+            case Kind::EventDelete:
+            case Kind::EventSync:
+                d["event"] = r.value;
+                break;
+            case Kind::EventRecord:
+            case Kind::EventWait:
+                d["event"] = r.value;
+                d["stream"] = r.stream;
+                stack();
+                break;
+            case Kind::StreamSync:
+                d["stream"] = r.stream;
+                break;
+            case Kind::DeviceSync:
+                d["device"] = r.device;
+                break;
+            case Kind::RecorderError:
+                d["message"] = text_object(r.text);
+                d["where"] = text_object(r.where);
+                break;
+        }
+        return d;
+    }
+
+    std::mutex mutex_;  // guards everything here and the capture tracker's state
+    int64_t seq_ = 0;
+    int errors_ = 0;
+    std::vector<Record> records_;
+    std::vector<ByteRange> ranges_;
+    std::unordered_map<int, std::vector<UserFrame>> stack_frames_;
+    std::vector<std::string> texts_;
+    std::unordered_map<std::string, int32_t> text_ids_;
+    std::vector<py::object> text_objects_;  // GIL-guarded
+    std::unordered_set<int64_t> streams_;
+};
+
+}  // namespace streamrace

@@ -1,0 +1,94 @@
+// torch.cuda._gpu_trace callbacks (GIL held): allocations, frees, CUDA event create, record,
+// wait and delete, synchronizations. The C++ twin of PythonHooks' _on_* callbacks.
+#pragma once
+
+#include <cstdint>
+
+#include "capture_tracker.h"
+#include "event_log.h"
+#include "hook_stacks.h"
+#include "streams.h"
+#include "thread_state.h"
+#include "unseen_launches.h"
+
+namespace streamrace {
+
+class GpuTraceHooks {
+   public:
+    GpuTraceHooks(EventLog& log, CaptureTracker& captures, StreamSource& streams, HookStacks& stacks,
+                  UnseenLaunches& unseen)
+        : log_(log), captures_(captures), streams_(streams), stacks_(stacks), unseen_(unseen) {}
+
+    void on_alloc(int64_t ptr) {
+        int32_t device = streams_.current_device();
+        int64_t stream = streams_.current_stream(device);
+        log_.see_stream(stream, device);
+        int32_t stack = stacks_.op_stack();
+        Locked held = log_.lock();
+        Record r = simple(Kind::Alloc, ptr, stream, device, stack);
+        r.graph = captures_.graph_of(held, stream);
+        log_.append(held, r);
+    }
+
+    void on_free(int64_t ptr) {
+        int32_t device = streams_.current_device();
+        if (!in_op() && captures_.any_open()) unseen_.check(streams_.current_stream(device));
+        int32_t stack = stacks_.op_stack();
+        Locked held = log_.lock();
+        log_.append(held, simple(Kind::Free, ptr, -1, device, stack));
+    }
+
+    void on_event(Kind kind, int64_t event) {
+        Locked held = log_.lock();
+        if (kind == Kind::EventDelete) captures_.event_deleted(held, event);
+        log_.append(held, simple(kind, event));
+    }
+
+    void on_event_record(int64_t event, int64_t stream) {
+        tls.last_stream = 0;
+        captures_.event_recorded(event, stream);
+        unseen_.check(stream);
+        log_.see_stream(stream, streams_.current_device());
+        int32_t stack = stacks_.stack();
+        Locked held = log_.lock();
+        log_.append(held, simple(Kind::EventRecord, event, stream, -1, stack));
+    }
+
+    void on_event_wait(int64_t event, int64_t stream) {
+        tls.last_stream = 0;
+        log_.see_stream(stream, streams_.current_device());
+        unseen_.check_wait(stream);
+        int32_t stack = stacks_.stack();
+        {
+            Locked held = log_.lock();
+            log_.append(held, simple(Kind::EventWait, event, stream, -1, stack));
+            captures_.join_on_wait(held, event, stream);
+        }
+        if (captures_.readable_graph(stream) != 0) {
+            Frontier now = unseen_.frontier(stream);
+            Locked held = log_.lock();
+            captures_.set_known(held, stream, now);
+        }
+    }
+
+    void on_stream_sync(int64_t stream) {
+        log_.see_stream(stream, streams_.current_device());
+        Locked held = log_.lock();
+        log_.append(held, simple(Kind::StreamSync, 0, stream));
+    }
+
+    void on_device_sync() {
+        int32_t device = streams_.current_device();
+        Locked held = log_.lock();
+        log_.append(held, simple(Kind::DeviceSync, 0, -1, device));
+    }
+
+   private:
+    EventLog& log_;
+    CaptureTracker& captures_;
+    StreamSource& streams_;
+    HookStacks& stacks_;
+    UnseenLaunches& unseen_;
+};
+
+}  // namespace streamrace

@@ -1,0 +1,125 @@
+// What the capture path reads from the driver: each capturing stream's frontier around every
+// launch, and a capture graph's nodes at every capture's end and every catch-up, where a
+// Python call per node would cost more than the capture itself. The C++ twin of
+// streamrace/record/graph_readback.py (GraphReadback), with the same names and failures.
+#pragma once
+
+#include <c10/util/SmallVector.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "driver.h"
+#include "hook_tables.h"
+
+namespace streamrace {
+
+// A capturing stream's frontier: the nodes its next launch will depend on. A launch on the
+// stream makes its node the whole frontier, so comparing frontiers tells whether something
+// launched, in constant time (counting the graph's nodes walks the whole graph). Empty when
+// the stream is not capturing.
+using Frontier = c10::SmallVector<int64_t, 4>;
+
+inline Frontier frontier(const Driver& driver, int64_t stream) {
+    Frontier nodes;
+    if (driver.capture_info == nullptr) return nodes;
+    int status = 0;
+    uint64_t id = 0;
+    void* graph = nullptr;
+    void* const* deps = nullptr;
+    size_t count = 0;
+    if (driver.capture_info(reinterpret_cast<void*>(stream), &status, &id, &graph, &deps, &count) != 0 ||
+        status != tables::kCaptureStatusActive) {
+        return nodes;
+    }
+    for (size_t i = 0; i < count; ++i) nodes.push_back(reinterpret_cast<int64_t>(deps[i]));
+    return nodes;
+}
+
+inline bool subset(const Frontier& a, const Frontier& b) {
+    return std::all_of(a.begin(), a.end(), [&](int64_t n) { return std::find(b.begin(), b.end(), n) != b.end(); });
+}
+
+// The trace's name of a CUgraphNodeType value (hook_tables.node_type_name).
+inline std::string node_type_name(int type) {
+    constexpr int listed = static_cast<int>(sizeof(tables::kNodeTypes) / sizeof(tables::kNodeTypes[0]));
+    if (type >= 0 && type < listed) return tables::kNodeTypes[type];
+    return tables::kUnlistedNodeTypePrefix + std::to_string(type);
+}
+
+namespace detail {
+inline void check(int err, const char* what) {
+    if (err != 0) throw std::runtime_error(std::string(what) + " failed (CUresult " + std::to_string(err) + ")");
+}
+}  // namespace detail
+
+// Every node of the graph, in creation order.
+inline std::vector<int64_t> node_handles(const Driver& driver, int64_t graph) {
+    if (driver.get_nodes == nullptr) throw std::runtime_error("the driver has no cuGraphGetNodes");
+    size_t count = 0;
+    detail::check(driver.get_nodes(reinterpret_cast<void*>(graph), nullptr, &count), "cuGraphGetNodes");
+    std::vector<void*> nodes(std::max<size_t>(count, 1));
+    detail::check(driver.get_nodes(reinterpret_cast<void*>(graph), nodes.data(), &count), "cuGraphGetNodes");
+    std::vector<int64_t> out;
+    out.reserve(count);
+    for (size_t i = 0; i < count; ++i) out.push_back(reinterpret_cast<int64_t>(nodes[i]));
+    return out;
+}
+
+inline int node_type(const Driver& driver, int64_t node) {
+    if (driver.node_type == nullptr) throw std::runtime_error("the driver has no cuGraphNodeGetType");
+    int type = 0;
+    detail::check(driver.node_type(reinterpret_cast<void*>(node), &type), "cuGraphNodeGetType");
+    return type;
+}
+
+// The kernel's function name, empty when the driver cannot tell.
+inline std::string kernel_name(const Driver& driver, int64_t node) {
+    KernelNodeParams params{};
+    if (driver.kernel_params == nullptr || driver.kernel_params(reinterpret_cast<void*>(node), &params) != 0) return {};
+    const char* name = nullptr;
+    if (params.func != nullptr && driver.func_name != nullptr) {
+        if (driver.func_name(&name, params.func) != 0) name = nullptr;
+    } else if (params.kern != nullptr && driver.kernel_name != nullptr) {
+        if (driver.kernel_name(&name, params.kern) != 0) name = nullptr;
+    }
+    return name != nullptr ? std::string(name).substr(0, tables::kMaxKernelName) : std::string();
+}
+
+// (type, kernel name or empty) of each node.
+inline std::vector<std::pair<std::string, std::string>> describe_nodes(const Driver& driver,
+                                                                       const std::vector<int64_t>& handles) {
+    std::vector<std::pair<std::string, std::string>> out;
+    out.reserve(handles.size());
+    for (int64_t node : handles) {
+        int type = node_type(driver, node);
+        out.emplace_back(node_type_name(type), type == 0 ? kernel_name(driver, node) : std::string());
+    }
+    return out;
+}
+
+// (index, handle, type) of the nodes after the one `last_claim` names, and from index `floor`
+// on at least.
+inline std::vector<std::tuple<int64_t, int64_t, std::string>> nodes_since(const Driver& driver, int64_t graph,
+                                                                          int64_t last_claim, int64_t floor) {
+    std::vector<int64_t> handles = node_handles(driver, graph);
+    int64_t seen = floor;
+    for (int64_t i = static_cast<int64_t>(handles.size()) - 1; i >= seen && last_claim != 0; --i) {
+        if (handles[i] == last_claim) {
+            seen = i + 1;
+            break;
+        }
+    }
+    std::vector<std::tuple<int64_t, int64_t, std::string>> out;
+    for (int64_t i = seen; i < static_cast<int64_t>(handles.size()); ++i) {
+        out.emplace_back(i, handles[i], node_type_name(node_type(driver, handles[i])));
+    }
+    return out;
+}
+
+}  // namespace streamrace

@@ -1,0 +1,265 @@
+// Operators, from the global RecordFunction callback: each op's read and write byte ranges
+// from its schema, its stream and the user's stack, recorded where a TorchDispatchMode would
+// see the op (composite ops are looked through while autograd is on, as the dispatcher
+// decomposes them above the Python key; ops inside another op's kernel are its own). And the
+// same bracket around launches Python sees (Triton). The C++ twin of PythonHooks' _OpMode,
+// before_op, on_op, begin_launch and end_launch.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <ATen/core/ivalue.h>
+#include <ATen/record_function.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "capture_tracker.h"
+#include "event_log.h"
+#include "hook_stacks.h"
+#include "schema_plan.h"
+#include "streams.h"
+#include "tensor_range.h"
+#include "thread_state.h"
+#include "unseen_launches.h"
+
+namespace streamrace {
+
+inline PlanCache& plans() {
+    static PlanCache cache;
+    return cache;
+}
+
+class OpHooks {
+   public:
+    OpHooks(bool eager_ops, EventLog& log, CaptureTracker& captures, StreamSource& streams, HookStacks& stacks,
+            UnseenLaunches& unseen)
+        : eager_ops_(eager_ops),
+          device_type_(streams.device_type()),
+          log_(log),
+          captures_(captures),
+          streams_(streams),
+          stacks_(stacks),
+          unseen_(unseen) {}
+
+    void op_start(const at::RecordFunction& fn) {
+        ThreadState& t = tls;
+        size_t index = t.frames.size();
+        t.frames.emplace_back();
+        const SchemaPlan* plan = plans().lookup(fn);
+        if (plan == nullptr) return;  // a named range, not an operator
+        auto inputs = fn.inputs();
+        c10::DispatchKeySet keys;
+        int32_t device = -1;
+        bool wrapper = false, any_tensor = false;
+        for (const c10::IValue& value : inputs) {
+            each_tensor(value, [&](const at::Tensor& tensor) {
+                if (!tensor.defined()) return;
+                any_tensor = true;
+                keys = keys | tensor.key_set();
+                wrapper |= is_wrapper(tensor);
+                if (device < 0 && tensor.device().type() == device_type_) device = index_of(tensor.device());
+            });
+        }
+        // A subclass's own ops come through here again, on the tensors it holds.
+        if (wrapper) return;
+        // An op dispatched with autograd on, inside a composite op, is part of its
+        // decomposition (taken apart above the Python dispatch key), not of a kernel (which
+        // runs below autograd): the parts are what is recorded, as a TorchDispatchMode would
+        // see them.
+        if (t.opaque_depth > 0 && autograd_on(keys, any_tensor)) decomposed(t, index);
+        t.frames[index].opaque = true;
+        t.frames[index].plan = plan;
+        if (t.opaque_depth++ > 0) return;
+        if (!eager_ops_ && !captures_.any_open()) return;
+        if (device < 0) device = streams_.current_device();
+        int64_t stream = streams_.current_stream(device);
+        int32_t stack = stacks_.python_stack();
+        t.op_stack = stack;
+        int32_t graph = captures_.readable_graph(stream);
+        Frontier before = graph != 0 ? unseen_.checked_before_launch(graph, stream) : Frontier();
+        OpFrame& frame = t.frames[index];  // Python may have run above: nested ops came and went
+        frame.recorded = true;
+        frame.plan = plan;
+        frame.device = device;
+        frame.stack = stack;
+        if (graph != 0) {
+            frame.graph = graph;
+            frame.stream = stream;
+            frame.before = std::move(before);
+        }
+        if (plan->record_stream) {
+            if (inputs.size() >= 2 && inputs[0].isTensor() && inputs[1].isStream()) {
+                frame.written.push_back(inputs[0].toTensor());
+                frame.recorded_on = inputs[1].toStream();
+            }
+            return;
+        }
+        if (!plan->touches) return;
+        ByteRange range;
+        for (size_t i = 0; i < inputs.size() && i < plan->args.size(); ++i) {
+            Role role = plan->args[i];
+            if (role == Role::Skip) continue;
+            each_tensor(inputs[i], [&](const at::Tensor& tensor) {
+                if (!tensor.defined() || tensor.device().type() != device_type_) return;
+                if (role == Role::Write) {
+                    frame.written.push_back(tensor);
+                } else if (tensor_range(tensor, range = ByteRange())) {
+                    frame.reads.push_back(range);
+                }
+            });
+        }
+    }
+
+    void op_end(const at::RecordFunction& fn) {
+        ThreadState& t = tls;
+        if (t.frames.empty()) return;  // began before recording did
+        OpFrame frame = std::move(t.frames.back());
+        t.frames.pop_back();
+        if (frame.opaque) --t.opaque_depth;
+        if (!frame.recorded) return;
+        t.op_stack = -1;
+        if (frame.plan->record_stream) {
+            record_stream(frame);
+            return;
+        }
+        if (!frame.plan->touches) return;
+        std::vector<ByteRange> reads = std::move(frame.reads), writes;
+        ByteRange range;
+        for (const at::Tensor& tensor : frame.written) {
+            if (tensor_range(tensor, range = ByteRange())) writes.push_back(range);
+        }
+        frame.written.clear();
+        const auto& returns = frame.plan->returns;
+        if (frame.plan->any_return_written) {
+            const auto& outputs = fn.outputs();
+            for (size_t i = 0; i < outputs.size() && !returns.empty(); ++i) {
+                if (!returns[std::min(i, returns.size() - 1)]) continue;
+                each_tensor(outputs[i], [&](const at::Tensor& tensor) {
+                    if (!tensor.defined() || tensor.device().type() != device_type_) return;
+                    if (tensor_range(tensor, range = ByteRange()) &&
+                        std::find(writes.begin(), writes.end(), range) == writes.end()) {
+                        writes.push_back(range);
+                    }
+                });
+            }
+        }
+        if (!writes.empty() && !reads.empty()) {
+            // An in-place op reads and writes self: the write covers it for race checking.
+            reads.erase(std::remove_if(reads.begin(), reads.end(),
+                                       [&](const ByteRange& r) {
+                                           return std::find(writes.begin(), writes.end(), r) != writes.end();
+                                       }),
+                        reads.end());
+        }
+        if (reads.empty() && writes.empty()) return;
+        int64_t stream = streams_.current_stream(frame.device);
+        log_.see_stream(stream, frame.device);
+        Frontier after = frame.graph != 0 && stream == frame.stream ? unseen_.frontier(stream) : Frontier();
+        Locked held = log_.lock();
+        int32_t graph = captures_.graph_of(held, stream);
+        if (graph == 0 && !eager_ops_) return;
+        Record r;
+        r.kind = Kind::Op;
+        r.text = log_.text(held, frame.plan->name);
+        r.stream = stream;
+        r.device = frame.device;
+        r.stack = frame.stack;
+        log_.add_ranges(held, r, reads, writes);
+        log_.append(held, r);
+        if (frame.graph != 0 && frame.graph == graph && stream == frame.stream) {
+            if (!after.empty() && after != frame.before) {
+                captures_.claim(held, graph, r.seq, after.back(), frame.plan->trusted);
+            }
+            captures_.set_known(held, stream, after);
+        }
+    }
+
+    // -- launches Python sees (Triton): the same bracket as an op ---------------------------
+    py::object begin_launch() {
+        ThreadState& t = tls;
+        int32_t stack = stacks_.stack();
+        t.op_stack = stack;
+        ++t.launches;
+        int64_t stream = streams_.current_stream(streams_.current_device());
+        int32_t graph = captures_.readable_graph(stream);
+        if (graph == 0) return py::make_tuple(stack, py::none(), 0);
+        Frontier now = unseen_.checked_before_launch(graph, stream);
+        return py::make_tuple(stack, graph, now.empty() ? 0 : now.back());
+    }
+
+    void end_launch() {
+        ThreadState& t = tls;
+        if (t.launches > 0) --t.launches;
+        t.op_stack = -1;
+    }
+
+   private:
+    template <typename F>
+    static void each_tensor(const c10::IValue& value, F&& f) {
+        if (value.isTensor()) {
+            f(value.toTensor());
+        } else if (value.isList()) {
+            for (const c10::IValue& item : value.toListRef()) each_tensor(item, f);
+        } else if (value.isTuple()) {
+            for (const c10::IValue& item : value.toTupleRef().elements()) each_tensor(item, f);
+        }
+    }
+
+    // Whether autograd's keys take part in this dispatch: on for an op called from Python or
+    // from a composite op's decomposition; off inside a kernel (below autograd) and in
+    // inference mode. A factory has no tensor to carry the keys: the thread's state decides.
+    static bool autograd_on(c10::DispatchKeySet tensor_keys, bool any_tensor) {
+        auto local = c10::impl::tls_local_dispatch_key_set();
+        if (!(local.excluded_ & c10::autograd_dispatch_keyset).empty()) return false;
+        if (!any_tensor) return true;
+        return !((tensor_keys | local.included_) & c10::autograd_dispatch_keyset).empty();
+    }
+
+    // The innermost opaque op before frame `index`, if it is a composite, turned out to be
+    // taken apart: its parts are recorded instead of it.
+    static void decomposed(ThreadState& t, size_t index) {
+        for (size_t i = index; i-- > 0;) {
+            OpFrame& outer = t.frames[i];
+            if (!outer.opaque) continue;
+            if (outer.plan == nullptr || !outer.plan->decomposable) return;
+            outer.opaque = false;
+            --t.opaque_depth;
+            if (outer.recorded) {
+                outer.recorded = false;
+                outer.reads.clear();
+                outer.written.clear();
+                t.op_stack = -1;
+            }
+            return;
+        }
+    }
+
+    // ``t.record_stream(s)`` launches nothing; it tells the allocator about a block's users.
+    void record_stream(OpFrame& frame) {
+        if (frame.written.empty() || !frame.recorded_on.has_value()) return;
+        at::Tensor tensor = std::move(frame.written.front());
+        frame.written.clear();
+        if (tensor.device().type() != device_type_ || !tensor.has_storage()) return;
+        int64_t addr = reinterpret_cast<int64_t>(tensor.storage().data());
+        int32_t device = index_of(tensor.device());
+        tensor.reset();
+        int64_t stream = streams_.raw_handle(*frame.recorded_on);
+        log_.see_stream(stream, device);
+        Locked held = log_.lock();
+        log_.append(held, simple(Kind::RecordStream, addr, stream, device, frame.stack));
+    }
+
+    const bool eager_ops_;
+    const c10::DeviceType device_type_;
+    EventLog& log_;
+    CaptureTracker& captures_;
+    StreamSource& streams_;
+    HookStacks& stacks_;
+    UnseenLaunches& unseen_;
+};
+
+}  // namespace streamrace

@@ -1,0 +1,51 @@
+// What each thread has in flight: the ops between their RecordFunction's start and end, the
+// Python-side launches (Triton), the stack they share with what they allocate, and the stream
+// of the previous launch. The C++ twin of PythonHooks' depth, op_stack and _last_stream.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Stream.h>
+#include <c10/util/SmallVector.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "graph_reads.h"
+#include "schema_plan.h"
+#include "tensor_range.h"
+
+namespace streamrace {
+
+// One op in flight on this thread, from its RecordFunction's start to its end.
+struct OpFrame {
+    bool opaque = false;    // its kernels' own ops are part of it
+    bool recorded = false;  // the outermost op, while something is being recorded
+    const SchemaPlan* plan = nullptr;
+    int32_t device = 0;
+    int32_t stack = -1;
+    int32_t graph = 0;  // the capture of its stream when it began (0: none, or not readable)
+    int64_t stream = 0;
+    Frontier before;  // the stream's frontier when it began
+    // What it reads is described when it begins; what it writes, when it ends (an out= tensor
+    // may be resized by the op), so written tensors are held while it runs, as its caller
+    // holds them anyway.
+    std::vector<ByteRange> reads;
+    c10::SmallVector<at::Tensor, 4> written;
+    std::optional<c10::Stream> recorded_on;  // record_stream's stream argument
+};
+
+struct ThreadState {
+    std::vector<OpFrame> frames;
+    int opaque_depth = 0;
+    int launches = 0;         // Python-side launches in flight (Triton)
+    int32_t op_stack = -1;    // the stack of the op or launch in flight, shared by its allocations
+    int64_t last_stream = 0;  // the stream of the previous launch, while no event hook came between
+};
+
+inline thread_local ThreadState tls;
+
+// Inside an op's kernel or a Python-side launch: what happens now is part of it.
+inline bool in_op() { return tls.opaque_depth > 0 || tls.launches > 0; }
+
+}  // namespace streamrace

@@ -1,0 +1,185 @@
+"""The capture lifecycle: capture_begin and capture_end, a capture's pool, its graph read back.
+
+``CUDAGraph.capture_begin/capture_end`` (which ``torch.cuda.graph``, ``make_graphed_callables``
+and cudagraph trees call) are wrapped while recording (``patches``). A capture's begin is an
+event with its stream, mode and pool (an implicit pool's id is known only at the end); just
+before it ends, the graph is read back while it is still live and every node tied to the
+launch that created it (capture_nodes.py); at its end come the pool, the capture_end event
+(marked aborted if the capture failed, so what it recorded can still be analysed) and the
+graph. Allocations made in a capture take its pool when the hooks' events are settled.
+
+A part that follows graphs further (replays, resets) wraps more CUDAGraph methods the same
+way and finds a graph's capture with ``of_graph``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING, Any
+
+from streamrace.record.capture_nodes import CaptureNodes
+from streamrace.record.event_log import Event
+from streamrace.record.installation import MethodPatch, active
+
+if TYPE_CHECKING:
+    from streamrace.record.recorder import Recorder
+
+GraphData = tuple[list[dict[str, Any]], list[list[Any]]]  # (nodes, edges) as the graph event has them
+
+
+class Capture:
+    """What the recorder knows about one capture."""
+
+    __slots__ = ("allocs", "begin", "graph", "handle", "nodes", "pool", "stream")
+
+    def __init__(self, graph: int, stream: int, handle: int | None, begin: Event, nodes: CaptureNodes | None) -> None:
+        self.graph = graph
+        self.stream = stream
+        self.handle = handle
+        self.begin = begin  # the capture_begin event, completed with the pool at the end
+        self.allocs: list[Event] = []  # alloc events from this capture's pool
+        self.nodes = nodes  # None where the graph cannot be read
+        self.pool: list[int] | None = None  # known once the capture ends
+
+
+class CaptureLifecycle:
+    """Every capture of the recording, by graph id and by CUDAGraph object while it runs."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self._rec = recorder
+        self._ids = itertools.count(1)
+        self._running: dict[int, Capture] = {}  # id(CUDAGraph) -> capture in progress
+        self._captures: dict[int, Capture] = {}  # graph id -> capture
+
+    def get(self, graph: int | None) -> Capture | None:
+        """The capture with this graph id."""
+        return self._captures.get(graph) if graph is not None else None
+
+    def of_graph(self, cuda_graph: Any) -> Capture | None:
+        """The capture a CUDAGraph object is making now."""
+        return self._running.get(id(cuda_graph))
+
+    def patches(self) -> list[MethodPatch]:
+        graph_class = self._rec.runtime.graph_class
+        return [
+            MethodPatch(graph_class, "capture_begin", _wrap_capture_begin),
+            MethodPatch(graph_class, "capture_end", _wrap_capture_end),
+        ]
+
+    def settle_alloc(self, event: Event) -> Event:
+        """An allocation inside a capture is from its pool (EventLog.settle)."""
+        capture = self._captures.get(event.pop("_graph", None))
+        if capture is not None:
+            capture.allocs.append(event)
+            if capture.pool is not None:
+                event["pool"] = capture.pool
+        return event
+
+    def on_begin(self, cuda_graph: Any, capture_error_mode: str, pool: Any) -> None:
+        rec = self._rec
+        runtime = rec.runtime
+        device = runtime.current_device()
+        stream = rec.current_stream(device)
+        graph = next(self._ids)
+        handle = runtime.graphs.capture_graph(stream) if rec.read_graphs else None
+        begin = rec.log.emit(
+            "capture_begin",
+            graph=graph,
+            stream=stream,
+            device=device,
+            # An implicit pool's id is known only once the capture ends (CUDAGraph.pool()).
+            pool=list(pool) if pool else None,
+            mode=capture_error_mode,
+            stack=rec.log.stack(),
+        )
+        nodes = None
+        if handle is not None:
+            nodes = CaptureNodes(handle, runtime.graphs.node_count(handle), runtime.node_access)
+        capture = Capture(graph, stream, handle, begin, nodes)
+        self._running[id(cuda_graph)] = capture
+        self._captures[graph] = capture
+        rec.hooks.begin_capture(graph, stream, handle or 0)
+
+    def before_end(self, cuda_graph: Any) -> GraphData | None:
+        """Read what only the live graph can tell; the rest waits until after the capture."""
+        capture = self._running.get(id(cuda_graph))
+        if capture is None or capture.nodes is None:
+            return None
+        rec = self._rec
+        rec.unseen.catch_up()
+        handles = rec.hooks.node_handles(capture.handle)
+        nodes, edges = rec.runtime.graphs.read_graph(capture.handle, handles, rec.hooks.describe_nodes)
+        capture.nodes.snapshot(handles, nodes, rec.hooks.claims(capture.graph))
+        rec.unseen.finish_later(capture)
+        return nodes, edges
+
+    def on_end(self, cuda_graph: Any, graph_data: GraphData | None, aborted: bool = False) -> None:
+        capture = self._running.pop(id(cuda_graph), None)
+        if capture is not None:
+            self._end(capture, None if aborted else list(cuda_graph.pool()), graph_data, aborted)
+
+    def abort_running(self) -> None:
+        """End the captures the program never ended (it raised), at the recording's stop."""
+        for capture in list(self._running.values()):
+            self._end(capture, None, None, aborted=True)
+        self._running.clear()
+
+    def _end(self, capture: Capture, pool: list[int] | None, graph_data: GraphData | None, aborted: bool) -> None:
+        rec = self._rec
+        rec.hooks.end_capture(capture.graph)
+        if pool is not None:
+            capture.pool = pool
+            for event in [capture.begin, *capture.allocs]:
+                event["pool"] = pool
+        # A capture that failed still ends in the trace, so what it recorded can be analysed.
+        rec.log.emit("capture_end", graph=capture.graph, stack=rec.log.stack(), aborted=aborted or None)
+        if graph_data is not None:
+            nodes, edges = graph_data
+            rec.log.emit("graph", graph=capture.graph, nodes=nodes, edges=edges)
+
+
+def _wrap_capture_begin(original: Any) -> Any:
+    def capture_begin(self: Any, *args: Any, **kwargs: Any) -> None:
+        rec = active()
+        if rec is not None:
+            try:
+                rec.before_capture_begin()
+            except Exception as exc:
+                rec.log.fail("capture begin", exc)
+        original(self, *args, **kwargs)
+        if rec is not None:
+            try:
+                pool = kwargs.get("pool", args[0] if args else None)
+                mode = kwargs.get("capture_error_mode", args[1] if len(args) > 1 else "global")
+                rec.captures.on_begin(self, mode, pool)
+            except Exception as exc:
+                rec.log.fail("capture begin", exc)
+
+    return capture_begin
+
+
+def _wrap_capture_end(original: Any) -> Any:
+    def capture_end(self: Any, *args: Any, **kwargs: Any) -> None:
+        rec = active()
+        graph_data = None
+        if rec is not None:
+            try:
+                graph_data = rec.captures.before_end(self)
+            except Exception as exc:
+                rec.log.fail("graph read-back", exc)
+        try:
+            original(self, *args, **kwargs)
+        except BaseException:
+            if rec is not None:
+                try:
+                    rec.captures.on_end(self, graph_data, aborted=True)
+                except Exception as exc:
+                    rec.log.fail("capture end", exc)
+            raise
+        if rec is not None:
+            try:
+                rec.captures.on_end(self, graph_data)
+            except Exception as exc:
+                rec.log.fail("capture end", exc)
+
+    return capture_end

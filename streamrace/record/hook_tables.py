@@ -1,0 +1,149 @@
+"""The tables both sets of hooks keep, declared once.
+
+The Python hooks read them here; the native hooks (csrc/recorder/) include ``hook_tables.h``,
+which ``streamrace/record/native.py`` generates from this module into the build directory
+when it builds them (``cpp_header``), so the two cannot drift apart. A table that changes
+changes both, and the native build with it (the build directory is keyed by its text).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The events the hooks emit, in the order of the native hooks' ``Kind`` enum. The Recorder's
+# own events (capture_begin, capture_end, graph, kernel) are not the hooks'.
+HOOK_EVENT_KINDS = (
+    "stream",
+    "stack",
+    "alloc",
+    "free",
+    "op",
+    "record_stream",
+    "event_create",
+    "event_delete",
+    "event_record",
+    "event_wait",
+    "stream_sync",
+    "event_sync",
+    "device_sync",
+    "recorder_error",
+)
+
+# recorder_error events per recording, hooks and Recorder each: a broken recorder reports, and
+# stops reporting.
+MAX_ERRORS = 100
+
+# PyTorch's own kernels are described by their schemas, and their by-value parameter structs
+# (OffsetCalculator and friends) carry unused slots with stale stack bytes that look like live
+# pointers: checking them only invents writes. Custom ops are where hidden pointers live.
+TRUSTED_NAMESPACES = ("aten::", "prims::", "c10d::", "_c10d_functional::")
+
+# CUgraphNodeType, by value: the names the trace uses (CUDA's own, lower case). A value past
+# the table (a newer driver's node type) is named ``type<N>``.
+NODE_TYPES = (
+    "kernel",
+    "memcpy",
+    "memset",
+    "host",
+    "graph",
+    "empty",
+    "waitevent",
+    "eventrecord",
+    "extsemaphoresignal",
+    "extsemaphorewait",
+    "memalloc",
+    "memfree",
+    "batchmemop",
+    "conditional",
+)
+UNLISTED_NODE_TYPE_PREFIX = "type"
+
+MAX_KERNEL_NAME = 200  # characters of a kernel's function name kept in the trace
+
+CAPTURE_STATUS_ACTIVE = 1  # CU_STREAM_CAPTURE_STATUS_ACTIVE
+
+
+def node_type_name(value: int) -> str:
+    """The trace's name of a CUgraphNodeType value."""
+    return NODE_TYPES[value] if 0 <= value < len(NODE_TYPES) else f"{UNLISTED_NODE_TYPE_PREFIX}{value}"
+
+
+@dataclass(frozen=True)
+class GpuTraceHook:
+    """One ``torch.cuda._gpu_trace`` registry and the hook both sets attach to it."""
+
+    registry: str  # the registry's name in torch.cuda._gpu_trace
+    hook: str  # PythonHooks._<hook>; the native module's function of that name
+    where: str  # a failure's recorder_error "where"
+    direct: bool  # busy: the native hooks replace the registry's fire_callbacks
+
+
+GPU_TRACE_HOOKS = (
+    GpuTraceHook("MemoryAllocationCallbacks", "on_alloc", "memory allocation", True),
+    GpuTraceHook("MemoryDeallocationCallbacks", "on_free", "memory deallocation", True),
+    GpuTraceHook("EventCreationCallbacks", "on_event_create", "event creation", False),
+    GpuTraceHook("EventDeletionCallbacks", "on_event_delete", "event deletion", False),
+    GpuTraceHook("EventRecordCallbacks", "on_event_record", "event record", True),
+    GpuTraceHook("EventWaitCallbacks", "on_event_wait", "event wait", True),
+    GpuTraceHook("StreamSynchronizationCallbacks", "on_stream_sync", "stream synchronization", False),
+    GpuTraceHook("EventSynchronizationCallbacks", "on_event_sync", "event synchronization", False),
+    GpuTraceHook("DeviceSynchronizationCallbacks", "on_device_sync", "device synchronization", False),
+)
+
+# What an op's schema name says about its accesses (op_accesses.py, schema_plan.h), by the
+# name without its namespace:
+# ops with a write annotation that launch no kernel: record_stream only tells the allocator,
+# set_ rebinds storage (metadata-only in-place views carry a tag instead);
+NO_ACCESS_OPS = ("record_stream", "set_")
+# factories (``new_*``, ``*_like``), whose tensor arguments are templates, never read;
+FACTORY_PREFIX = "new_"
+FACTORY_SUFFIX = "_like"
+# ops that only allocate (no kernel touches the result), also with the factory prefix.
+ALLOCATE_ONLY_OPS = ("empty", "empty_like", "empty_strided", "empty_permuted")
+
+
+def _strings(values: tuple[str, ...]) -> str:
+    return ", ".join(f'"{v}"' for v in values)
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def cpp_header() -> str:
+    """``hook_tables.h``: these tables for the native hooks."""
+    kinds = "\n".join(f"    {_camel(kind)}," for kind in HOOK_EVENT_KINDS)
+    hooks = " \\\n".join(f'    X({h.hook}, "{h.where}", {"true" if h.direct else "false"})' for h in GPU_TRACE_HOOKS)
+    return f"""\
+// Generated from streamrace/record/hook_tables.py by streamrace/record/native.py: edit that.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace streamrace::tables {{
+
+// The records the hooks emit, in HOOK_EVENT_KINDS order.
+enum class Kind : uint8_t {{
+{kinds}
+}};
+inline constexpr const char* kKindNames[] = {{{_strings(HOOK_EVENT_KINDS)}}};
+
+inline constexpr int kMaxErrors = {MAX_ERRORS};
+inline constexpr const char* kTrustedNamespaces[] = {{{_strings(TRUSTED_NAMESPACES)}}};
+inline constexpr const char* kNodeTypes[] = {{{_strings(NODE_TYPES)}}};
+inline constexpr const char* kUnlistedNodeTypePrefix = "{UNLISTED_NODE_TYPE_PREFIX}";
+inline constexpr size_t kMaxKernelName = {MAX_KERNEL_NAME};
+inline constexpr int kCaptureStatusActive = {CAPTURE_STATUS_ACTIVE};
+
+// X(hook, where, direct) for each torch.cuda._gpu_trace hook.
+#define STREAMRACE_GPU_TRACE_HOOKS(X) \\
+{hooks}
+
+inline constexpr const char* kNoAccessOps[] = {{{_strings(NO_ACCESS_OPS)}}};
+inline constexpr const char* kFactoryPrefix = "{FACTORY_PREFIX}";
+inline constexpr const char* kFactorySuffix = "{FACTORY_SUFFIX}";
+inline constexpr const char* kAllocateOnlyOps[] = {{{_strings(ALLOCATE_ONLY_OPS)}}};
+
+}}  // namespace streamrace::tables
+"""

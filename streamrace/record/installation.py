@@ -1,0 +1,92 @@
+"""What a recording installs into the process while it runs, and takes out at its end.
+
+One recording at a time: the active Recorder, its hooks' ``torch.cuda._gpu_trace`` callbacks,
+and the library methods the Recorder's parts wrap (``MethodPatch``: CUDAGraph's capture in
+captures.py, Triton's launch in triton_launches.py). A part that watches another library
+method adds a MethodPatch of its own; the wrapper finds the recording through ``active()``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from streamrace.record.hook_tables import GPU_TRACE_HOOKS
+
+_ACTIVE: Any = None  # the Recorder running in this process
+_LOCK = threading.Lock()
+_PATCHED: list[MethodPatch] = []
+_GPU_TRACE: list[tuple[Any, Any, dict[str, Callable[..., None]]]] = []  # (registries, hooks, overrides)
+
+
+def active() -> Any:
+    """The Recorder running in this process, or None."""
+    return _ACTIVE
+
+
+class MethodPatch:
+    """One library method replaced by a wrapper of it while recording."""
+
+    def __init__(self, owner: type, name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+        self.owner, self.name, self._wrap = owner, name, wrap
+        self._original: Callable[..., Any] | None = None
+
+    def install(self) -> None:
+        self._original = getattr(self.owner, self.name)
+        setattr(self.owner, self.name, self._wrap(self._original))
+
+    def uninstall(self) -> None:
+        setattr(self.owner, self.name, self._original)
+        self._original = None
+
+
+def patched(owner: type, name: str) -> bool:
+    """Whether the recording wraps this method already."""
+    return any(m.owner is owner and m.name == name for m in _PATCHED)
+
+
+def patch(method: MethodPatch) -> None:
+    """Wrap a method until the recording ends (a part may do so after it began)."""
+    method.install()
+    _PATCHED.append(method)
+
+
+def activate(recorder: Any, hooks: Any, runtime: Any, patches: list[MethodPatch]) -> None:
+    """Make ``recorder`` the process's recording: its hooks join the gpu-trace registries
+    and its patches are installed. Refused while another one runs."""
+    global _ACTIVE
+    with _LOCK:
+        if _ACTIVE is not None:
+            raise RuntimeError("a streamrace recorder is already active in this process")
+        recorder.hooks = hooks
+        registries = runtime.gpu_trace()
+        overrides = hooks.fire_overrides(registries)
+        for hook in GPU_TRACE_HOOKS:
+            target = getattr(registries, hook.registry)
+            if hook.registry in overrides:
+                target.fire_callbacks = overrides[hook.registry]
+            else:
+                target.add_callback(hooks.callbacks[hook.registry])
+        _GPU_TRACE.append((registries, hooks, overrides))
+        for method in patches:
+            patch(method)
+        _ACTIVE = recorder
+
+
+def deactivate() -> None:
+    """Put the program back as it was (gpu-trace activation itself is one-way in torch)."""
+    global _ACTIVE
+    with _LOCK:
+        _ACTIVE = None
+        while _GPU_TRACE:
+            registries, hooks, overrides = _GPU_TRACE.pop()
+            for hook in GPU_TRACE_HOOKS:
+                target = getattr(registries, hook.registry)
+                if hook.registry in overrides:
+                    if vars(target).get("fire_callbacks") is overrides[hook.registry]:
+                        del target.fire_callbacks  # the class's own again
+                elif hooks.callbacks[hook.registry] in target.callback_list:
+                    target.callback_list.remove(hooks.callbacks[hook.registry])
+        while _PATCHED:
+            _PATCHED.pop(0).uninstall()

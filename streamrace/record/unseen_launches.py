@@ -1,0 +1,88 @@
+"""Catching up: graph nodes that no recorded launch created.
+
+Something the dispatcher never saw (Triton through its own launchers, CuPy, a custom
+extension, a library call) launched them. The hooks notice when a capturing stream's frontier
+moved with no recorded launch and ask for a catch-up (``catch_up``, called in the hook, in
+program order): each new node that reads or writes memory gets a ``kernel`` event here, on the
+stream whose frontier holds it. After the capture, once allocations are known, those events
+get their accesses from the nodes' parameters and custom ops are cross-checked (``finish``;
+capture_nodes.py says how).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from streamrace.record.capture_nodes import ACCESS_NODE_TYPES, KernelStats
+from streamrace.record.captures import Capture
+from streamrace.record.kernel_params import LiveBlocks
+
+if TYPE_CHECKING:
+    from streamrace.record.recorder import Recorder
+
+
+class UnseenLaunches:
+    """The recorder's half of catching up (the hooks notice, this part records)."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self._rec = recorder
+        self._unfinished: list[Capture] = []  # captures whose nodes still need their accesses
+        self.stats = KernelStats()
+
+    def guarded_catch_up(self) -> None:
+        """The hooks' catch_up: a failure is the recorder's, never the program's."""
+        try:
+            self.catch_up()
+        except Exception as exc:  # the user's program must go on
+            self._rec.log.fail("invisible launches", exc)
+
+    def catch_up(self) -> None:
+        """Give each node that appeared where no recorded launch was a kernel event here, in
+        program order, on its stream."""
+        rec = self._rec
+        hooks = rec.hooks
+        for graph in hooks.open_graphs():
+            capture = rec.captures.get(graph)
+            if capture is None or capture.nodes is None:
+                continue
+            new = hooks.nodes_since(capture.handle, hooks.last_claim(graph), capture.nodes.floor())
+            streams = hooks.capture_streams(graph) if new else []
+            for index, kind, stream in capture.nodes.launching_streams(new, streams, rec.runtime.graphs.capture_state):
+                if kind not in ACCESS_NODE_TYPES:
+                    continue
+                event = rec.log.emit(
+                    "kernel",
+                    graph=capture.graph,
+                    node=index,
+                    name=kind,
+                    stream=stream if stream is not None else capture.stream,
+                    device=rec.runtime.current_device(),
+                    reads=[],
+                    writes=[],
+                    inferred=True,
+                    stack=rec.log.stack(),
+                )
+                capture.nodes.claim_kernel(event, index)
+            hooks.refresh_frontiers(graph)
+
+    def finish_later(self, capture: Capture) -> None:
+        """A capture whose graph was read back: its nodes' accesses come once allocations are known."""
+        self._unfinished.append(capture)
+
+    def finish(self) -> None:
+        """Kernel events' accesses and custom ops' cross-checks, once allocations are known."""
+        if not self._unfinished:
+            return
+        rec = self._rec
+        events = {e["seq"]: e for e in rec.log.events if e["ev"] == "op"}
+        live: list[LiveBlocks] = []
+
+        def blocks() -> LiveBlocks:
+            if not live:
+                rec.resolve_allocations()
+                live.append(rec.allocations.live_blocks())
+            return live[0]
+
+        for capture in self._unfinished:
+            capture.nodes.finish(blocks, events, self.stats)
+        self._unfinished.clear()
