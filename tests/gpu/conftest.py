@@ -10,6 +10,7 @@ from types import ModuleType
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))  # helpers shared with the CPU tests (hook_traces.py)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,0 +1,379 @@
+"""A CUDA that captures on the CPU: the fake behind the recorder's seam (cuda_runtime.py).
+
+The Recorder and both sets of hooks run on it unchanged, ops on CPU tensors, while this plays
+what CUDA and torch.cuda play in a capture:
+
+* streams and the current one (``on``), stream capture into a graph (``FakeGraph``), each
+  capturing stream's frontier, events recorded and waited on (a wait on an event recorded in
+  a capture joins the waiting stream to it, as in CUDA), the graph's nodes and edges;
+* a kernel node for every op that touches bytes (a dispatch mode under the hooks' own, so the
+  node appears inside the op, as a launch would), and launches no op made (``launch``: a
+  library kernel, a memset), with parameter words that point into blocks;
+* a caching allocator over fixed-size blocks of one CPU buffer (``alloc``, ``free``: same
+  stream reuse, its history, its live blocks) and the ``torch.cuda._gpu_trace`` registries the
+  hooks join, fired as torch fires them.
+
+The driver's queries are C functions with libcuda's signatures (ctypes callbacks), given to
+both sets of hooks by address: the Python hooks call them through ctypes, the native hooks
+from C++, as they call libcuda's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from torch._utils import CallbackRegistry
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from streamrace.record import graph_readback
+from streamrace.record.hook_tables import GPU_TRACE_HOOKS, NODE_TYPES
+from streamrace.record.hooks import op_name
+from streamrace.record.kernel_params import NodeAccess
+from streamrace.record.op_accesses import op_accesses
+
+# A custom op with its own kernel, as serving engines register them (not one of PyTorch's own:
+# its kernel's pointers are cross-checked against its schema).
+_LIBRARY = torch.library.Library("streamrace_fake", "DEF")
+_LIBRARY.define("scale_(Tensor(a!) x, float factor) -> Tensor(a!)")
+_LIBRARY.impl("scale_", lambda x, factor: x.mul_(factor), "CPU")
+
+_SUCCESS, _INVALID_VALUE, _INVALID_HANDLE, _NOT_FOUND = 0, 1, 400, 500
+_VOID_P = ctypes.POINTER(ctypes.c_void_p)
+
+
+class _Node:
+    __slots__ = ("access", "handle", "type")
+
+    def __init__(self, handle: int, type_name: str, access: NodeAccess) -> None:
+        self.handle, self.type, self.access = handle, NODE_TYPES.index(type_name), access
+
+
+class _Graph:
+    __slots__ = ("edges", "handle", "nodes")
+
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+        self.nodes: list[_Node] = []
+        self.edges: list[tuple[int, int]] = []
+
+
+class FakeCuda:
+    """The recorder's runtime (CudaRuntime's attributes), scripted."""
+
+    device_type = 0  # c10::DeviceType::CPU: the native hooks record CPU tensors
+    reads_graphs = True
+
+    def __init__(self, *, blocks: int = 32, block_bytes: int = 256) -> None:
+        self.block_bytes = block_bytes
+        self._arena = torch.zeros(blocks * block_bytes // 4)
+        n = block_bytes // 4
+        self._blocks = [self._arena[i * n : (i + 1) * n] for i in range(blocks)]
+        self._handles = itertools.count(0x10000, 0x10)  # graphs, nodes, events, functions
+        self.stream = 0  # the current stream
+        self._history_on = False
+        self._history: list[dict[str, Any]] = []
+        self._live: dict[int, tuple[int, int]] = {}  # addr -> (size, stream)
+        self._unused = list(range(blocks))
+        self._freed: dict[int, list[int]] = {}  # stream -> blocks freed on it, latest last
+        self._owner: dict[int, tuple[int, int]] = {}  # addr -> (block, stream)
+        self._graphs: dict[int, _Graph] = {}
+        self._capturing: dict[int, int] = {}  # stream -> graph
+        self._frontier: dict[int, tuple[int, ...]] = {}  # capturing stream -> its frontier
+        self._events: dict[int, tuple[int, tuple[int, ...]] | None] = {}  # event -> (graph, frontier) recorded
+        self._nodes: dict[int, _Node] = {}
+        self._function_names: dict[int, ctypes.Array] = {}  # CUfunction -> its name, kept alive
+        self._functions: dict[str, int] = {}
+        self._kept: dict[int, ctypes.Array] = {}  # per stream: the frontier array last handed out
+        self._pools = itertools.count(1)  # implicit graph pools, as torch numbers them
+        self.hidden_pointers: dict[str, list[int]] = {}  # op -> words its kernel holds besides its tensors
+        self.registries = SimpleNamespace(**{h.registry: CallbackRegistry(h.registry) for h in GPU_TRACE_HOOKS})
+        self._callbacks = {
+            attr: graph_readback.prototype(attr)(getattr(self, f"_c_{attr}")) for attr in graph_readback.SIGNATURES
+        }
+        addresses = {
+            symbol: ctypes.cast(self._callbacks[attr], ctypes.c_void_p).value
+            for attr, (symbol, _) in graph_readback.SIGNATURES.items()
+        }
+        self.driver = graph_readback.Driver.at(addresses)
+        self.graphs = graph_readback.GraphReadback(self.driver)
+        self.native_current_stream = self.current_stream
+
+    # -- what the recorder asks (CudaRuntime's interface) -----------------------------------
+    @staticmethod
+    def is_recorded_tensor(value: Any) -> bool:
+        return isinstance(value, torch.Tensor) and value.device.type == "cpu"
+
+    @staticmethod
+    def tensor_device(tensor: torch.Tensor) -> int:
+        return 0
+
+    @staticmethod
+    def current_device() -> int:
+        return 0
+
+    def current_stream(self, device: int) -> int:
+        return self.stream
+
+    @staticmethod
+    def raw_stream(device_type: int, device_index: int, stream_id: int) -> int:
+        raise AssertionError("a scripted capture's streams are raw handles already")
+
+    @staticmethod
+    def stream_handle(stream: Any) -> int:
+        raise AssertionError("record_stream is not scripted")
+
+    def gpu_trace(self) -> SimpleNamespace:
+        return self.registries
+
+    @property
+    def graph_class(self) -> type:
+        return FakeGraph
+
+    @staticmethod
+    def initialized() -> bool:
+        return False  # the history starts at the first capture, as in a fresh CUDA process
+
+    def record_history(self, enabled: bool) -> None:
+        self._history_on = enabled
+
+    def allocation_history(self) -> list[dict[str, Any]]:
+        return list(self._history)
+
+    def live_blocks(self) -> dict[int, tuple[int, int]]:
+        return dict(self._live)
+
+    def node_access(self, node: int, type_name: str) -> NodeAccess:
+        return self._nodes[node].access
+
+    # -- the program's side: streams, events, memory, launches ------------------------------
+    def implicit_pool(self) -> tuple[int, int]:
+        return next(self._pools), 0
+
+    @contextmanager
+    def on(self, stream: int) -> Iterator[None]:
+        """``torch.cuda.stream(stream)``."""
+        outer, self.stream = self.stream, stream
+        try:
+            yield
+        finally:
+            self.stream = outer
+
+    def alloc(self) -> torch.Tensor:
+        """A block on the current stream: one freed on it if any (the latest), else a new one."""
+        freed = self._freed.get(self.stream)
+        block = freed.pop() if freed else self._unused.pop(0)
+        tensor = self._blocks[block]
+        addr = tensor.data_ptr()
+        self._owner[addr] = (block, self.stream)
+        self._live[addr] = (self.block_bytes, self.stream)
+        if self._history_on:
+            self._history.append({"action": "alloc", "addr": addr, "size": self.block_bytes, "stream": self.stream})
+        self.registries.MemoryAllocationCallbacks.fire_callbacks(addr)
+        return tensor
+
+    def free(self, tensor: torch.Tensor) -> None:
+        addr = tensor.data_ptr()
+        block, stream = self._owner.pop(addr)
+        del self._live[addr]
+        self._freed.setdefault(stream, []).append(block)
+        self.registries.MemoryDeallocationCallbacks.fire_callbacks(addr)
+
+    def event(self) -> int:
+        event = next(self._handles)
+        self._events[event] = None
+        self.registries.EventCreationCallbacks.fire_callbacks(event)
+        return event
+
+    def record(self, event: int) -> None:
+        """``event.record()`` on the current stream: in a capture, it marks the frontier."""
+        graph = self._capturing.get(self.stream)
+        self._events[event] = (graph, self._frontier[self.stream]) if graph is not None else None
+        self.registries.EventRecordCallbacks.fire_callbacks(event, self.stream)
+
+    def wait(self, event: int) -> None:
+        """``stream.wait_event(event)``: an event recorded in a capture joins the stream to it."""
+        recorded = self._events[event]
+        if recorded is not None:
+            graph, frontier = recorded
+            if self._capturing.setdefault(self.stream, graph) != graph:
+                raise RuntimeError("cudaErrorStreamCaptureIsolation: the stream captures into another graph")
+            mine = self._frontier.get(self.stream, ())
+            self._frontier[self.stream] = mine + tuple(n for n in frontier if n not in mine)
+        self.registries.EventWaitCallbacks.fire_callbacks(event, self.stream)
+
+    def delete_event(self, event: int) -> None:
+        del self._events[event]
+        self.registries.EventDeletionCallbacks.fire_callbacks(event)
+
+    def synchronize(self, event: int | None = None) -> None:
+        """``event.synchronize()``, else ``stream.synchronize()`` of the current stream."""
+        if self._capturing.get(self.stream) is not None:
+            raise RuntimeError("cudaErrorStreamCaptureUnsupported: synchronizing in a capture")
+        if event is not None:
+            self.registries.EventSynchronizationCallbacks.fire_callbacks(event)
+        else:
+            self.registries.StreamSynchronizationCallbacks.fire_callbacks(self.stream)
+
+    def device_synchronize(self) -> None:
+        self.registries.DeviceSynchronizationCallbacks.fire_callbacks()
+
+    def launch(
+        self,
+        type_name: str,
+        name: str | None = None,
+        params: Sequence[Sequence[int]] = (),
+        writes: Sequence[dict[str, int]] = (),
+    ) -> None:
+        """A node on the current stream, if it captures (eagerly, the work just runs)."""
+        graph = self._capturing.get(self.stream)
+        if graph is None:
+            return
+        handle = next(self._handles)
+        access = NodeAccess(type_name, name, writes=list(writes), params=[list(p) for p in params])
+        node = self._nodes[handle] = _Node(handle, type_name, access)
+        if name is not None:
+            self._functions.setdefault(name, next(self._handles))
+        g = self._graphs[graph]
+        g.nodes.append(node)
+        g.edges += [(dep, handle) for dep in self._frontier[self.stream]]
+        self._frontier[self.stream] = (handle,)
+
+    def begin_capture(self) -> None:
+        if self.stream in self._capturing:
+            raise RuntimeError("cudaErrorIllegalState: the stream is capturing already")
+        graph = next(self._handles)
+        self._graphs[graph] = _Graph(graph)
+        self._capturing[self.stream] = graph
+        self._frontier[self.stream] = ()
+
+    def end_capture(self) -> None:
+        """Every stream the capture forked must have joined the capturing one again."""
+        graph = self._capturing[self.stream]
+        joined = self._ancestors(graph, self._frontier[self.stream])
+        for stream, g in list(self._capturing.items()):
+            if g != graph:
+                continue
+            if not set(self._frontier[stream]) <= joined:
+                raise RuntimeError("cudaErrorStreamCaptureUnjoined: a forked stream did not join")
+            del self._capturing[stream], self._frontier[stream]
+
+    def _ancestors(self, graph: int, nodes: tuple[int, ...]) -> set[int]:
+        parents: dict[int, list[int]] = {}
+        for src, dst in self._graphs[graph].edges:
+            parents.setdefault(dst, []).append(src)
+        seen, todo = set(), list(nodes)
+        while todo:
+            node = todo.pop()
+            if node not in seen:
+                seen.add(node)
+                todo += parents.get(node, [])
+        return seen
+
+    # -- the driver: libcuda's signatures (graph_readback.SIGNATURES); pointers come as ctypes ones --
+    def _c_capture_info(self, stream, status, capture_id, graph, deps, count) -> int:
+        stream = stream or 0
+        captured = self._capturing.get(stream)
+        frontier = self._frontier.get(stream, ()) if captured is not None else ()
+        status[0] = 1 if captured is not None else 0  # CU_STREAM_CAPTURE_STATUS_ACTIVE, _NONE
+        capture_id[0] = captured or 0
+        graph[0] = captured
+        kept = self._kept[stream] = (ctypes.c_void_p * max(len(frontier), 1))(*frontier)
+        deps[0] = ctypes.cast(kept, _VOID_P)
+        count[0] = len(frontier)
+        return _SUCCESS
+
+    def _c_get_nodes(self, graph, nodes, count) -> int:
+        g = self._graphs.get(graph or 0)
+        if g is None:
+            return _INVALID_HANDLE
+        if nodes is None:
+            count[0] = len(g.nodes)
+            return _SUCCESS
+        out = ctypes.cast(nodes, _VOID_P)
+        written = min(count[0], len(g.nodes))
+        for i in range(written):
+            out[i] = g.nodes[i].handle
+        count[0] = written
+        return _SUCCESS
+
+    def _c_node_type(self, node, type_out) -> int:
+        found = self._nodes.get(node or 0)
+        if found is None:
+            return _INVALID_HANDLE
+        type_out[0] = found.type
+        return _SUCCESS
+
+    def _c_kernel_params(self, node, params) -> int:
+        found = self._nodes.get(node or 0)
+        if found is None or found.access.kind != "kernel":
+            return _INVALID_VALUE
+        params.contents.func = self._functions.get(found.access.name)
+        return _SUCCESS
+
+    def _c_func_name(self, name, function) -> int:
+        for text, handle in self._functions.items():
+            if handle == function:
+                buffer = self._function_names.setdefault(handle, ctypes.create_string_buffer(text.encode()))
+                ctypes.cast(name, _VOID_P)[0] = ctypes.addressof(buffer)
+                return _SUCCESS
+        return _NOT_FOUND
+
+    def _c_kernel_name(self, name, kernel) -> int:
+        return _NOT_FOUND  # every fake kernel is a CUfunction
+
+    def _c_edges(self, graph, sources, targets, data, count) -> int:
+        g = self._graphs.get(graph or 0)
+        if g is None:
+            return _INVALID_HANDLE
+        if sources is None:
+            count[0] = len(g.edges)
+            return _SUCCESS
+        out_from, out_to = ctypes.cast(sources, _VOID_P), ctypes.cast(targets, _VOID_P)
+        written = min(count[0], len(g.edges))
+        for i in range(written):
+            out_from[i], out_to[i] = g.edges[i]
+        count[0] = written  # edge data stays zero: no programmatic edges
+        return _SUCCESS
+
+
+class FakeGraph:
+    """``torch.cuda.CUDAGraph`` on a FakeCuda: the recorder wraps its capture_begin/capture_end."""
+
+    def __init__(self, fake: FakeCuda) -> None:
+        self._fake = fake
+        self._pool: tuple[int, int] | None = None
+
+    def capture_begin(self, pool: Any = None, capture_error_mode: str = "global") -> None:
+        self._pool = tuple(pool) if pool else self._fake.implicit_pool()
+        self._fake.begin_capture()
+
+    def capture_end(self) -> None:
+        self._fake.end_capture()
+
+    def pool(self) -> tuple[int, int]:
+        return self._pool
+
+
+class Kernels(TorchDispatchMode):
+    """A kernel node for each op that touches bytes, launched inside the op: entered before the
+    recorder starts, so the Python hooks' own mode sees each op first."""
+
+    def __init__(self, fake: FakeCuda) -> None:
+        super().__init__()
+        self._fake = fake
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        outputs = func(*args, **kwargs)
+        reads, writes = op_accesses(func, args, kwargs, outputs, self._fake.is_recorded_tensor)
+        if reads or writes:
+            name = op_name(func)
+            words = [[r["addr"]] for r in (*reads, *writes)] + [self._fake.hidden_pointers.get(name, [])]
+            self._fake.launch("kernel", f"{name.split('::')[-1].split('.')[0]}_kernel", params=words)
+        return outputs
