@@ -28,6 +28,8 @@ if Pybind11Extension is not None:
             ["csrc/core.cpp"],
             depends=sorted(str(p.relative_to(HERE)) for p in (HERE / "csrc").glob("*.h")),
             cxx_std=17,
+            # It builds with no warnings of ours (tests/test_cxx_warnings.py holds CI to that).
+            extra_compile_args=["-Wall", "-Wextra"],
             optional=True,
         )
     )
@@ -79,6 +81,8 @@ setup(
             "pytest-xdist>=3.0",
             "jsonschema>=4.0",
             "ninja>=1.11",
+            # tests/test_cxx_warnings.py compiles the analysis core with its headers.
+            "pybind11>=2.11",
         ],
     },
     ext_modules=EXT_MODULES,

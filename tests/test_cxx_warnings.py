@@ -1,0 +1,54 @@
+"""Both C++ builds compile without a warning of ours under -Wall -Wextra (their flags).
+
+The builds themselves warn rather than fail (a newer compiler's new warning must not stop a
+user's recording or install); this holds CI to no warnings. Torch's and Python's headers are
+system headers to both builds, and pybind11's are here (setup.py includes them with -I; they
+do not warn today): their warnings are not ours.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import subprocess
+import sysconfig
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+COMPILER = shutil.which("c++")
+
+pytestmark = pytest.mark.skipif(COMPILER is None, reason="no C++ compiler")
+
+
+def _warnings(source: pathlib.Path, flags: list[str], includes: list[str], system: list[str]) -> str:
+    command = [COMPILER, "-fsyntax-only", "-Werror", *flags, str(source)]
+    command += [f"-I{path}" for path in includes]
+    command += [arg for path in system for arg in ("-isystem", path)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    return result.stderr if result.returncode else ""
+
+
+def test_the_native_hooks_compile_without_warnings(tmp_path):
+    pytest.importorskip("torch")
+    from torch.utils import cpp_extension
+
+    from streamrace.record import native
+    from streamrace.record.hook_tables import cpp_header
+
+    (tmp_path / "hook_tables.h").write_text(cpp_header())
+    defines = ["-DTORCH_EXTENSION_NAME=streamrace_native_hooks", "-DTORCH_API_INCLUDE_EXTENSION_H", "-fPIC"]
+    system = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
+    sources = ROOT / "csrc" / "recorder"
+    assert "-Wall" in native.CFLAGS and "-Wextra" in native.CFLAGS
+    errors = _warnings(sources / "recorder.cpp", [*defines, *native.CFLAGS], [str(sources), str(tmp_path)], system)
+    assert errors == "", errors
+
+
+def test_the_analysis_core_compiles_without_warnings():
+    pybind11 = pytest.importorskip("pybind11")
+    assert '"-Wall", "-Wextra"' in (ROOT / "setup.py").read_text(), "the flags setup.py builds _core with"
+    flags = ["-std=c++17", "-fvisibility=hidden", "-fPIC", "-O2", "-Wall", "-Wextra"]
+    system = [pybind11.get_include(), sysconfig.get_paths()["include"]]
+    errors = _warnings(ROOT / "csrc" / "core.cpp", flags, [str(ROOT / "csrc")], system)
+    assert errors == "", errors
