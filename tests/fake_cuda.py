@@ -295,6 +295,8 @@ class FakeCuda:
         if nodes is None:
             count[0] = len(g.nodes)
             return _SUCCESS
+        if count[0] == 0:
+            return _INVALID_VALUE  # as libcuda answers a node array with a zero count
         out = ctypes.cast(nodes, _VOID_P)
         written = min(count[0], len(g.nodes))
         for i in range(written):

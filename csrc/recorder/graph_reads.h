@@ -63,7 +63,9 @@ inline std::vector<int64_t> node_handles(const Driver& driver, int64_t graph) {
     if (driver.get_nodes == nullptr) throw std::runtime_error("the driver has no cuGraphGetNodes");
     size_t count = 0;
     detail::check(driver.get_nodes(reinterpret_cast<void*>(graph), nullptr, &count), "cuGraphGetNodes");
-    std::vector<void*> nodes(std::max<size_t>(count, 1));
+    // The driver refuses a node array with a zero count (an empty capture): nothing to read.
+    if (count == 0) return {};
+    std::vector<void*> nodes(count);
     detail::check(driver.get_nodes(reinterpret_cast<void*>(graph), nodes.data(), &count), "cuGraphGetNodes");
     std::vector<int64_t> out;
     out.reserve(count);

@@ -162,7 +162,9 @@ class GraphReadback:
     def node_handles(self, graph: int) -> list[int]:
         """Every node of the graph, in creation order."""
         count = ctypes.c_size_t(self.node_count(graph))
-        nodes = (_P * max(count.value, 1))()
+        if not count.value:  # the driver refuses a node array with a zero count (an empty capture)
+            return []
+        nodes = (_P * count.value)()
         _check(self.driver.get_nodes(graph, nodes, ctypes.byref(count)), "cuGraphGetNodes")
         return [nodes[i] or 0 for i in range(count.value)]
 
