@@ -13,31 +13,21 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
-import shutil
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from streamrace import __version__
-from streamrace.analysis import analyze
 from streamrace.errors import StreamraceError, UsageError
-from streamrace.progress import analysis_progress
-from streamrace.record.autostart import ENV_DIR, ENV_EAGER, ENV_ENABLE
 from streamrace.report import REPORTERS, ReportOptions, TraceResult
 from streamrace.report.options import STACK_DEPTH
-from streamrace.report.text import terminal_style
-from streamrace.run_program import (
-    EXIT_PROGRAM_FAILED,
-    child_environment,
-    keep_traces,
-    program_failed_note,
-    record_program,
-    warn,
-)
-from streamrace.suppressions import Gate, load_gate, used_entries
-from streamrace.trace import FORMAT_VERSION, iter_trace
+from streamrace.trace.events import FORMAT_MINOR, FORMAT_VERSION
+
+# Everything else is imported by the command that needs it: `streamrace --help` and a bad
+# command line stay as quick as Python's own start-up (docs/performance.md, start-up).
+if TYPE_CHECKING:
+    from streamrace.suppressions import Gate
 
 EXIT_CLEAN = 0
 EXIT_FINDINGS = 1
@@ -107,8 +97,12 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
 
 
 def _analyze_files(paths: Sequence[str], shown_as: Sequence[str] | None = None) -> list[TraceResult]:
+    from streamrace.analysis import analyze
+    from streamrace.progress import analysis_progress
+    from streamrace.trace.io import display_name, iter_trace
+
     results = []
-    for path, shown in zip(paths, shown_as or paths, strict=True):
+    for path, shown in zip(paths, shown_as or [display_name(p) for p in paths], strict=True):
         # Streaming: the engine consumes events as they are read, never the whole trace.
         events = iter_trace(path)
         header = next(events)
@@ -119,12 +113,17 @@ def _analyze_files(paths: Sequence[str], shown_as: Sequence[str] | None = None) 
 
 def _gate(args: argparse.Namespace) -> Gate:
     """Suppressions and baseline are read before any trace: a bad file fails fast."""
+    from streamrace.suppressions import load_gate
+
     return load_gate(args.suppressions, args.baseline)
 
 
 def _apply_gate(gate: Gate, results: list[TraceResult]) -> list[TraceResult]:
     if not gate:
         return results
+    from streamrace.run_program import warn
+    from streamrace.suppressions import used_entries
+
     results = gate.apply(results)
     for message in gate.stale_messages(used_entries(results)):
         warn(message)
@@ -139,6 +138,8 @@ def _report(results: Sequence[TraceResult], format: str, output: str | None, sta
     """Render and write; text to a terminal gets rich colour and the terminal's width."""
     options = ReportOptions(stack_depth=stack_depth)
     if format == "text" and output is None:
+        from streamrace.report.text import terminal_style
+
         terminal = terminal_style(sys.stdout)
         if terminal is not None:
             options = ReportOptions(style=terminal[0], width=terminal[1], stack_depth=stack_depth)
@@ -166,6 +167,10 @@ def _configure_run(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_run(args: argparse.Namespace) -> int:
+    import shutil
+
+    from streamrace.run_program import EXIT_PROGRAM_FAILED, keep_traces, program_failed_note, record_program, warn
+
     command = args.program[1:] if args.program[:1] == ["--"] else args.program
     gate = _gate(args)
     returncode, trace_dir, traces = record_program(command, args.eager_ops)
@@ -217,6 +222,11 @@ def _configure_env(parser: argparse.ArgumentParser) -> None:
 def _run_env(args: argparse.Namespace) -> int:
     """Shell exports that make every Python process record itself: for programs started by
     a launcher that ``streamrace run`` cannot wrap (``eval "$(streamrace env)"``)."""
+    import shlex
+
+    from streamrace.record.autostart import ENV_DIR, ENV_EAGER, ENV_ENABLE
+    from streamrace.run_program import child_environment
+
     env = child_environment(os.path.abspath(args.trace_dir), args.eager_ops)
     names = [ENV_ENABLE, ENV_DIR, "PYTHONPATH"] + ([ENV_EAGER] if args.eager_ops else [])
     _emit("".join(f"export {name}={shlex.quote(env[name])}\n" for name in names), None)
@@ -239,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--version", action="version", version=f"%(prog)s {__version__} (trace format {FORMAT_VERSION})"
+        "--version", action="version", version=f"%(prog)s {__version__} (trace format {FORMAT_VERSION}.{FORMAT_MINOR})"
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:

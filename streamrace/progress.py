@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import struct
 import sys
 from collections.abc import Iterator
@@ -23,9 +24,13 @@ SAMPLE = 256
 
 def text_size(path: str) -> int | None:
     """The size of the trace's text: the file's, or the uncompressed size a gzip trailer
-    records (modulo 4 GiB, so an implausible value means unknown)."""
+    records (modulo 4 GiB, so an implausible value means unknown). Unknown, too, for anything
+    but a regular file: opening a pipe or FIFO again would take the reader's data."""
     try:
-        size = os.path.getsize(path)
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        size = info.st_size
         with open(path, "rb") as raw:
             if raw.read(2) != b"\x1f\x8b":
                 return size

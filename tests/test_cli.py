@@ -15,7 +15,7 @@ import pytest
 
 from streamrace import __version__
 from streamrace.cli import main
-from streamrace.trace import FORMAT_VERSION
+from streamrace.trace import FORMAT_MINOR, FORMAT_VERSION
 from streamrace.trace.builder import TraceBuilder
 
 REPO = Path(__file__).resolve().parent.parent
@@ -253,7 +253,7 @@ def test_several_traces_one_report(tmp_path: Path, capsys: pytest.CaptureFixture
 
 def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--version"]) == 0
-    assert capsys.readouterr().out == f"streamrace {__version__} (trace format {FORMAT_VERSION})\n"
+    assert capsys.readouterr().out == f"streamrace {__version__} (trace format {FORMAT_VERSION}.{FORMAT_MINOR})\n"
 
     assert main(["analyze", "--help"]) == 0
     out = capsys.readouterr().out
@@ -266,7 +266,7 @@ def test_console_script_and_module_agree() -> None:
     proc = _run("--version")
 
     assert proc.returncode == 0
-    assert proc.stdout.strip() == f"streamrace {__version__} (trace format {FORMAT_VERSION})"
+    assert proc.stdout.strip() == f"streamrace {__version__} (trace format {FORMAT_VERSION}.{FORMAT_MINOR})"
 
 
 @pytest.mark.skipif(os.name != "posix", reason="needs a POSIX shell and pipe")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamrace import __version__
 from streamrace.analysis.core import new_engine
@@ -18,9 +18,19 @@ from streamrace.analysis.dedup import deduplicate
 from streamrace.analysis.describe import Describer
 from streamrace.analysis.engine import Progress
 from streamrace.analysis.findings import Finding
-from streamrace.analysis.graph_truth import GraphTruth
-from streamrace.trace.events import FORMAT_VERSION
-from streamrace.trace.io import Trace
+from streamrace.trace.events import FORMAT_MINOR, FORMAT_VERSION
+from streamrace.trace.io import SKIPPED_EVENTS, Trace
+
+if TYPE_CHECKING:
+    from streamrace.analysis.graph_truth import GraphTruth
+
+
+def _graph_truth() -> GraphTruth:
+    """The graph check, imported only for traces that carry graphs: it brings networkx, the
+    heaviest import of all (docs/performance.md, start-up)."""
+    from streamrace.analysis.graph_truth import GraphTruth
+
+    return GraphTruth()
 
 
 @dataclass(frozen=True)
@@ -29,7 +39,7 @@ class Note:
     allocations are missing, or the allocator is one the lifetime model does not describe.
     Notes come from the header; they are not findings and do not change the exit code."""
 
-    code: str  # "recorder-errors", "allocations-dropped", "allocator-model"
+    code: str  # "recorder-errors", "allocations-dropped", "allocator-model", "unknown-events"
     message: str
 
     def to_dict(self) -> dict[str, str]:
@@ -73,7 +83,26 @@ def header_notes(header: Mapping[str, Any]) -> list[Note]:
                 "races between accesses are still checked",
             )
         )
+    skipped = header.get(SKIPPED_EVENTS) or {}
+    if skipped:
+        notes.append(Note("unknown-events", _unknown_events_message(skipped, header.get("minor") or 0)))
     return notes
+
+
+def _unknown_events_message(skipped: Mapping[str, int], minor: int) -> str:
+    """The reader skipped events of kinds it does not know (iter_trace's ``skipped_events``)."""
+    total = sum(skipped.values())
+    kinds = ", ".join(f"{kind} ({count})" for kind, count in sorted(skipped.items()))
+    ours = f"{FORMAT_VERSION}.{FORMAT_MINOR}"
+    if minor > FORMAT_MINOR:
+        why = f"the trace is format {FORMAT_VERSION}.{minor}, this streamrace reads {ours}: upgrade it to analyse them"
+    else:
+        why = f"they are not in trace format {ours} (a misspelt kind, or a recorder newer than its header says)"
+    return (
+        f"{total} event{'s' if total != 1 else ''} of {'a kind' if len(skipped) == 1 else 'kinds'} this streamrace "
+        f"does not know {'were' if total != 1 else 'was'} skipped, and what they record was not analysed: "
+        f"{kinds}; {why}"
+    )
 
 
 @dataclass
@@ -113,7 +142,7 @@ def analyze(
         header = trace
     events = events or ()
     # Recorded traces carry each capture's graph: check the model against its edges on the way.
-    truth = GraphTruth() if header.get("graph_readback") else None
+    truth = _graph_truth() if header.get("graph_readback") else None
     engine.run(truth.observe(events) if truth else events, progress)
     describer = Describer(engine)
     raw = describer.findings(engine.detections)

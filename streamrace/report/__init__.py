@@ -1,17 +1,18 @@
 """Reporters: turn analysis results into text for people, JSON or SARIF for machines.
 
 Each reporter is a module with a ``render(traces, options) -> str`` function and one entry in
-``REPORTERS``; the CLI offers exactly the keys of that table as ``--format`` choices, so a new
-reporter (HTML) is a module plus one line here.
+``REPORTER_MODULES``; the CLI offers exactly the keys of that table as ``--format`` choices, so
+a new reporter (HTML) is a module plus one line here. A reporter module is imported when its
+format is first used: ``streamrace --help`` and the parser need only the names.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import importlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from streamrace.report import json_report, sarif, text
 from streamrace.report.options import DEFAULT, ReportOptions
 
 if TYPE_CHECKING:  # reporters only read results: no need to import the engine at run time
@@ -35,7 +36,27 @@ class TraceResult:
 
 Reporter = Callable[[Sequence[TraceResult], ReportOptions], str]
 
-REPORTERS: dict[str, Reporter] = {"text": text.render, "json": json_report.render, "sarif": sarif.render}
+REPORTER_MODULES: dict[str, str] = {
+    "text": "streamrace.report.text",
+    "json": "streamrace.report.json_report",
+    "sarif": "streamrace.report.sarif",
+}
+
+
+class _Reporters(Mapping[str, Reporter]):
+    """format -> its module's ``render``, the module imported on first use."""
+
+    def __getitem__(self, format: str) -> Reporter:
+        return importlib.import_module(REPORTER_MODULES[format]).render
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(REPORTER_MODULES)
+
+    def __len__(self) -> int:
+        return len(REPORTER_MODULES)
+
+
+REPORTERS: Mapping[str, Reporter] = _Reporters()
 
 
 def render(
@@ -53,4 +74,4 @@ def render(
     return reporter([TraceResult(path, result)], options)
 
 
-__all__ = ["REPORTERS", "ReportOptions", "Reporter", "TraceResult", "render"]
+__all__ = ["REPORTERS", "REPORTER_MODULES", "ReportOptions", "Reporter", "TraceResult", "render"]

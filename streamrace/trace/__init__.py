@@ -1,6 +1,23 @@
-"""Trace format v1: the contract between the recorder and the analysis (docs/trace-format.md)."""
+"""Trace format 1.0: the contract between the recorder and the analysis (docs/trace-format.md).
 
-from streamrace.trace.events import FORMAT_NAME, FORMAT_VERSION
-from streamrace.trace.io import Trace, iter_trace, load_trace, make_header, write_trace
+The reader and writer (``streamrace.trace.io``: gzip, JSON) load on first use, so that the
+version constants cost the command line nothing at start-up.
+"""
 
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "Trace", "iter_trace", "load_trace", "make_header", "write_trace"]
+from __future__ import annotations
+
+from typing import Any
+
+from streamrace.trace.events import FORMAT_MINOR, FORMAT_NAME, FORMAT_VERSION
+
+_IO_API = ("Trace", "iter_trace", "load_trace", "make_header", "write_trace")
+
+__all__ = ["FORMAT_MINOR", "FORMAT_NAME", "FORMAT_VERSION", *_IO_API]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _IO_API:
+        raise AttributeError(f"module 'streamrace.trace' has no attribute {name!r}")
+    from streamrace.trace import io
+
+    return getattr(io, name)

@@ -3,6 +3,15 @@
 Reading is streaming: ``iter_trace`` yields the header and then one validated event at a
 time, so a trace larger than memory can be analysed in one pass. Every problem becomes a
 ``TraceError`` naming the file and the line.
+
+Each line takes the fast path first: orjson (where it is installed) and the kind's
+precompiled check (``events.FAST_CHECKS``). A line that path does not accept, whatever the
+reason, is read again by the reference path, the standard library's strict JSON and
+``validate_event``, which names the problem; so orjson only ever makes reading faster, and
+messages and verdicts are those of the reference with or without it.
+
+The file is opened once, and gzip is recognised from its first bytes on that same stream, so
+a pipe, a FIFO or standard input (the path ``-``) is read like a file.
 """
 
 from __future__ import annotations
@@ -10,22 +19,37 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
 import os
+import sys
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from streamrace.errors import TraceError
 from streamrace.trace.events import (
+    FORMAT_MINOR,
     FORMAT_NAME,
     FORMAT_VERSION,
+    MAX_STREAMS,
     EventInvalid,
+    UnknownEvent,
+    fast_checks,
     validate_event,
     validate_header,
 )
 
+try:
+    import orjson
+except ImportError:  # optional speed-up; the standard library reads the same traces
+    orjson = None
+
 _GZIP_MAGIC = b"\x1f\x8b"
+STDIN = "-"
+STDIN_NAME = "<stdin>"  # how messages and reports name standard input
+SKIPPED_EVENTS = "skipped_events"  # header field the reader writes: {kind: count} of unknown events
 
 
 @dataclass
@@ -38,32 +62,153 @@ class Trace:
     stacks: dict[int, list[list[Any]]] = field(default_factory=dict)
 
 
-def _open_text(path: str) -> IO[str]:
-    with open(path, "rb") as raw:
-        magic = raw.read(2)
-    if magic == _GZIP_MAGIC:
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-    return open(path, encoding="utf-8")
+def display_name(path: str | os.PathLike[str]) -> str:
+    """The name messages and reports give a trace path (``-`` is standard input)."""
+    path = os.fspath(path)
+    return STDIN_NAME if path == STDIN else path
 
 
+# -- opening ---------------------------------------------------------------------------------
+class _Replay(io.RawIOBase):
+    """``head``, then the rest of ``raw``: the bytes read to recognise gzip are not lost, even
+    on a stream that cannot seek back (a pipe)."""
+
+    def __init__(self, head: bytes, raw: Any) -> None:
+        self._head = head
+        # One read at a time, as much as is there: a pipe's data flows as it comes.
+        self._read_into = getattr(raw, "readinto1", None) or raw.readinto
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._head:
+            count = min(len(buffer), len(self._head))
+            buffer[:count] = self._head[:count]
+            self._head = self._head[count:]
+            return count
+        return self._read_into(buffer)
+
+
+@contextmanager
+def _open_binary(path: str) -> Iterator[IO[bytes]]:
+    """The trace's bytes, decompressed when they start with gzip's magic; one open per trace,
+    and everything opened is closed again (standard input stays open for the caller)."""
+    with ExitStack() as opened:
+        # Standard input stays open for the caller.
+        raw = sys.stdin.buffer if path == STDIN else opened.enter_context(open(path, "rb", buffering=0))
+        head = b""
+        while len(head) < len(_GZIP_MAGIC):  # a pipe may hand over one byte at a time
+            chunk = raw.read(len(_GZIP_MAGIC) - len(head))
+            if not chunk:
+                break
+            head += chunk
+        stream = opened.enter_context(io.BufferedReader(_Replay(head, raw), buffer_size=1 << 16))
+        if head == _GZIP_MAGIC:
+            # GzipFile's own readline is Python, a call per line; a buffer over it reads lines in C.
+            unpacked = opened.enter_context(gzip.GzipFile(fileobj=stream, mode="rb"))
+            stream = opened.enter_context(io.BufferedReader(unpacked, buffer_size=1 << 16))
+        yield stream
+
+
+# -- parsing ---------------------------------------------------------------------------------
+class _Refused(ValueError):
+    """Valid JSON syntax that a trace may not hold (NaN, infinities: reports stay strict JSON)."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _Refused(f"{name} is not a number a trace may hold")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Refused(f"{text} is too large for a number")
+    return value
+
+
+# The reference parser: the standard library, strict. orjson refuses the same constants itself.
+_STRICT = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+
+
+def _stdlib_loads(line: bytes) -> Any:
+    """The fast path without orjson. A surrogate escape goes to the reference, which refuses
+    lone surrogates (orjson does too): such strings cannot be printed."""
+    text = line.decode("utf-8")
+    if "\\ud" in text or "\\uD" in text:
+        raise ValueError("surrogate escape: let the reference decide")
+    return _STRICT.decode(text)
+
+
+_fast_loads: Callable[[bytes], Any] = orjson.loads if orjson is not None else _stdlib_loads
+
+_BLANK = object()
+
+
+def _reference_parse(line: bytes) -> Any:
+    """The line's JSON value, ``_BLANK`` for a blank line; EventInvalid names what is wrong."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        raise EventInvalid("not text: the file is binary or corrupt") from None
+    if not text.strip():
+        return _BLANK
+    try:
+        value = _STRICT.decode(text)
+    except json.JSONDecodeError as exc:
+        hint = " (truncated file?)" if not text.endswith("\n") else ""
+        raise EventInvalid(f"invalid JSON: {exc.msg}{hint}") from None
+    except RecursionError:
+        raise EventInvalid("invalid JSON: nested too deeply") from None
+    except _Refused as exc:
+        raise EventInvalid(f"invalid JSON: {exc}") from None
+    except ValueError:  # Python's limit on the digits of an integer (sys.get_int_max_str_digits)
+        raise EventInvalid("invalid JSON: an integer has too many digits") from None
+    if "\\u" in text:
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise EventInvalid("invalid JSON: a string holds a lone surrogate (\\ud800-\\udfff)") from None
+        except RecursionError:
+            raise EventInvalid("invalid JSON: nested too deeply") from None
+    return value
+
+
+# -- reading ---------------------------------------------------------------------------------
 class _Checker:
-    """Whole-trace rules that one event alone cannot show: order, references, pairing."""
+    """Whole-trace rules that one event alone cannot show: order, references, pairing, limits."""
 
     def __init__(self) -> None:
         self.last_seq = -1
         self.stacks: set[int] = set()
+        self.streams: set[int] = set()
         self.open_graphs: set[int] = set()
         self.capturing_streams: set[int] = set()
         self.graph_stream: dict[int, int] = {}
 
-    def check(self, ev: dict[str, Any]) -> None:
+    def order(self, ev: dict[str, Any]) -> None:
         if ev["seq"] <= self.last_seq:
             raise EventInvalid(f"seq {ev['seq']} does not increase (previous {self.last_seq})")
         self.last_seq = ev["seq"]
+
+    def check(self, ev: dict[str, Any]) -> None:
+        self.order(ev)
         stack = ev.get("stack")
         if stack is not None and stack not in self.stacks:
             raise EventInvalid(f"stack {stack} is used before its 'stack' entry")
+        stream = ev.get("stream")
+        if stream is not None and stream not in self.streams:
+            self.new_stream(stream)
         kind = ev["ev"]
+        if kind in _STATEFUL:
+            self.stateful(kind, ev)
+
+    def new_stream(self, stream: int) -> None:
+        if len(self.streams) >= MAX_STREAMS:
+            raise EventInvalid(f"more than {MAX_STREAMS} distinct streams (the limit of this streamrace)")
+        self.streams.add(stream)
+
+    def stateful(self, kind: str, ev: dict[str, Any]) -> None:
         if kind == "stack":
             self.stacks.add(ev["id"])
         elif kind == "capture_begin":
@@ -83,45 +228,96 @@ class _Checker:
             self.capturing_streams.discard(self.graph_stream[graph])
 
 
+_STATEFUL = frozenset({"stack", "capture_begin", "capture_end"})
+
+
+def _read_header(line: bytes) -> dict[str, Any]:
+    header = _reference_parse(line)
+    if header is _BLANK:
+        header = None
+    validate_header(header)
+    header.pop(SKIPPED_EVENTS, None)  # the reader's own field: a trace cannot set it
+    return header
+
+
+def _read_event(line: bytes, checker: _Checker, header: dict[str, Any]) -> dict[str, Any] | None:
+    """The reference path for one line: the event, or None for a line that holds none (blank,
+    or an event of a kind this version does not know, counted in the header)."""
+    event = _reference_parse(line)
+    if event is _BLANK:
+        return None
+    try:
+        validate_event(event)
+    except UnknownEvent:
+        checker.order(event)
+        skipped = header.setdefault(SKIPPED_EVENTS, {})
+        skipped[event["ev"]] = skipped.get(event["ev"], 0) + 1
+        return None
+    checker.check(event)
+    return event
+
+
 def iter_trace(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """Yield the header, then every event, validated. Raises TraceError on the first problem."""
+    """Yield the header, then every event, validated; ``-`` reads standard input. Raises
+    TraceError on the first problem.
+
+    Events of kinds this version does not know (a newer minor version's) are skipped; the
+    header then gets ``skipped_events``, ``{kind: count}``, complete once the events run out.
+    """
     path = os.fspath(path)
-    if not os.path.exists(path):
-        raise TraceError(path, None, "no such file")
-    if os.path.isdir(path):
-        raise TraceError(path, None, "is a directory, not a trace file")
+    name = display_name(path)
+    if path != STDIN:
+        if not os.path.exists(path):
+            raise TraceError(name, None, "no such file")
+        if os.path.isdir(path):
+            raise TraceError(name, None, "is a directory, not a trace file")
     lineno = 0
     checker = _Checker()
+    loads, checks, stacks, streams = _fast_loads, fast_checks(), checker.stacks, checker.streams
     try:
-        with _open_text(path) as stream:
-            for lineno, line in enumerate(stream, start=1):
-                if not line.strip():
+        with _open_binary(path) as stream:
+            first = stream.readline()
+            if not first:
+                raise TraceError(name, None, "empty file: no trace header")
+            lineno = 1
+            header = _read_header(first)
+            yield header
+            for line in stream:
+                lineno += 1
+                # The fast path, inline: a line it does not accept goes to _read_event.
+                try:
+                    event = loads(line)
+                    fast = checks[event["ev"]](event)
+                except Exception:  # not JSON, not an object, no or unknown kind: the reference says
+                    fast = False
+                if not fast:
+                    event = _read_event(line, checker, header)
+                    if event is not None:
+                        yield event
                     continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    hint = " (truncated file?)" if not line.endswith("\n") else ""
-                    raise TraceError(path, lineno, f"invalid JSON: {exc.msg}{hint}") from None
-                try:
-                    if lineno == 1:
-                        validate_header(obj)
-                    else:
-                        validate_event(obj)
-                        checker.check(obj)
-                except EventInvalid as exc:
-                    raise TraceError(path, lineno, str(exc)) from None
-                yield obj
+                seq = event["seq"]
+                if seq <= checker.last_seq:
+                    checker.order(event)
+                checker.last_seq = seq
+                stack = event.get("stack")
+                if stack is not None and stack not in stacks:
+                    raise EventInvalid(f"stack {stack} is used before its 'stack' entry")
+                stream_id = event.get("stream")
+                if stream_id is not None and stream_id not in streams:
+                    checker.new_stream(stream_id)
+                kind = event["ev"]
+                if kind in _STATEFUL:
+                    checker.stateful(kind, event)
+                yield event
+    except EventInvalid as exc:
+        raise TraceError(name, lineno, str(exc)) from None
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-        raise TraceError(path, lineno + 1, f"truncated or corrupt gzip data ({exc})") from None
-    except UnicodeDecodeError:
-        raise TraceError(path, lineno + 1, "not text: the file is binary or corrupt") from None
+        raise TraceError(name, lineno + 1, f"truncated or corrupt gzip data ({exc})") from None
     except OSError as exc:
-        raise TraceError(path, None, exc.strerror or str(exc)) from None
-    if lineno == 0:
-        raise TraceError(path, None, "empty file: no trace header")
+        raise TraceError(name, None, exc.strerror or str(exc)) from None
     if checker.open_graphs:
         graphs = ", ".join(map(str, sorted(checker.open_graphs)))
-        raise TraceError(path, lineno, f"trace ends inside a capture of graph {graphs} (truncated?)")
+        raise TraceError(name, lineno, f"trace ends inside a capture of graph {graphs} (truncated?)")
 
 
 def load_trace(path: str | os.PathLike[str]) -> Trace:
@@ -130,19 +326,21 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     header = next(items)
     events = list(items)
     stacks = {ev["id"]: ev["frames"] for ev in events if ev["ev"] == "stack"}
-    return Trace(header=header, events=events, path=os.fspath(path), stacks=stacks)
+    return Trace(header=header, events=events, path=display_name(path), stacks=stacks)
 
 
 def make_header(**facts: Any) -> dict[str, Any]:
-    """A v1 header; ``facts`` are the descriptive fields (torch, cuda, devices, ...)."""
-    return {"format": FORMAT_NAME, "version": FORMAT_VERSION, **facts}
+    """A header of this format version; ``facts`` are the descriptive fields (torch, cuda, ...).
+    ``minor`` is written only once there is one (absent means 0)."""
+    minor = {"minor": FORMAT_MINOR} if FORMAT_MINOR else {}
+    return {"format": FORMAT_NAME, "version": FORMAT_VERSION, **minor, **facts}
 
 
 def write_trace(path: str | os.PathLike[str], header: dict[str, Any], events: Iterable[dict[str, Any]]) -> None:
-    """Write a trace; a path ending in .gz is gzip-compressed."""
+    """Write a trace; a path ending in .gz is gzip-compressed. Strict JSON: NaN is refused."""
     path = os.fspath(path)
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "wt", encoding="utf-8") as out:
-        out.write(json.dumps(header, separators=(",", ":")) + "\n")
+        out.write(json.dumps(header, separators=(",", ":"), allow_nan=False) + "\n")
         for ev in events:
-            out.write(json.dumps(ev, separators=(",", ":")) + "\n")
+            out.write(json.dumps(ev, separators=(",", ":"), allow_nan=False) + "\n")
