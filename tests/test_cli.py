@@ -285,3 +285,191 @@ def test_closed_stdout_is_not_an_error() -> None:
 
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr == ""
+
+
+# -- forward-compatible traces ----------------------------------------------------------------
+def _with_unknown_events(source: Path, target: Path) -> Path:
+    """``source`` with two events of a kind no streamrace knows, after line 5 and at the end,
+    their seq numbers fitted between their neighbours' (the recorder's numbers skip)."""
+    opener = gzip.open if source.suffix == ".gz" else open
+    with opener(source, "rt", encoding="utf-8") as raw:
+        lines = [json.loads(line) for line in raw if line.strip()]
+    header, events = lines[0], lines[1:]
+    events = [{**ev, "seq": 2 * ev["seq"]} for ev in events]  # room for the new events
+    events.insert(5, {"seq": events[4]["seq"] + 1, "ev": "graph_replay", "graph": 1, "stream": "anything"})
+    events.append({"seq": events[-1]["seq"] + 1, "ev": "graph_replay", "graph": 1})
+    with gzip.open(target, "wt", encoding="utf-8") as out:
+        for line in [header, *events]:
+            out.write(json.dumps(line) + "\n")
+    return target
+
+
+def _json_report(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
+    code = main(["analyze", "--format", "json", *args])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("name", ["dsv4_mini_race.jsonl.gz", "gallery_H2_fixed.jsonl.gz", BUNDLED.name])
+def test_unknown_event_kinds_are_skipped_with_a_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    source = REPO / "examples" / "traces" / name
+    extended = _with_unknown_events(source, tmp_path / "extended.jsonl.gz")
+
+    code_before, before = _json_report(capsys, str(source))
+    code_after, after = _json_report(capsys, str(extended))
+
+    assert code_after == code_before and code_after in (0, 1)
+    finding_keys = [(f["kind"], f["signature"], f["count"]) for f in after["findings"]]
+    assert finding_keys == [(f["kind"], f["signature"], f["count"]) for f in before["findings"]]
+    assert after["summary"] == before["summary"]
+    (note,) = [n for n in after["notes"] if n["code"] == "unknown-events"]
+    assert "graph_replay (2)" in note["message"]
+    assert not [n for n in before["notes"] if n["code"] == "unknown-events"]
+
+    main(["analyze", str(extended)])
+    assert "2 events of a kind this streamrace does not know were skipped" in " ".join(capsys.readouterr().out.split())
+    main(["analyze", "--format", "sarif", str(extended)])
+    sarif = json.loads(capsys.readouterr().out)
+    notes = sarif["runs"][0]["invocations"][0]["toolExecutionNotifications"]
+    assert "unknown-events" in [n["descriptor"]["id"] for n in notes]
+
+
+def test_a_newer_minor_version_asks_for_an_upgrade(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "newer.jsonl"
+    lines = [
+        {"format": "streamrace-trace", "version": FORMAT_VERSION, "minor": FORMAT_MINOR + 1},
+        {"seq": 0, "ev": "stream", "stream": 1},
+        {"seq": 1, "ev": "graph_destroy", "graph": 1},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    code, doc = _json_report(capsys, str(path))
+
+    assert code == 0
+    (note,) = doc["notes"]
+    assert note["code"] == "unknown-events"
+    assert f"the trace is format {FORMAT_VERSION}.{FORMAT_MINOR + 1}" in note["message"]
+    assert "upgrade" in note["message"]
+
+
+# -- standard input and pipes -------------------------------------------------------------------
+@pytest.mark.parametrize("packed", [False, True], ids=["plain", "gzip"])
+def test_analyze_dash_reads_standard_input(packed: bool) -> None:
+    data = BUNDLED.read_bytes()
+    proc = subprocess.run(
+        [sys.executable, "-m", "streamrace", "analyze", "--format", "json", "-"],
+        input=gzip.compress(data) if packed else data,
+        capture_output=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    from_file = _run("analyze", "--format", "json", str(BUNDLED))
+
+    assert proc.returncode == from_file.returncode == 1, proc.stderr
+    doc, expected = json.loads(proc.stdout), json.loads(from_file.stdout)
+    assert doc["traces"][0]["path"] == "<stdin>"
+    assert [f["signature"] for f in doc["findings"]] == [f["signature"] for f in expected["findings"]]
+
+
+def test_bad_standard_input_is_one_line() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "streamrace", "analyze", "-"], input=b"", capture_output=True, cwd=REPO, timeout=60
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.decode() == "streamrace: error: <stdin>: empty file: no trace header\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+@pytest.mark.parametrize("via", ["fifo", "/dev/stdin"])
+def test_analyze_reads_a_fifo_and_dev_stdin(tmp_path: Path, via: str) -> None:
+    packed = gzip.compress(BUNDLED.read_bytes())
+    if via == "fifo":
+        fifo = tmp_path / "trace.pipe"
+        os.mkfifo(fifo)
+        child = subprocess.Popen(
+            [sys.executable, "-m", "streamrace", "analyze", str(fifo)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=REPO,
+        )
+        with open(fifo, "wb") as out:
+            out.write(packed)
+        stdout, stderr = child.communicate(timeout=60)
+    else:
+        if not os.path.exists("/dev/stdin"):
+            pytest.skip("no /dev/stdin")
+        child = subprocess.Popen(
+            [sys.executable, "-m", "streamrace", "analyze", "/dev/stdin"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=REPO,
+        )
+        stdout, stderr = child.communicate(packed, timeout=60)
+
+    assert child.returncode == 1, stderr
+    assert b"data-race" in stdout or b"unsafe-free" in stdout
+
+
+# -- hostile traces through the real process ----------------------------------------------------
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"seq":0,"ev":"alloc","addr":9223372036854775800,"size":4096,"stream":1}',
+        '{"seq":0,"ev":"stream","stream":1,"x":NaN}',
+        '{"seq":0,"ev":"stream","stream":1,"x":' + "[" * 3000 + "]" * 3000 + "}",
+        '{"seq":0,"ev":"free","addr":1' + "0" * 5000 + "}",
+        '{"seq":0,"ev":"stack","id":1,"frames":[],"stream":{"a":1}}',
+    ],
+    ids=["block end past 2^63", "NaN", "nested", "5000 digits", "unhashable stream"],
+)
+def test_hostile_trace_is_one_line_and_exit_2(tmp_path: Path, line: str) -> None:
+    path = tmp_path / "hostile.jsonl"
+    path.write_text('{"format":"streamrace-trace","version":1}\n' + line + "\n")
+
+    for core in ("python", "auto"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "streamrace", "analyze", str(path)],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+            env={**os.environ, "STREAMRACE_CORE": core},
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith(f"streamrace: error: {path}:2: ")
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+# -- start-up --------------------------------------------------------------------------------------
+def _modules_after(code: str) -> set[str]:
+    proc = subprocess.run(
+        [sys.executable, "-c", f"{code}\nimport sys\nprint(' '.join(sys.modules))"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=True,
+    )
+    return set(proc.stdout.split())
+
+
+def test_the_command_line_imports_nothing_heavy() -> None:
+    """`streamrace --help` and a trace without graphs load neither torch nor networkx (nor the
+    analysis, for --help); a trace with read-back graphs loads the graph check."""
+    heavy = {"torch", "networkx", "rich"}
+    on_import = _modules_after("import streamrace.cli")
+    on_help = _modules_after(
+        "import contextlib, io, streamrace.cli as c\nwith contextlib.redirect_stdout(io.StringIO()): c.main(['--help'])"
+    )
+    assert not heavy & on_import and not heavy & on_help
+    assert "streamrace.analysis" not in on_help and "streamrace.report.text" not in on_help
+
+    handbuilt = _modules_after(f"import streamrace.cli as c\nc.main(['analyze', '-o', '/dev/null', {str(BUNDLED)!r}])")
+    assert "streamrace.analysis" in handbuilt and not heavy & handbuilt
+    recorded = REPO / "examples" / "traces" / "gallery_H2_buggy.jsonl.gz"
+    with_graphs = _modules_after(
+        f"import streamrace.cli as c\nc.main(['analyze', '-o', '/dev/null', {str(recorded)!r}])"
+    )
+    assert "streamrace.analysis.graph_truth" in with_graphs and "torch" not in with_graphs
