@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -588,3 +590,20 @@ def test_reading_closes_what_it_opened(tmp_path: Path) -> None:
 
     if before is not None:
         assert set(os.listdir("/proc/self/fd")) <= before
+
+
+def test_without_orjson_the_standard_library_reads_the_same(tmp_path: Path) -> None:
+    """orjson is optional (setup.py installs it only where it has a wheel)."""
+    tb = _race_builder()
+    path = tmp_path / "t.jsonl.gz"
+    tb.write(str(path))
+    code = (
+        "import sys, json\n"
+        "sys.modules['orjson'] = None\n"
+        "from streamrace.trace import io, load_trace\n"
+        "assert io.orjson is None\n"
+        f"print(json.dumps(load_trace({str(path)!r}).events))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+
+    assert json.loads(proc.stdout) == tb.events

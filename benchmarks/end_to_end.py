@@ -1,0 +1,130 @@
+"""``streamrace analyze`` end to end against the reading floor, side by side in one run.
+
+The floor is the least any JSON Lines analysis must spend: a Python process that
+decompresses the trace and parses every line with orjson, and does nothing else. Against it,
+each as a whole process, in turn (so drift on a shared machine hits all alike):
+
+* **reader**: ``iter_trace`` over the file: parsing, validation and the whole-trace checks;
+* **analyze**: ``streamrace analyze TRACE`` with the C++ core, the report written to /dev/null;
+* **analyze, no orjson**: the same with orjson hidden, so the standard library parses.
+
+Each is timed by the CPU time the kernel charges the child (user + system; the wall clock,
+on a shared machine, also counts other people's work) and printed as a ratio to the floor.
+Then, in this process, the C++ core alone on events already parsed, to split analyze's time
+into the floor, the reader's own work, and the rest (the core, start-up and the report).
+
+The trace is benchmarks/synthetic.py's capture set (36 captures x 60 layers x 40 ops, 978,480
+accesses), the one benchmarks/analysis_throughput.py uses. docs/performance.md has our figures.
+
+    python benchmarks/end_to_end.py
+    python benchmarks/end_to_end.py --runs 5 --captures 360
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import gzip
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import synthetic
+
+from streamrace.trace.io import write_trace
+
+FLOOR = """
+import gzip, sys, orjson
+with gzip.open(sys.argv[1], "rb") as lines:
+    for line in lines:
+        orjson.loads(line)
+"""
+READER = """
+import sys
+from streamrace.trace import iter_trace
+for event in iter_trace(sys.argv[1]):
+    pass
+"""
+# The command line, as the console script runs it.
+ANALYZE = "import sys\nfrom streamrace.cli import main\nsys.exit(main(sys.argv[1:]))"
+WITHOUT_ORJSON = "import sys\nsys.modules['orjson'] = None  # import orjson now fails\n" + ANALYZE
+
+
+def child_cpu(code: str, *args: str) -> float:
+    """CPU seconds (user + system) of ``python -c code args``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    env = {**os.environ, "STREAMRACE_CORE": "cpp"}
+    subprocess.run([sys.executable, "-c", code, *args], stdout=subprocess.DEVNULL, env=env, check=False)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def core_alone(path: str) -> float:
+    """CPU seconds of the C++ core's ``analyze`` on the trace's events already in memory."""
+    import orjson
+
+    from streamrace.analysis import analyze
+
+    with gzip.open(path, "rb") as lines:
+        header, *events = [orjson.loads(line) for line in lines]
+    gc.collect()
+    gc.freeze()  # the events are held in a list: keep the collector from walking them
+    os.environ["STREAMRACE_CORE"] = "cpp"
+    start = time.process_time()
+    analyze(header, events)
+    seconds = time.process_time() - start
+    gc.unfreeze()
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layers", type=int, default=60)
+    parser.add_argument("--ops", type=int, default=40, help="ops per layer")
+    parser.add_argument("--captures", type=int, default=36, help="captured batch sizes (36: ~1M accesses)")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each process (medians are printed)")
+    args = parser.parse_args()
+    try:
+        import orjson  # noqa: F401  (the floor is defined by it)
+    except ImportError:
+        sys.exit("the reading floor is measured with orjson: pip install orjson")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "capture_set.jsonl.gz")
+        write_trace(path, synthetic.header(), synthetic.synthetic_events(args.layers, args.ops, args.captures))
+        print(f"trace: {args.captures} captures x {args.layers} layers x {args.ops} ops, ", end="")
+        print(f"{os.path.getsize(path) / 1e6:.1f} MB gzip; {args.runs} runs of each, in turn; median CPU seconds\n")
+        rows = {
+            "floor (gzip + orjson per line)": (FLOOR, path),
+            "reader (iter_trace)": (READER, path),
+            "streamrace analyze, C++ core": (ANALYZE, "analyze", path, "-o", os.devnull),
+            "streamrace analyze, no orjson": (WITHOUT_ORJSON, "analyze", path, "-o", os.devnull),
+        }
+        times: dict[str, list[float]] = {name: [] for name in rows}
+        for _ in range(args.runs):
+            for name, (code, *argv) in rows.items():
+                times[name].append(child_cpu(code, *argv))
+        core = core_alone(path)
+
+    median = {name: statistics.median(values) for name, values in times.items()}
+    floor = median["floor (gzip + orjson per line)"]
+    print(f"{'':34} {'CPU s':>7} {'x floor':>8}")
+    for name, seconds in median.items():
+        print(f"{name:34} {seconds:7.2f} {seconds / floor:7.2f}x")
+
+    analyze = median["streamrace analyze, C++ core"]
+    reader = median["reader (iter_trace)"]
+    rest = analyze - reader - core
+    print("\nwhere analyze's time goes (x floor):")
+    print(f"  reading floor                  {floor:6.2f} s {1.0:6.2f}x")
+    print(f"  the reader's own work          {reader - floor:6.2f} s {(reader - floor) / floor:6.2f}x")
+    print(f"  C++ core (events in memory)    {core:6.2f} s {core / floor:6.2f}x")
+    print(f"  the rest (start-up, report...) {rest:6.2f} s {rest / floor:6.2f}x")
+
+
+if __name__ == "__main__":
+    main()
