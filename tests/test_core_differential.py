@@ -201,14 +201,30 @@ def test_cores_agree_on_the_benchmark_capture_set():
 # -- what only one core does ----------------------------------------------------------------------
 @needs_cpp
 def test_cpp_refuses_ranges_beyond_62_bits_and_names_the_way_out():
+    """The reader refuses such ranges for both engines (tests/test_trace_io.py); an in-memory
+    trace, which no reader checked, still gets a clear error from the C++ core."""
     tb = TraceBuilder()
     main, side = tb.stream("main"), tb.stream("side")
-    tb.op("k1", main, writes=[tb.span(1 << 63, 8)])
-    tb.op("k2", side, reads=[tb.span(1 << 63, 8)])
+    tb.op("k1", main, writes=[tb.span(4096, 8)])
+    tb.op("k2", side, reads=[tb.span(4096, 8)])
+    k1, k2 = tb.events[-2:]
+    k1["writes"] = k2["reads"] = [{"addr": 1 << 63, "nbytes": 8}]
     with core("python"):
         assert len(analyze(tb.trace()).findings) == 1
     with core("cpp"), pytest.raises(OverflowError, match="STREAMRACE_CORE=python"):
         analyze(tb.trace())
+
+
+@pytest.mark.parametrize("name", ["python", pytest.param("cpp", marks=needs_cpp)])
+def test_the_last_bytes_the_reader_accepts_analyse_alike(name):
+    end = 1 << 62  # trace-format.md, limits: every byte below 2^62
+    tb = TraceBuilder()
+    main, side = tb.stream("main"), tb.stream("side")
+    tb.op("k1", main, writes=[tb.span(end - 17, 16)])
+    tb.op("k2", side, reads=[tb.view(end - 65, [4], [-2], itemsize=8, offset=6)])
+    with core(name):
+        (finding,) = analyze(tb.trace()).findings
+    assert finding.kind == "data-race"
 
 
 def test_core_selection(monkeypatch):

@@ -28,6 +28,9 @@ FORMAT_MINOR = 0  # additive changes within the major (docs/trace-format.md, ver
 # Limits, checked here so that every engine can hold what it is given (docs/trace-format.md).
 INT64_MAX = (1 << 63) - 1
 INT64_MIN = -(1 << 63)
+# Every byte a block or range names lies below 2^62: the C++ core's overlap arithmetic holds
+# 62 bits (csrc/ranges.h), and both engines must give the same answer. GPUs use 49 to 57.
+ADDRESS_END = 1 << 62
 MAX_STREAMS = 4096  # distinct streams in one trace; the engines' clocks are per stream
 
 # Field kinds understood by the validator.
@@ -107,7 +110,7 @@ def validate_range(rng: Any) -> None:
 
     ``stride`` is in elements, like ``Tensor.stride()``; ``addr`` is the byte address of
     element zero (storage base + storage_offset * itemsize), never ``data_ptr()`` of a base.
-    Every byte it names lies in ``[0, 2^63-1]``.
+    Every byte it names lies in ``[0, 2^62)``, and so does its address when it names none.
     """
     if not isinstance(rng, dict):
         raise EventInvalid("a range must be an object")
@@ -120,8 +123,8 @@ def validate_range(rng: Any) -> None:
         nbytes = rng["nbytes"]
         if not _is_int(nbytes) or nbytes < 0:
             raise EventInvalid("range 'nbytes' must be a non-negative integer")
-        if addr + nbytes > INT64_MAX:
-            raise EventInvalid("a range ends past 2^63-1 (addr + nbytes)")
+        if addr + nbytes >= ADDRESS_END:
+            raise EventInvalid("a range ends past 2^62 (addr + nbytes)")
         return
     shape, stride, itemsize = rng.get("shape"), rng.get("stride"), rng.get("itemsize")
     if not isinstance(shape, list) or not isinstance(stride, list):
@@ -136,19 +139,20 @@ def validate_range(rng: Any) -> None:
         raise EventInvalid("range 'itemsize' must be a positive integer")
     if not all(map(_is_int64, shape)) or not all(map(_is_int64, stride)) or itemsize > INT64_MAX:
         raise EventInvalid("range 'shape', 'stride' or 'itemsize' is outside the 64-bit integer range")
-    span = _strided_span(addr, shape, stride, itemsize)
-    if span is not None and span[0] < 0:
+    lo, end = _strided_span(addr, shape, stride, itemsize)
+    if lo < 0:
         raise EventInvalid("a strided range reaches below address 0")
-    if span is not None and span[1] > INT64_MAX:
-        raise EventInvalid("a strided range ends past 2^63-1")
+    if end >= ADDRESS_END:
+        raise EventInvalid("a strided range ends past 2^62")
 
 
-def _strided_span(addr: int, shape: list[int], stride: list[int], itemsize: int) -> tuple[int, int] | None:
-    """``[lo, hi)``: the bytes between a strided range's first and last; None when empty."""
+def _strided_span(addr: int, shape: list[int], stride: list[int], itemsize: int) -> tuple[int, int]:
+    """``[lo, hi)``: the bytes between a strided range's first and last; ``[addr, addr)`` when
+    it is empty."""
     lo = hi = addr
     for n, s in zip(shape, stride, strict=True):
         if n == 0:
-            return None
+            return addr, addr
         reach = (n - 1) * s * itemsize
         if reach < 0:
             lo += reach
@@ -296,8 +300,8 @@ def validate_event(event: Any) -> None:
     for name, field_kind in COMMON_FIELDS.items():
         if name not in required and name not in optional and event.get(name) is not None:
             _check_field(name, field_kind, event[name])
-    if kind == "alloc" and event["addr"] + event["size"] > INT64_MAX:
-        raise EventInvalid("'alloc' block ends past 2^63-1 (addr + size)")
+    if kind == "alloc" and event["addr"] + event["size"] >= ADDRESS_END:
+        raise EventInvalid("'alloc' block ends past 2^62 (addr + size)")
     if kind == "graph":
         _check_graph(event)
 
@@ -317,7 +321,7 @@ def _fast_ranges(value: Any) -> bool:
             return False
         addr = rng.get("addr")
         nbytes = rng.get("nbytes")
-        if type(addr) is int and type(nbytes) is int and addr >= 0 and nbytes >= 0 and addr + nbytes <= INT64_MAX:
+        if type(addr) is int and type(nbytes) is int and addr >= 0 and nbytes >= 0 and addr + nbytes < ADDRESS_END:
             continue
         if nbytes is not None or "nbytes" in rng or type(addr) is not int or addr < 0:
             return False
@@ -344,8 +348,8 @@ def _fast_strided(addr: int, rng: dict[str, Any]) -> bool:
         else:
             lo += (n - 1) * s * itemsize
     if empty:
-        return addr <= INT64_MAX
-    return lo >= 0 and hi + itemsize <= INT64_MAX
+        return addr < ADDRESS_END
+    return lo >= 0 and hi + itemsize < ADDRESS_END
 
 
 def _fast_frames(value: Any) -> bool:
@@ -393,7 +397,7 @@ def _fast_source(kind: str) -> str | None:
         test = _FAST_TEST[field_kind]
         lines += [f"    v = get({name!r})", f"    if v is not None and not ({test}):", "        return False"]
     if kind == "alloc":
-        lines += ["    return event['addr'] + event['size'] <= INT64_MAX"]
+        lines += ["    return event['addr'] + event['size'] < ADDRESS_END"]
     else:
         lines += ["    return True"]
     return "\n".join(lines) + "\n"
@@ -406,6 +410,7 @@ def fast_checks() -> dict[str, Callable[[dict[str, Any]], bool]]:
     names = {
         "INT64_MIN": INT64_MIN,
         "INT64_MAX": INT64_MAX,
+        "ADDRESS_END": ADDRESS_END,
         "_fast_ints": _fast_ints,
         "_fast_ranges": _fast_ranges,
         "_fast_frames": _fast_frames,
