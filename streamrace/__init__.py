@@ -6,8 +6,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 __version__ = "0.1.0"
 __all__ = ["Session", "__version__", "kernel_access", "name_stream", "watch"]
 
@@ -19,7 +17,7 @@ _RECORDER_API = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _RECORDER_API.get(name)
     if module is None:
         raise AttributeError(f"module 'streamrace' has no attribute {name!r}")

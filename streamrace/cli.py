@@ -15,18 +15,20 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn
 
 from streamrace import __version__
 from streamrace.errors import StreamraceError, UsageError
-from streamrace.report import REPORTERS, ReportOptions, TraceResult
-from streamrace.report.options import STACK_DEPTH
+from streamrace.report import REPORTERS, STACK_DEPTH
 from streamrace.trace.events import FORMAT_MINOR, FORMAT_VERSION
 
-# Everything else is imported by the command that needs it: `streamrace --help` and a bad
-# command line stay as quick as Python's own start-up (docs/performance.md, start-up).
+# Everything else is imported by the command that needs it, down to dataclasses and typing:
+# `streamrace --help` and a bad command line cost little more than Python's own start-up
+# (docs/performance.md, start-up).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import NoReturn
+
+    from streamrace.report import TraceResult
     from streamrace.suppressions import Gate
 
 EXIT_CLEAN = 0
@@ -48,12 +50,20 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
-@dataclass(frozen=True)
 class Command:
-    name: str
-    help: str
-    configure: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int]
+    """A subcommand (a plain class: a dataclass would import dataclasses at start-up)."""
+
+    def __init__(
+        self,
+        name: str,
+        help: str,
+        configure: Callable[[argparse.ArgumentParser], None],
+        run: Callable[[argparse.Namespace], int],
+    ) -> None:
+        self.name = name
+        self.help = help
+        self.configure = configure
+        self.run = run
 
 
 # -- analyze ---------------------------------------------------------------------------------
@@ -99,6 +109,7 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
 def _analyze_files(paths: Sequence[str], shown_as: Sequence[str] | None = None) -> list[TraceResult]:
     from streamrace.analysis import analyze
     from streamrace.progress import analysis_progress
+    from streamrace.report import TraceResult
     from streamrace.trace.io import display_name, iter_trace
 
     results = []
@@ -136,6 +147,8 @@ def _verdict(results: Sequence[TraceResult]) -> int:
 
 def _report(results: Sequence[TraceResult], format: str, output: str | None, stack_depth: int | None) -> None:
     """Render and write; text to a terminal gets rich colour and the terminal's width."""
+    from streamrace.report.options import ReportOptions
+
     options = ReportOptions(stack_depth=stack_depth)
     if format == "text" and output is None:
         from streamrace.report.text import terminal_style

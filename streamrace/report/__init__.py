@@ -2,39 +2,29 @@
 
 Each reporter is a module with a ``render(traces, options) -> str`` function and one entry in
 ``REPORTER_MODULES``; the CLI offers exactly the keys of that table as ``--format`` choices, so
-a new reporter (HTML) is a module plus one line here. A reporter module is imported when its
-format is first used: ``streamrace --help`` and the parser need only the names.
+a new reporter (HTML) is a module plus one line here.
+
+This package's own module is light on purpose: the command line builds its parser (and
+prints ``--help``) from the format names and ``STACK_DEPTH`` alone. A reporter module is
+imported when its format is first used, and ``TraceResult`` (results.py), ``ReportOptions``
+and ``DEFAULT`` (options.py) when they are first named.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from streamrace.report.options import DEFAULT, ReportOptions
-
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (docs/performance.md, start-up)
 if TYPE_CHECKING:  # reporters only read results: no need to import the engine at run time
     from streamrace.analysis import AnalysisResult
-    from streamrace.suppressions import Suppressed
+    from streamrace.report.options import ReportOptions
+    from streamrace.report.results import TraceResult
     from streamrace.trace import Trace
 
+STACK_DEPTH = 3  # frames shown per stack in the text report, the source line's own included
 
-@dataclass(frozen=True)
-class TraceResult:
-    """The analysis of one trace file, with the path the user named it by.
-
-    ``suppressed``: findings a CI gate accepted (suppressions, a baseline); they are no
-    longer in ``result.findings`` (``streamrace.suppressions.Gate.apply``).
-    """
-
-    path: str
-    result: AnalysisResult
-    suppressed: tuple[Suppressed, ...] = ()
-
-
-Reporter = Callable[[Sequence[TraceResult], ReportOptions], str]
+Reporter = Callable[["Sequence[TraceResult]", "ReportOptions"], str]
 
 REPORTER_MODULES: dict[str, str] = {
     "text": "streamrace.report.text",
@@ -59,19 +49,45 @@ class _Reporters(Mapping[str, Reporter]):
 REPORTERS: Mapping[str, Reporter] = _Reporters()
 
 
+_LAZY = {
+    "TraceResult": "streamrace.report.results",
+    "ReportOptions": "streamrace.report.options",
+    "DEFAULT": "streamrace.report.options",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'streamrace.report' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
 def render(
-    result: AnalysisResult, format: str = "text", trace: Trace | None = None, options: ReportOptions = DEFAULT
+    result: AnalysisResult, format: str = "text", trace: Trace | None = None, options: ReportOptions | None = None
 ) -> str:
     """One analysed trace, reported as ``streamrace analyze --format FORMAT`` would.
 
     For callers that hold a result rather than a file (``streamrace.watch()`` sessions);
-    ``trace`` only supplies the path the report names.
+    ``trace`` only supplies the path the report names; ``options`` defaults to ``DEFAULT``.
     """
+    from streamrace.report.options import DEFAULT
+    from streamrace.report.results import TraceResult
+
     reporter = REPORTERS.get(format)
     if reporter is None:
         raise ValueError(f"unknown report format {format!r}; choose from {', '.join(REPORTERS)}")
     path = trace.path if trace is not None else "<memory>"
-    return reporter([TraceResult(path, result)], options)
+    return reporter([TraceResult(path, result)], options or DEFAULT)
 
 
-__all__ = ["REPORTERS", "REPORTER_MODULES", "ReportOptions", "Reporter", "TraceResult", "render"]
+__all__ = [
+    "DEFAULT",
+    "REPORTERS",
+    "REPORTER_MODULES",
+    "STACK_DEPTH",
+    "ReportOptions",
+    "Reporter",
+    "TraceResult",
+    "render",
+]

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from streamrace.report import STACK_DEPTH
+
 Style = Callable[[str, str], str]
 """``style(text, role) -> text``. Roles: heading, error, warning, kind, hazard, op, stream,
 location, source, label, text, fix, code, dim, note."""
@@ -20,7 +22,6 @@ def plain(text: str, role: str) -> str:
 
 
 WIDTH = 100  # prose (messages, fixes) wraps here when the terminal does not say otherwise
-STACK_DEPTH = 3  # frames shown per stack in the text report, the source line's own included
 
 
 @dataclass(frozen=True)

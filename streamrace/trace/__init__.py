@@ -6,8 +6,6 @@ version constants cost the command line nothing at start-up.
 
 from __future__ import annotations
 
-from typing import Any
-
 from streamrace.trace.events import FORMAT_MINOR, FORMAT_NAME, FORMAT_VERSION
 
 _IO_API = ("Trace", "iter_trace", "load_trace", "make_header", "write_trace")
@@ -15,7 +13,7 @@ _IO_API = ("Trace", "iter_trace", "load_trace", "make_header", "write_trace")
 __all__ = ["FORMAT_MINOR", "FORMAT_NAME", "FORMAT_VERSION", *_IO_API]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name not in _IO_API:
         raise AttributeError(f"module 'streamrace.trace' has no attribute {name!r}")
     from streamrace.trace import io

@@ -19,7 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (docs/performance.md, start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 FORMAT_NAME = "streamrace-trace"
 FORMAT_VERSION = 1  # the major version: a reader refuses a major it does not know
