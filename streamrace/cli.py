@@ -122,14 +122,17 @@ def _analyze_files(paths: Sequence[str], shown_as: Sequence[str] | None = None) 
     return results
 
 
-def _gate(args: argparse.Namespace) -> Gate:
-    """Suppressions and baseline are read before any trace: a bad file fails fast."""
+def _gate(args: argparse.Namespace) -> Gate | None:
+    """Suppressions and baseline are read before any trace: a bad file fails fast. None when
+    there are neither (and then the module that reads them, TOML and all, is not imported)."""
+    if not args.suppressions and not args.baseline:
+        return None
     from streamrace.suppressions import load_gate
 
     return load_gate(args.suppressions, args.baseline)
 
 
-def _apply_gate(gate: Gate, results: list[TraceResult]) -> list[TraceResult]:
+def _apply_gate(gate: Gate | None, results: list[TraceResult]) -> list[TraceResult]:
     if not gate:
         return results
     from streamrace.run_program import warn
