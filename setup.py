@@ -86,6 +86,8 @@ setup(
             "pytest>=8.0",
             "hypothesis>=6.0",
             "ruff==0.17.6",
+            # mypy too: a new release finds new errors; `mypy` in the root runs pyproject's config.
+            "mypy==2.4.1",
             "pytest-xdist>=3.0",
             "jsonschema>=4.0",
             "ninja>=1.11",
