@@ -103,11 +103,11 @@ class CaptureNodes:
                 frontier[dep] = stream
         # A launch's nodes end where its stream's frontier is now; earlier ones of the same
         # gap lead to it, so they take the stream of the next node that has one.
-        found = []
-        stream = None
+        found: list[tuple[int, str, int | None]] = []
+        launching: int | None = None
         for index, handle, kind in reversed(new):
-            stream = frontier.get(handle, stream)
-            found.append((index, kind, stream))
+            launching = frontier.get(handle, launching)
+            found.append((index, kind, launching))
         return found[::-1]
 
     def claim_kernel(self, event: dict[str, Any], index: int) -> None:
@@ -136,9 +136,9 @@ class CaptureNodes:
                         self._checked_ops.setdefault(seq, []).append(i)
                 cursor = index + 1
         for node in nodes:
-            seq = self._owners.get(node["id"])
-            if seq is not None:
-                node["op"] = seq
+            owner = self._owners.get(node["id"])
+            if owner is not None:
+                node["op"] = owner
         needs = {i for i in self.kernels} | {i for ids in self._checked_ops.values() for i in ids}
         for i in sorted(needs):
             if nodes[i]["type"] in ACCESS_NODE_TYPES:

@@ -98,18 +98,20 @@ class CaptureLifecycle:
         capture = Capture(graph, stream, handle, begin, nodes)
         self._running[id(cuda_graph)] = capture
         self._captures[graph] = capture
-        rec.hooks.begin_capture(graph, stream, handle or 0)
+        rec.started_hooks.begin_capture(graph, stream, handle or 0)
 
     def before_end(self, cuda_graph: Any) -> GraphData | None:
         """Read what only the live graph can tell; the rest waits until after the capture."""
         capture = self._running.get(id(cuda_graph))
         if capture is None or capture.nodes is None:
             return None
+        assert capture.handle is not None  # a capture has nodes only where its graph was read
         rec = self._rec
+        hooks = rec.started_hooks
         rec.unseen.catch_up()
-        handles = rec.hooks.node_handles(capture.handle)
-        nodes, edges = rec.runtime.graphs.read_graph(capture.handle, handles, rec.hooks.describe_nodes)
-        capture.nodes.snapshot(handles, nodes, rec.hooks.claims(capture.graph))
+        handles = hooks.node_handles(capture.handle)
+        nodes, edges = rec.runtime.graphs.read_graph(capture.handle, handles, hooks.describe_nodes)
+        capture.nodes.snapshot(handles, nodes, hooks.claims(capture.graph))
         rec.unseen.finish_later(capture)
         return nodes, edges
 
@@ -126,7 +128,7 @@ class CaptureLifecycle:
 
     def _end(self, capture: Capture, pool: list[int] | None, graph_data: GraphData | None, aborted: bool) -> None:
         rec = self._rec
-        rec.hooks.end_capture(capture.graph)
+        rec.started_hooks.end_capture(capture.graph)
         if pool is not None:
             capture.pool = pool
             for event in [capture.begin, *capture.allocs]:

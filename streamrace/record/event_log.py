@@ -41,9 +41,13 @@ class EventLog:
         keep (the same one or a replacement). Settlers of one kind run in the order given."""
         self._settlers.setdefault(ev, []).append(settler)
 
+    def _started(self) -> Hooks:
+        assert self.hooks is not None, "recording has not started"
+        return self.hooks
+
     def emit(self, ev: str, **fields: Any) -> Event:
         """A Recorder event, numbered now: fields that are None are left out."""
-        event = {"seq": self.hooks.next_seq(), "ev": ev}
+        event = {"seq": self._started().next_seq(), "ev": ev}
         event.update((k, v) for k, v in fields.items() if v is not None)
         self.events.append(event)
         self._sorted = False
@@ -51,7 +55,7 @@ class EventLog:
 
     def stack(self) -> int | None:
         """The user stack here, as an event's ``stack`` field."""
-        stack = self.hooks.stack()
+        stack = self._started().stack()
         return None if stack < 0 else stack
 
     def position(self) -> int:

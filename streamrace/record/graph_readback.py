@@ -81,6 +81,15 @@ def prototype(attribute: str) -> Any:
 class Driver:
     """The driver functions the capture path calls (attributes named as in SIGNATURES)."""
 
+    # Set in __init__, one per SIGNATURES entry: ctypes functions returning a CUresult.
+    capture_info: Callable[..., int]
+    get_nodes: Callable[..., int]
+    node_type: Callable[..., int]
+    kernel_params: Callable[..., int]
+    func_name: Callable[..., int]
+    kernel_name: Callable[..., int]
+    edges: Callable[..., int]
+
     def __init__(self, functions: dict[str, Any], addresses: dict[str, int] | None) -> None:
         for attribute, fn in functions.items():
             setattr(self, attribute, fn)
@@ -132,6 +141,12 @@ class GraphReadback:
     def __init__(self, driver: Driver | None) -> None:
         self.driver = driver
 
+    @property
+    def _cuda(self) -> Driver:
+        # Graphs are read only where the driver loaded (CudaRuntime.reads_graphs).
+        assert self.driver is not None, "the CUDA driver is not loaded"
+        return self.driver
+
     def capture_state(self, stream: int) -> tuple[int | None, tuple[int, ...]]:
         """(the graph the stream is capturing into, or None; its frontier: the nodes the
         stream's next launch will depend on). A launch on the stream makes its node the whole
@@ -139,7 +154,7 @@ class GraphReadback:
         status, capture_id, graph = ctypes.c_int(0), ctypes.c_uint64(0), _P()
         deps, count = ctypes.POINTER(_P)(), ctypes.c_size_t(0)
         _check(
-            self.driver.capture_info(
+            self._cuda.capture_info(
                 stream, ctypes.byref(status), ctypes.byref(capture_id), ctypes.byref(graph), ctypes.byref(deps),
                 ctypes.byref(count),
             ),
@@ -156,7 +171,7 @@ class GraphReadback:
     def node_count(self, graph: int) -> int:
         """Nodes in the graph so far (CUDA counts them one by one: not for every launch)."""
         count = ctypes.c_size_t(0)
-        _check(self.driver.get_nodes(graph, None, ctypes.byref(count)), "cuGraphGetNodes")
+        _check(self._cuda.get_nodes(graph, None, ctypes.byref(count)), "cuGraphGetNodes")
         return count.value
 
     def node_handles(self, graph: int) -> list[int]:
@@ -165,23 +180,23 @@ class GraphReadback:
         if not count.value:  # the driver refuses a node array with a zero count (an empty capture)
             return []
         nodes = (_P * count.value)()
-        _check(self.driver.get_nodes(graph, nodes, ctypes.byref(count)), "cuGraphGetNodes")
+        _check(self._cuda.get_nodes(graph, nodes, ctypes.byref(count)), "cuGraphGetNodes")
         return [nodes[i] or 0 for i in range(count.value)]
 
     def node_type(self, node: int) -> str:
         kind = ctypes.c_int(0)
-        _check(self.driver.node_type(node, ctypes.byref(kind)), "cuGraphNodeGetType")
+        _check(self._cuda.node_type(node, ctypes.byref(kind)), "cuGraphNodeGetType")
         return node_type_name(kind.value)
 
     def kernel_name(self, node: int) -> str | None:
         params = KernelNodeParams()
-        if self.driver.kernel_params(node, ctypes.byref(params)) != 0:
+        if self._cuda.kernel_params(node, ctypes.byref(params)) != 0:
             return None
         name = ctypes.c_char_p()
         if params.func:
-            err = self.driver.func_name(ctypes.byref(name), params.func)
+            err = self._cuda.func_name(ctypes.byref(name), params.func)
         elif params.kern:
-            err = self.driver.kernel_name(ctypes.byref(name), params.kern)
+            err = self._cuda.kernel_name(ctypes.byref(name), params.kern)
         else:
             return None
         if err != 0 or not name.value:
@@ -220,14 +235,16 @@ class GraphReadback:
             if name:
                 entry["name"] = name
             nodes.append(entry)
+        driver = self._cuda
         count = ctypes.c_size_t(0)
-        _check(self.driver.edges(graph, None, None, None, ctypes.byref(count)), "cuGraphGetEdges")
+        _check(driver.edges(graph, None, None, None, ctypes.byref(count)), "cuGraphGetEdges")
         edges: list[list[Any]] = []
         if count.value:
             sources, targets, data = (_P * count.value)(), (_P * count.value)(), (EdgeData * count.value)()
-            _check(self.driver.edges(graph, sources, targets, data, ctypes.byref(count)), "cuGraphGetEdges")
+            _check(driver.edges(graph, sources, targets, data, ctypes.byref(count)), "cuGraphGetEdges")
             for k in range(count.value):
-                edge: list[Any] = [index[sources[k]], index[targets[k]]]
+                # A NULL handle reads as None; node_handles lists it as 0.
+                edge: list[Any] = [index[sources[k] or 0], index[targets[k] or 0]]
                 if data[k].type == _PROGRAMMATIC:
                     edge.append("programmatic")  # dependent-launch edges do not order completion
                 edges.append(edge)

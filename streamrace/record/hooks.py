@@ -122,7 +122,7 @@ class _OpMode(TorchDispatchMode):
         super().__init__()
         self.hooks = hooks
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         hooks = self.hooks
         before = hooks.guard("op", hooks.before_op)
@@ -334,7 +334,10 @@ class PythonHooks:
         if not self._any_open() and not self.eager_ops:
             return
         if func is _RECORD_STREAM:
-            self._record_stream(*args, stack=stack)
+            # The dispatcher passes both of record_stream's arguments positionally, even
+            # when the program names them (``t.record_stream(s=stream)``).
+            tensor, stream_object = args
+            self._record_stream(tensor, stream_object, stack)
             return
         reads, writes = op_accesses(func, args, kwargs, outputs, self._runtime.is_recorded_tensor)
         if not reads and not writes:
@@ -464,6 +467,29 @@ class NativeHooks:
 
     kind = "native"
 
+    # The native object's own methods, bound in __init__ (calls go straight to C++).
+    start: Callable[[], None]
+    stop: Callable[[], None]
+    next_seq: Callable[[], int]
+    peek_seq: Callable[[], int]
+    stack: Callable[[], int]
+    see_stream: Callable[[int, int], None]
+    begin_capture: Callable[[int, int, int], None]
+    end_capture: Callable[[int], None]
+    capture_streams: Callable[[int], list[int]]
+    open_graphs: Callable[[], list[int]]
+    claims: Callable[[int], list[tuple[int, int, bool]]]
+    last_claim: Callable[[int], int]
+    claim: Callable[[int, int, int, bool], None]
+    refresh_frontiers: Callable[[int], None]
+    begin_launch: Callable[[], tuple[int, int | None, int]]
+    end_launch: Callable[[], None]
+    drain: Callable[[], list[dict[str, Any]]]
+    release_python: Callable[[], None]
+    node_handles: Callable[[int], list[int]]
+    describe_nodes: Callable[[list[int]], list[tuple[str, str | None]]]
+    nodes_since: Callable[[int, int, int], list[tuple[int, int, str]]]
+
     def __init__(self, module: Any, options: HookOptions, device_type: int | None = None) -> None:
         # device_type: whose tensors are recorded (c10::DeviceType), the runtime's unless given:
         # tests record CPU tensors (0) with the real runtime.
@@ -512,10 +538,9 @@ class NativeHooks:
         overrides = {}
         for hook in GPU_TRACE_HOOKS:
             target = getattr(gpu_trace, hook.registry, None) if hook.direct else None
-            if isinstance(getattr(target, "callback_list", None), list) and callable(
-                getattr(target, "fire_callbacks", None)
-            ):
-                overrides[hook.registry] = self._module.fire_function(hook.hook, target.callback_list)
+            callback_list = getattr(target, "callback_list", None)
+            if isinstance(callback_list, list) and callable(getattr(target, "fire_callbacks", None)):
+                overrides[hook.registry] = self._module.fire_function(hook.hook, callback_list)
         return overrides
 
 

@@ -70,8 +70,8 @@ def _kernel(node: Any) -> NodeAccess:
     if int(params.kernelParams):
         pointers = (ctypes.c_void_p * len(layout)).from_address(int(params.kernelParams))
         access.params = [
-            list(_words(ctypes.string_at(pointers[i], size))) if pointers[i] else []
-            for i, (_offset, size) in enumerate(layout)
+            list(_words(ctypes.string_at(pointer, size))) if pointer else []
+            for pointer, (_offset, size) in zip(pointers, layout, strict=True)
         ]
     elif int(params.extra):
         # extra = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, END}

@@ -91,6 +91,12 @@ class Recorder:
         return self.hooks.kind if self.hooks is not None else None
 
     @property
+    def started_hooks(self) -> Hooks:
+        """The hooks, for the parts that run only once recording has started (which sets them)."""
+        assert self.hooks is not None, "the recorder has not started"
+        return self.hooks
+
+    @property
     def dropped_allocations(self) -> int:
         return len(self.allocations.unknown)
 
@@ -101,7 +107,7 @@ class Recorder:
     def current_stream(self, device: int) -> int:
         """The device's current stream, which the hooks then know."""
         stream = self.runtime.current_stream(device)
-        self.hooks.see_stream(stream, device)
+        self.started_hooks.see_stream(stream, device)
         return stream
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -123,8 +129,9 @@ class Recorder:
         hooks.start()
 
     def stop(self) -> None:
+        hooks = self.started_hooks
         self.captures.abort_running()
-        self.hooks.stop()
+        hooks.stop()
         installation.deactivate()
         try:
             self.log.ingest()
@@ -132,7 +139,7 @@ class Recorder:
             self.unseen.finish()
         except Exception as exc:
             self.log.fail("finalize", exc)
-        self.hooks.release_python()
+        hooks.release_python()
         self.allocations.stop_history()
 
     def before_capture_begin(self) -> None:
@@ -148,7 +155,7 @@ class Recorder:
         self.allocations.start_history()
 
     def resolve_allocations(self) -> None:
-        if self.allocations.resolve(self.hooks.see_stream):
+        if self.allocations.resolve(self.started_hooks.see_stream):
             self.log.ingest()  # the streams seen only now
 
     def trace_events(self, since: int = 0) -> list[Event]:

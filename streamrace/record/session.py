@@ -56,9 +56,9 @@ class Session:
         """The report as ``analyze`` prints it (``format``: "text" or "json")."""
         if self.result is None or self.trace is None:
             raise RuntimeError("the watch() block has not ended yet")
-        from streamrace.report import REPORTERS, TraceResult
+        from streamrace.report import REPORTERS, ReportOptions, TraceResult
 
-        return REPORTERS[format]([TraceResult(self.path or "<watch>", self.result)])
+        return REPORTERS[format]([TraceResult(self.path or "<watch>", self.result)], ReportOptions())
 
     def _finish(self) -> None:
         if self._owned:

@@ -16,7 +16,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from streamrace.record import installation
-from streamrace.record.op_accesses import tensor_range
+from streamrace.record.op_accesses import Range, tensor_range
 
 if TYPE_CHECKING:
     from streamrace.record.recorder import Recorder
@@ -120,12 +120,15 @@ class TritonLaunches:
             return
         tensors = tensor_arguments(jit_function, args, kwargs, runtime.is_recorded_tensor)
         written = pointer_directions(kernel)
-        inferred = written is None or len(written) != len(tensors)
-        reads, writes = [], []
+        if written is not None and len(written) != len(tensors):
+            written = None  # the IR's pointers are not the tensors: each counts as written
+        inferred = written is None
+        reads: list[Range] = []
+        writes: list[Range] = []
         for i, tensor in enumerate(tensors):
             rng = tensor_range(tensor)
             if rng is not None:
-                (writes if inferred or written[i] else reads).append(rng)
+                (writes if written is None or written[i] else reads).append(rng)
         device = runtime.tensor_device(tensors[0]) if tensors else runtime.current_device()
         stream = rec.current_stream(device)
         event = rec.log.emit(
@@ -141,10 +144,11 @@ class TritonLaunches:
             stack=None if stack < 0 else stack,
         )
         frontier = runtime.graphs.capture_state(stream)[1]
+        hooks = rec.started_hooks
         if frontier and frontier[-1] != before:
-            rec.hooks.claim(graph, event["seq"], frontier[-1], True)
+            hooks.claim(capture.graph, event["seq"], frontier[-1], True)
             capture.nodes.launches[event["seq"]] = event
-        rec.hooks.refresh_frontiers(graph)
+        hooks.refresh_frontiers(capture.graph)
 
 
 def _wrap_run(run: Any) -> Any:

@@ -40,11 +40,12 @@ class UnseenLaunches:
         """Give each node that appeared where no recorded launch was a kernel event here, in
         program order, on its stream."""
         rec = self._rec
-        hooks = rec.hooks
+        hooks = rec.started_hooks
         for graph in hooks.open_graphs():
             capture = rec.captures.get(graph)
             if capture is None or capture.nodes is None:
                 continue
+            assert capture.handle is not None  # a capture has nodes only where its graph was read
             new = hooks.nodes_since(capture.handle, hooks.last_claim(graph), capture.nodes.floor())
             streams = hooks.capture_streams(graph) if new else []
             for index, kind, stream in capture.nodes.launching_streams(new, streams, rec.runtime.graphs.capture_state):
@@ -84,5 +85,6 @@ class UnseenLaunches:
             return live[0]
 
         for capture in self._unfinished:
+            assert capture.nodes is not None  # only captures whose graph was read wait here
             capture.nodes.finish(blocks, events, self.stats)
         self._unfinished.clear()

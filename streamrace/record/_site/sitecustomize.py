@@ -22,5 +22,7 @@ except ImportError:
     pass
 finally:
     sys.path[:] = _saved
-    # The import system looks this module up by name once it has run: put ours back.
-    sys.modules["sitecustomize"] = _ours
+    # The import system looks this module up by name once it has run: put ours back (None:
+    # imported under another name, so the chained one keeps the name).
+    if _ours is not None:
+        sys.modules["sitecustomize"] = _ours
