@@ -177,3 +177,24 @@ def test_launches_own_the_nodes_since_the_previous_claim():
     claims = [(7, 103, True), (9, 102, True), (11, 106, True)]  # seq 9 launched nothing new
     nodes.snapshot(handles, graph, claims)
     assert [n.get("op") for n in graph] == [None, 5, 7, 7, 11, 11, 11]
+
+
+def test_watch_session_reports_what_it_found() -> None:
+    """``session.report()`` hands its reporter a result and the options, in each format."""
+    import json
+    from pathlib import Path
+
+    from streamrace.analysis import analyze
+    from streamrace.record.recorder import Recorder
+    from streamrace.record.session import Session
+    from streamrace.trace.io import load_trace
+
+    trace = load_trace(Path(__file__).parent.parent / "examples" / "traces" / "dsv4_mini_race.jsonl.gz")
+    session = Session(Recorder(), None, owned=False)
+    with pytest.raises(RuntimeError, match="has not ended"):
+        session.report()
+    session.trace, session.result = trace, analyze(trace)
+    assert session.findings
+    doc = json.loads(session.report("json"))
+    assert [(f["kind"], f["trace"]) for f in doc["findings"]] == [(f.kind, "<watch>") for f in session.findings]
+    assert "<watch>" in session.report("text")
