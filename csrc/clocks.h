@@ -1,10 +1,17 @@
 // Happens-before between stream work: vector clocks per domain (docs/analysis.md §1–2).
 // The port of streamrace/analysis/clocks.py. Streams are numbered densely in order of first
-// appearance, so a clock is a vector indexed by that number (missing = 0) and a join is a
-// loop over tens of integers.
+// appearance; a clock is sparse, the (stream, tick) pairs of the streams it was ordered after,
+// sorted by stream, so memory grows with the orderings and not with the square of the stream
+// count, and with tens of streams a lookup is a short search of a few cache lines.
+//
+// The host clock is kept apart, not joined into every eager clock at its next op (a
+// synchronization of many streams would copy all of them into every later clock);
+// ordered_before, the one happens-before test of the engine, looks at both.
 #pragma once
 
+#include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -12,16 +19,75 @@
 
 namespace streamrace {
 
-using VectorClock = std::vector<i64>;
 constexpr i64 EAGER = -1;  // the eager domain; graph ids are >= 0
 
-inline void join(VectorClock& into, const VectorClock& other) {
-    if (other.size() > into.size()) into.resize(other.size(), 0);
-    for (size_t i = 0; i < other.size(); ++i)
-        if (other[i] > into[i]) into[i] = other[i];
-}
+class VectorClock {
+   public:
+    // The tick of stream (0: nothing of it is ordered before).
+    i64 tick(unsigned stream) const {
+        auto it = find(stream);
+        return it != entries_.end() && it->first == stream ? it->second : 0;
+    }
 
-inline i64 tick_of(const VectorClock& clock, unsigned stream) { return stream < clock.size() ? clock[stream] : 0; }
+    // One more op on stream: its new tick.
+    i64 advance(unsigned stream) {
+        auto it = find(stream);
+        if (it == entries_.end() || it->first != stream) it = entries_.insert(it, {stream, 0});
+        return ++it->second;
+    }
+
+    // this = max(this, other) element-wise.
+    void join(const VectorClock& other) {
+        auto mine = entries_.begin();
+        auto theirs = other.entries_.begin();
+        // The common case adds no stream: update in place, and merge only if one is new.
+        for (; theirs != other.entries_.end(); ++theirs) {
+            while (mine != entries_.end() && mine->first < theirs->first) ++mine;
+            if (mine == entries_.end() || mine->first != theirs->first) break;
+            mine->second = std::max(mine->second, theirs->second);
+        }
+        if (theirs == other.entries_.end()) return;
+        std::vector<Entry> merged;
+        merged.reserve(entries_.size() + size_t(other.entries_.end() - theirs));
+        auto a = entries_.begin();
+        for (auto b = other.entries_.begin(); a != entries_.end() || b != other.entries_.end();) {
+            if (b == other.entries_.end() || (a != entries_.end() && a->first < b->first)) {
+                merged.push_back(*a++);
+            } else if (a == entries_.end() || b->first < a->first) {
+                merged.push_back(*b++);
+            } else {
+                merged.push_back({a->first, std::max(a->second, b->second)});
+                ++a, ++b;
+            }
+        }
+        entries_.swap(merged);
+    }
+
+    bool empty() const { return entries_.empty(); }
+    void clear() { entries_.clear(); }
+
+   private:
+    using Entry = std::pair<unsigned, i64>;
+    std::vector<Entry>::const_iterator find(unsigned stream) const {
+        return std::lower_bound(entries_.begin(), entries_.end(), stream,
+                                [](const Entry& e, unsigned s) { return e.first < s; });
+    }
+    std::vector<Entry>::iterator find(unsigned stream) {
+        return std::lower_bound(entries_.begin(), entries_.end(), stream,
+                                [](const Entry& e, unsigned s) { return e.first < s; });
+    }
+
+    std::vector<Entry> entries_;  // sorted by stream
+};
+
+// The host clock of work in a capture: host synchronizations order no captured work.
+inline const VectorClock NO_HOST{};
+
+// Is the epoch (stream, tick) ordered before work issued at `clock` (its stream's clock in its
+// domain), with `host` the host clock of that domain (HappensBefore::host_clock)?
+inline bool ordered_before(unsigned stream, i64 tick, const VectorClock& clock, const VectorClock& host = NO_HOST) {
+    return tick <= clock.tick(stream) || tick <= host.tick(stream);
+}
 
 class HappensBefore {
    public:
@@ -49,26 +115,32 @@ class HappensBefore {
         }
     }
 
-    // Issue one op: its domain, the stream's live clock after it, and its tick.
+    // Issue one op: its domain, the stream's live clock after it, and its tick. The op is also
+    // ordered after host_clock(domain).
     VectorClock& op(unsigned stream, i64& domain, i64& tick) {
-        VectorClock& clock = host_ordered(stream, domain);
-        if (clock.size() <= stream) clock.resize(stream + 1, 0);
-        tick = ++clock[stream];
-        return clock;
+        VectorClock& c = current(stream, domain);
+        tick = c.advance(stream);
+        if (domain == EAGER) unsynced_.insert(stream);
+        return c;
     }
 
-    // The host clock: what host synchronizations ordered before all later eager work.
-    const VectorClock& host() const { return host_; }
+    // What host synchronizations ordered before all later work in domain (nothing, in a capture).
+    const VectorClock& host_clock(i64 domain) const { return domain == EAGER ? host_ : NO_HOST; }
 
     // A host action on stream now (a free, an allocation): like an op, without a tick.
-    VectorClock& current(unsigned stream, i64& domain) { return host_ordered(stream, domain); }
+    VectorClock& current(unsigned stream, i64& domain) {
+        domain = this->domain(stream);
+        return clock(domain, stream);
+    }
 
+    // An eager snapshot leaves out the host clock: whoever reads it (an eager wait, an
+    // event_sync) is ordered after the host clock already, which only grows.
     void record(i64 event, unsigned stream) {
         i64 domain;
-        VectorClock& clock = host_ordered(stream, domain);
+        VectorClock& c = current(stream, domain);
         auto& snap = snapshots_[event];
         snap.first = domain;
-        snap.second = clock;
+        snap.second = c;
     }
 
     void wait(i64 event, unsigned stream) {
@@ -81,55 +153,47 @@ class HappensBefore {
         } else if (domain != current) {
             return;
         }
-        join(clock(domain, stream), it->second.second);
+        clock(domain, stream).join(it->second.second);
+        if (domain == EAGER) unsynced_.insert(stream);
     }
 
     void forget(i64 event) { snapshots_.erase(event); }
 
     void stream_sync(unsigned stream) {
-        if (domain(stream) == EAGER) join(host_, clock(EAGER, stream));
+        if (domain(stream) == EAGER) host_.join(clock(EAGER, stream));
     }
 
     void event_sync(i64 event) {
         auto it = snapshots_.find(event);
-        if (it != snapshots_.end() && it->second.first == EAGER) join(host_, it->second.second);
+        if (it != snapshots_.end() && it->second.first == EAGER) host_.join(it->second.second);
     }
 
+    // Only the eager clocks that grew since the last device_sync: the others are in the host
+    // clock already.
     void device_sync() {
-        for (const VectorClock& c : clocks_[EAGER]) join(host_, c);
+        auto& eager = clocks_[EAGER];
+        for (unsigned stream : unsynced_) host_.join(eager[stream]);
+        unsynced_.clear();
     }
 
    private:
     void enter(i64 graph, unsigned stream) {
         i64 old = domain(stream);
-        if (old != EAGER) {  // only a malformed trace moves a capturing stream
-            auto& members = members_[old];
-            members.erase(std::remove(members.begin(), members.end(), stream), members.end());
-        }
+        if (old != EAGER) members_[old].erase(stream);  // only a malformed trace moves a capturing stream
         if (graph_of_.size() <= stream) graph_of_.resize(stream + 1, EAGER);
         graph_of_[stream] = graph;
-        auto& members = members_[graph];
-        if (std::find(members.begin(), members.end(), stream) == members.end()) members.push_back(stream);
+        members_[graph].insert(stream);
         clock(graph, stream).clear();
     }
 
-    VectorClock& clock(i64 domain, unsigned stream) {
-        auto& clocks = clocks_[domain];
-        if (clocks.size() <= stream) clocks.resize(stream + 1);
-        return clocks[stream];
-    }
+    VectorClock& clock(i64 domain, unsigned stream) { return clocks_[domain][stream]; }
 
-    VectorClock& host_ordered(unsigned stream, i64& domain) {
-        domain = this->domain(stream);
-        VectorClock& c = clock(domain, stream);
-        if (domain == EAGER && !host_.empty()) join(c, host_);
-        return c;
-    }
-
-    std::unordered_map<i64, std::vector<VectorClock>> clocks_;  // domain -> clock per stream
+    // domain -> clock per stream, for the streams that did something there
+    std::unordered_map<i64, std::unordered_map<unsigned, VectorClock>> clocks_;
     VectorClock host_;
-    std::vector<i64> graph_of_;  // stream -> the active capture it is a member of, or EAGER
-    std::unordered_map<i64, std::vector<unsigned>> members_;
+    std::unordered_set<unsigned> unsynced_;  // eager streams whose clock grew since the last device_sync
+    std::vector<i64> graph_of_;              // stream -> the active capture it is a member of, or EAGER
+    std::unordered_map<i64, std::unordered_set<unsigned>> members_;
     std::unordered_map<i64, std::pair<i64, VectorClock>> snapshots_;  // event -> (domain, clock)
 };
 

@@ -119,7 +119,7 @@ class Engine {
     void alloc(PyObject* event, i64 addr, i64 size, i64 owner, i64 device) {
         i64 domain;
         const VectorClock& clock = hb.current(appear(owner), domain);
-        for (auto& [lifetime, uses] : lifetimes_.settle(owner, domain, clock)) {
+        for (auto& [lifetime, uses] : lifetimes_.settle(owner, domain, clock, hb.host_clock(domain))) {
             for (auto& recs : uses) {
                 unfolded_[{domain, lifetime->device}].push_back(detections.size());
                 Detection& d = detections.emplace_back();
@@ -168,6 +168,7 @@ class Engine {
         op_index_ = appear(stream);
         op_device_ = device;
         op_clock_ = &hb.op(op_index_, op_domain_, op_tick_);
+        op_host_ = &hb.host_clock(op_domain_);
         auto& shadow = shadows_[{op_domain_, device}];
         if (!shadow) shadow = std::make_unique<ShadowMemory>();
         op_shadow_ = shadow.get();
@@ -191,7 +192,7 @@ class Engine {
         lifetimes_.touched(*rec);
         lifetimes_.note_use(rec);
         Overlap how;
-        Rec* racer = op_shadow_->check(*rec, *op_clock_, how);
+        Rec* racer = op_shadow_->check(*rec, *op_clock_, *op_host_, how);
         std::vector<size_t> folded;
         auto unfolded = unfolded_.find({op_domain_, op_device_});
         if (unfolded != unfolded_.end()) fold(rec, unfolded, folded);
@@ -220,15 +221,14 @@ class Engine {
     // Fold rec into every unsafe free whose pending use it races with through bytes a later
     // allocation reuses (docs/analysis.md §5); `folded` gets their indices.
     void fold(Rec* rec, Unfolded::iterator it, std::vector<size_t>& folded) {
-        const VectorClock* host = rec->domain == EAGER ? &hb.host() : nullptr;
         std::vector<size_t> kept;
         for (size_t index : it->second) {
             Detection& unsafe = detections[index];
             const Rec* use = unsafe.first;
             const Lifetime* block = unsafe.lifetime;
             // A host synchronization ordered the use before everything later.
-            if (host != nullptr && use->tick <= tick_of(*host, use->stream_index)) continue;
-            if (use->stream != rec->stream && use->tick > tick_of(*op_clock_, use->stream_index) &&
+            if (ordered_before(use->stream_index, use->tick, *op_host_)) continue;
+            if (use->stream != rec->stream && !ordered_before(use->stream_index, use->tick, *op_clock_, *op_host_) &&
                 block->addr < rec->rng.hi && rec->rng.lo < block->end()) {
                 Lifetime* reused = nullptr;
                 Overlap how = reuse_race(unsafe, *rec, reused);
@@ -319,6 +319,7 @@ class Engine {
     i64 op_stream_ = 0, op_device_ = 0, op_domain_ = EAGER, op_tick_ = 0;
     unsigned op_index_ = 0;
     VectorClock* op_clock_ = nullptr;
+    const VectorClock* op_host_ = nullptr;
     ShadowMemory* op_shadow_ = nullptr;
 };
 

@@ -100,10 +100,12 @@ class Lifetimes {
         pending_[{domain, l->owner}].push_back(l);
     }
 
-    // owner allocates in domain at clock: judge the blocks it freed there. Returns the unsafe
-    // ones with their unordered uses, each the ranges of one op (references owned by the caller).
+    // owner allocates in domain at clock after host (ordered_before): judge the blocks it freed
+    // there. Returns the unsafe ones with their unordered uses, each the ranges of one op
+    // (references owned by the caller).
     using Uses = std::vector<std::vector<Rec*>>;
-    std::vector<std::pair<Lifetime*, Uses>> settle(i64 owner, i64 domain, const VectorClock& clock) {
+    std::vector<std::pair<Lifetime*, Uses>> settle(i64 owner, i64 domain, const VectorClock& clock,
+                                                   const VectorClock& host) {
         std::vector<std::pair<Lifetime*, Uses>> unsafe;
         auto it = pending_.find({domain, owner});
         if (it == pending_.end()) return unsafe;
@@ -111,7 +113,7 @@ class Lifetimes {
         judged.swap(it->second);
         pending_.erase(it);
         for (Lifetime* l : judged) {
-            Uses uses = unordered_uses(*l, domain, clock);
+            Uses uses = unordered_uses(*l, domain, clock, host);
             l->forget_uses();
             if (uses.empty())
                 release(l);
@@ -207,15 +209,15 @@ class Lifetimes {
         in_domain_.erase(used);
     }
 
-    // Uses of other streams in domain not ordered before clock nor covered by record_stream:
-    // the ranges of each one's last op, by the order of its last range (references owned by
-    // the caller).
-    static Uses unordered_uses(const Lifetime& l, i64 domain, const VectorClock& clock) {
+    // Uses of other streams in domain not ordered before clock (after host) nor covered by
+    // record_stream: the ranges of each one's last op, by the order of its last range
+    // (references owned by the caller).
+    static Uses unordered_uses(const Lifetime& l, i64 domain, const VectorClock& clock, const VectorClock& host) {
         Uses uses;
         for (const auto& [key, recs] : l.last_use) {
             if (key.first != domain) continue;
             if (std::find(l.recorded.begin(), l.recorded.end(), key.second) != l.recorded.end()) continue;
-            if (recs.back()->tick > tick_of(clock, recs.back()->stream_index)) {
+            if (!ordered_before(recs.back()->stream_index, recs.back()->tick, clock, host)) {
                 for (Rec* r : recs) retain(r);
                 uses.push_back(recs);
             }

@@ -36,9 +36,10 @@ class ShadowMemory {
 
     size_t size() const { return size_; }
 
-    // The most recent earlier access racing with `rec` (issued at `clock`), or null; forgets
-    // the earlier accesses rec makes redundant. `how` gets the racer's overlap.
-    Rec* check(const Rec& rec, const VectorClock& clock, Overlap& how) {
+    // The most recent earlier access racing with `rec` (issued at `clock` after `host`, as
+    // ordered_before takes them), or null; forgets the earlier accesses rec makes redundant.
+    // `how` gets the racer's overlap.
+    Rec* check(const Rec& rec, const VectorClock& clock, const VectorClock& host, Overlap& how) {
         Rec* racer = nullptr;
         how = NONE;
         for (int level = 0; level < LEVELS; ++level) {
@@ -49,12 +50,12 @@ class ShadowMemory {
             if (last - first < DIRECT_LOOKUPS) {
                 for (i64 g = first; g <= last; ++g) {
                     auto it = index.buckets.find(g);
-                    if (it != index.buckets.end() && scan(it->second, rec, clock, racer, how)) index.drop(it);
+                    if (it != index.buckets.end() && scan(it->second, rec, clock, host, racer, how)) index.drop(it);
                 }
             } else {  // a wide access: visit only the granules that exist in its span
                 for (auto key = index.keys.lower_bound(first); key != index.keys.end() && *key <= last;) {
                     auto it = index.buckets.find(*key++);
-                    if (scan(it->second, rec, clock, racer, how)) index.drop(it);
+                    if (scan(it->second, rec, clock, host, racer, how)) index.drop(it);
                 }
             }
         }
@@ -76,11 +77,12 @@ class ShadowMemory {
 
    private:
     // Checks one bucket; drops the accesses rec makes redundant. True when it is left empty.
-    bool scan(std::vector<Rec*>& bucket, const Rec& rec, const VectorClock& clock, Rec*& racer, Overlap& how) {
+    bool scan(std::vector<Rec*>& bucket, const Rec& rec, const VectorClock& clock, const VectorClock& host, Rec*& racer,
+              Overlap& how) {
         size_t kept = 0;
         for (size_t i = 0; i < bucket.size(); ++i) {
             Rec* old = bucket[i];
-            if (old->tick <= tick_of(clock, old->stream_index)) {  // old happens before rec
+            if (ordered_before(old->stream_index, old->tick, clock, host)) {
                 if ((rec.write || !old->write) && covers(rec.rng, old->rng)) {
                     release(old);
                     --size_;

@@ -15,16 +15,17 @@ class Op:
     stream: int
     tick: int
     clock: dict[int, int]
+    host: dict[int, int]
 
 
 def op(hb: HappensBefore, stream: int) -> Op:
     domain, clock, tick = hb.op(stream)
-    return Op(domain, stream, tick, dict(clock))
+    return Op(domain, stream, tick, dict(clock), dict(hb.host_clock(domain)))
 
 
 def before(a: Op, b: Op) -> bool:
     assert a.domain == b.domain
-    return ordered_before(a.stream, a.tick, b.clock)
+    return ordered_before(a.stream, a.tick, b.clock, b.host)
 
 
 def test_program_order_and_no_order_across_streams():
@@ -170,4 +171,27 @@ def test_current_clock_of_a_free_sees_host_syncs():
     b1 = op(hb, B)
     hb.stream_sync(B)
     domain, clock = hb.current(A)
-    assert domain is EAGER and ordered_before(B, b1.tick, clock)
+    assert domain is EAGER and ordered_before(B, b1.tick, clock, hb.host_clock(domain))
+
+
+def test_host_syncs_are_not_copied_into_every_later_clock():
+    """The host clock stays apart (ordered_before reads it): a stream used after the host
+    synchronized many streams holds its own tick only, and is still ordered after them."""
+    hb = HappensBefore()
+    synced = [op(hb, stream) for stream in range(100)]
+    for stream in range(100):
+        hb.stream_sync(stream)
+    late = op(hb, 1000)
+    assert late.clock == {1000: 1}
+    assert all(before(a, late) for a in synced)
+
+
+def test_device_sync_joins_only_clocks_that_grew_since_the_last_one():
+    hb = HappensBefore()
+    a1 = op(hb, A)
+    hb.device_sync()
+    b1 = op(hb, B)  # B's clock grew after the first device_sync, A's did not
+    hb.device_sync()
+    a2 = op(hb, A)  # after the last device_sync: not synchronized
+    c1 = op(hb, C)
+    assert before(a1, c1) and before(b1, c1) and not before(a2, c1)

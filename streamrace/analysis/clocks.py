@@ -3,9 +3,15 @@
 Capture is not execution, so every capture is a domain of its own with its own clocks, and
 the eager domain holds the work that ran outside any capture. A stream is in a graph's domain
 while it is a member of that capture: the capturing stream from ``capture_begin``, and any
-stream that waited on an event recorded inside the capture. Clocks are plain dicts
-(stream -> tick, missing = 0): streams are few, so a join is O(streams), and an access only
-keeps its epoch ``(stream, tick)``.
+stream that waited on an event recorded inside the capture. Clocks are sparse dicts (stream
+-> tick, missing = 0) holding only the streams their stream was ordered after, so a join is
+O(what the clocks hold) and memory grows with the orderings, not with the square of the
+stream count; an access only keeps its epoch ``(stream, tick)``.
+
+The host clock (what host synchronizations ordered before all later eager work) is kept
+apart, not joined into every eager clock at its next op: after a synchronization of many
+streams that would copy all of them into the clock of every stream used later.
+``ordered_before`` looks at both; it is the one happens-before test of the engine.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ VectorClock = dict[int, int]
 Domain = int | None  # a graph id, or EAGER
 
 EAGER: Domain = None
+# The host clock of work in a capture: host synchronizations order no captured work.
+NO_HOST: Mapping[int, int] = {}
 
 
 def join(into: VectorClock, other: Mapping[int, int]) -> None:
@@ -25,9 +33,10 @@ def join(into: VectorClock, other: Mapping[int, int]) -> None:
             into[stream] = tick
 
 
-def ordered_before(stream: int, tick: int, clock: Mapping[int, int]) -> bool:
-    """Is the epoch ``(stream, tick)`` ordered before work issued at ``clock``?"""
-    return tick <= clock.get(stream, 0)
+def ordered_before(stream: int, tick: int, clock: Mapping[int, int], host: Mapping[int, int] = NO_HOST) -> bool:
+    """Is the epoch ``(stream, tick)`` ordered before work issued at ``clock`` (its stream's
+    clock in its domain), with ``host`` the host clock of that domain (``host_clock``)?"""
+    return tick <= clock.get(stream, 0) or tick <= host.get(stream, 0)
 
 
 class HappensBefore:
@@ -39,11 +48,14 @@ class HappensBefore:
         self._graph_of: dict[int, int] = {}  # stream -> the active capture it is a member of
         self._members: dict[int, set[int]] = {}  # active capture -> its member streams
         self._snapshots: dict[int, tuple[Domain, VectorClock]] = {}
+        # Eager streams whose clock grew since the last device_sync: the others are in the
+        # host clock already, so a device_sync need not join them again.
+        self._unsynced: set[int] = set()
 
-    @property
-    def host(self) -> Mapping[int, int]:
-        """The host clock: what host synchronizations have ordered before all later eager work."""
-        return self._host
+    def host_clock(self, domain: Domain) -> Mapping[int, int]:
+        """What host synchronizations have ordered before all later work in ``domain``
+        (nothing, in a capture)."""
+        return self._host if domain is EAGER else NO_HOST
 
     # -- domains ---------------------------------------------------------------------------
     def domain(self, stream: int) -> Domain:
@@ -85,32 +97,31 @@ class HappensBefore:
             clock = clocks[stream] = {}
         return clock
 
-    def _host_ordered(self, stream: int) -> tuple[Domain, VectorClock]:
-        """The stream's clock, ordered after host synchronizations when it is eager."""
-        domain = self._graph_of.get(stream, EAGER)
-        clock = self._clock(domain, stream)
-        if domain is EAGER and self._host:
-            join(clock, self._host)
-        return domain, clock
-
     def op(self, stream: int) -> tuple[Domain, VectorClock, int]:
         """Issue one op on ``stream``: its domain, the stream's clock after it, and its tick.
 
-        The clock is the live one: read it before the next event, never modify it.
+        The clock is the live one: read it before the next event, never modify it. The op is
+        also ordered after ``host_clock(domain)``.
         """
-        domain, clock = self._host_ordered(stream)
+        domain, clock = self.current(stream)
         tick = clock.get(stream, 0) + 1
         clock[stream] = tick
+        if domain is EAGER:
+            self._unsynced.add(stream)
         return domain, clock, tick
 
     def current(self, stream: int) -> tuple[Domain, VectorClock]:
         """Domain and clock of a host action on ``stream`` now (a free): like an op, no tick."""
-        return self._host_ordered(stream)
+        domain = self._graph_of.get(stream, EAGER)
+        return domain, self._clock(domain, stream)
 
     # -- events --------------------------------------------------------------------------------
     def record(self, event: int, stream: int) -> None:
-        """Snapshot the stream's clock into ``event``, replacing any earlier record."""
-        domain, clock = self._host_ordered(stream)
+        """Snapshot the stream's clock into ``event``, replacing any earlier record.
+
+        An eager snapshot leaves out the host clock: whoever reads it (an eager wait, an
+        event_sync) is ordered after the host clock already, which only grows."""
+        domain, clock = self.current(stream)
         self._snapshots[event] = (domain, dict(clock))
 
     def wait(self, event: int, stream: int) -> None:
@@ -125,6 +136,8 @@ class HappensBefore:
         elif domain != current:
             return
         join(self._clock(domain, stream), clock)
+        if domain is EAGER:
+            self._unsynced.add(stream)
 
     def forget(self, event: int) -> None:
         """``event_create`` / ``event_delete``: the event has no snapshot."""
@@ -141,5 +154,7 @@ class HappensBefore:
             join(self._host, snapshot[1])
 
     def device_sync(self) -> None:
-        for clock in self._clocks[EAGER].values():
-            join(self._host, clock)
+        eager = self._clocks[EAGER]
+        for stream in self._unsynced:
+            join(self._host, eager[stream])
+        self._unsynced.clear()

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from streamrace.analysis.clocks import EAGER, Domain, HappensBefore
+from streamrace.analysis.clocks import Domain, HappensBefore, ordered_before
 from streamrace.analysis.lifetimes import Lifetime, Lifetimes
 from streamrace.analysis.ranges import Overlap, normalize, overlaps
 from streamrace.analysis.shadow import AccessRecord, ShadowMemory
@@ -175,7 +175,7 @@ class Engine:
     def _alloc(self, ev: dict[str, Any]) -> None:
         owner = ev["stream"]
         domain, clock = self.hb.current(owner)
-        for lifetime, uses in self.lifetimes.settle(owner, domain, clock):
+        for lifetime, uses in self.lifetimes.settle(owner, domain, clock, self.hb.host_clock(domain)):
             for recs in uses:
                 unsafe = UnsafeFree(recs[-1], lifetime, domain, pending=recs)
                 self._unfolded.setdefault((domain, lifetime.device), []).append(unsafe)
@@ -205,6 +205,7 @@ class Engine:
             return
         device = self._device(ev, stream)
         domain, clock, tick = self.hb.op(stream)
+        host = self.hb.host_clock(domain)
         shadow = self.shadows.get((domain, device))
         if shadow is None:
             shadow = self.shadows[domain, device] = ShadowMemory()
@@ -217,28 +218,28 @@ class Engine:
                 self._order += 1
                 rec.lifetimes = self.lifetimes.touched(rng, device)
                 self.lifetimes.note_use(rec)
-                racer, how = shadow.check(rec, clock)
-                folded = self._fold(rec, clock) if (domain, device) in self._unfolded else ()
+                racer, how = shadow.check(rec, clock, host)
+                folded = self._fold(rec, clock, host) if (domain, device) in self._unfolded else ()
                 # The race folded into an unsafe free is not reported twice; a later race
                 # with the same use is reported as an aliasing race of its own.
                 if racer is not None and not any(_same_op(racer, f.use) for f in folded):
                     self._race(racer, rec, how)
                 shadow.insert(rec)
 
-    def _fold(self, rec: AccessRecord, clock: Mapping[int, int]) -> list[UnsafeFree]:
-        """Fold ``rec`` into every unsafe free whose pending use it races with through bytes
-        a later allocation reuses (docs/analysis.md §5); returns those frees."""
+    def _fold(self, rec: AccessRecord, clock: Mapping[int, int], host: Mapping[int, int]) -> list[UnsafeFree]:
+        """Fold ``rec`` (issued at ``clock`` after ``host``) into every unsafe free whose pending
+        use it races with through bytes a later allocation reuses (docs/analysis.md §5);
+        returns those frees."""
         key = (rec.domain, rec.device)
-        host = self.hb.host if rec.domain is EAGER else None
         folded: list[UnsafeFree] = []
         kept: list[UnsafeFree] = []
         for unsafe in self._unfolded[key]:
             use, block = unsafe.use, unsafe.lifetime
-            if host is not None and use.tick <= host.get(use.stream, 0):
+            if ordered_before(use.stream, use.tick, host):
                 continue  # a host synchronization ordered the use before everything later
             if (
                 use.stream != rec.stream
-                and use.tick > clock.get(use.stream, 0)
+                and not ordered_before(use.stream, use.tick, clock, host)
                 and block.addr < rec.rng.hi
                 and rec.rng.lo < block.end
             ):

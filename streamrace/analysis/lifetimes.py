@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamrace.analysis.clocks import EAGER, Domain
+from streamrace.analysis.clocks import EAGER, NO_HOST, Domain, ordered_before
 from streamrace.analysis.ranges import ByteRange, overlaps
 from streamrace.analysis.shadow import AccessRecord
 
@@ -99,16 +99,17 @@ class Lifetimes:
             uses.clear()
 
     def settle(
-        self, owner: int, domain: Domain, clock: Mapping[int, int]
+        self, owner: int, domain: Domain, clock: Mapping[int, int], host: Mapping[int, int] = NO_HOST
     ) -> list[tuple[Lifetime, list[list[AccessRecord]]]]:
-        """``owner`` allocates in ``domain`` at ``clock``: judge the blocks it freed there.
+        """``owner`` allocates in ``domain`` at ``clock`` after ``host`` (``ordered_before``):
+        judge the blocks it freed there.
 
         Returns the unsafe ones with their unordered uses (each the ranges of one op); every
         judged block is settled for good (clocks only grow).
         """
         unsafe = []
         for lifetime in self._pending.pop((domain, owner), ()):
-            uses = self.unordered_uses(lifetime, domain, clock)
+            uses = self.unordered_uses(lifetime, domain, clock, host)
             lifetime.last_use.clear()
             if uses:
                 unsafe.append((lifetime, uses))
@@ -168,13 +169,18 @@ class Lifetimes:
                 del lifetime.last_use[key]
 
     @staticmethod
-    def unordered_uses(lifetime: Lifetime, domain: Domain, clock: Mapping[int, int]) -> list[list[AccessRecord]]:
-        """Uses of other streams in ``domain`` not ordered before ``clock`` nor covered by
-        record_stream: the ranges of each one's last op, by the order of that op's last range."""
+    def unordered_uses(
+        lifetime: Lifetime, domain: Domain, clock: Mapping[int, int], host: Mapping[int, int] = NO_HOST
+    ) -> list[list[AccessRecord]]:
+        """Uses of other streams in ``domain`` not ordered before ``clock`` (after ``host``) nor
+        covered by record_stream: the ranges of each one's last op, by the order of that op's
+        last range."""
         uses = [
             recs
             for (where, stream), recs in lifetime.last_use.items()
-            if where == domain and stream not in lifetime.recorded and recs[-1].tick > clock.get(stream, 0)
+            if where == domain
+            and stream not in lifetime.recorded
+            and not ordered_before(stream, recs[-1].tick, clock, host)
         ]
         uses.sort(key=lambda recs: recs[-1].order)
         return uses

@@ -9,10 +9,11 @@ more recent, so the reported partner (the most recent racing access) does not ch
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from streamrace.analysis.clocks import Domain, VectorClock
+from streamrace.analysis.clocks import NO_HOST, Domain, ordered_before
 from streamrace.analysis.ranges import ByteRange, Overlap, covers, overlaps
 
 GRANULE_BITS = 21  # 2 MiB: the allocator's small-segment size
@@ -57,8 +58,11 @@ class ShadowMemory:
         # A huge range: cheaper to scan the granules that exist than every one it spans.
         return [g for g in self._granules if first <= g <= last]
 
-    def check(self, new: AccessRecord, clock: VectorClock) -> tuple[AccessRecord | None, Overlap]:
-        """The most recent earlier access racing with ``new`` (issued at ``clock``), if any.
+    def check(
+        self, new: AccessRecord, clock: Mapping[int, int], host: Mapping[int, int] = NO_HOST
+    ) -> tuple[AccessRecord | None, Overlap]:
+        """The most recent earlier access racing with ``new`` (issued at ``clock`` after
+        ``host``, as ``ordered_before`` takes them), if any.
 
         Also forgets the earlier accesses ``new`` makes redundant. Returns the racing access
         and how its overlap was decided.
@@ -78,7 +82,7 @@ class ShadowMemory:
             for old in bucket:
                 if old.forgotten:
                     stale = True
-                elif old.tick <= clock.get(old.stream, 0):  # old happens before new
+                elif ordered_before(old.stream, old.tick, clock, host):
                     if (write or not old.write) and covers(rng, old.rng):
                         old.forgotten = stale = True
                 elif (write or old.write) and old.stream != stream and (racer is None or old.order > racer.order):
