@@ -1,11 +1,14 @@
 // streamrace._core: the C++ analysis core (pybind11; no torch or CUDA headers).
 //
-// Python hands it the trace's events, plain dicts in seq order, and gets back the
-// detections as tuples that streamrace/analysis/core.py turns into the records
-// streamrace/analysis/describe.py reads. Events are taken apart here with the CPython API
-// directly (interned keys, borrowed references): reading the dicts is most of the work, and
-// pybind11's generic object wrappers would double it. Every call holds the GIL.
+// Python hands it the trace's events, plain dicts in seq order, and gets back the detections
+// as they are: the records of engine.h bound as Python classes under the names and fields of
+// the Python engine's records (streamrace/analysis/engine.py), which the detectors read alike
+// (streamrace/analysis/detectors/; tests/test_core_records.py keeps the two in step). Events
+// are taken apart here with the CPython API directly (interned keys, borrowed references):
+// reading the dicts is most of the work, and pybind11's generic object wrappers would double
+// it. Every call holds the GIL.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <string>
 #include <string_view>
@@ -14,6 +17,9 @@
 
 namespace py = pybind11;
 using namespace streamrace;
+
+// Records and lifetimes are reference counted by hand (records.h); their Python objects hold a Ref.
+PYBIND11_DECLARE_HOLDER_TYPE(T, Ref<T>, true)
 
 namespace {
 
@@ -160,23 +166,11 @@ class Core {
 
     void report(py::object& progress) { progress(events_, engine_.ops, engine_.accesses, engine_.graphs); }
 
-    // The detections, for streamrace/analysis/core.py (see its _build for the shapes).
+    // The detections, in detection order (the classes bound below).
     py::list detections() {
         py::list out;
-        for (const Detection& d : engine_.detections) {
-            if (d.kind == Detection::RACE) {
-                out.append(py::make_tuple("race", rec(d.first), rec(d.second), int(d.how), lifetime(d.lifetime),
-                                          lifetime(d.reused)));
-            } else if (d.kind == Detection::UNSAFE_FREE) {
-                out.append(py::make_tuple("unsafe_free", rec(d.first), lifetime(d.lifetime), domain(d.domain),
-                                          rec(d.second), int(d.how), lifetime(d.reused)));
-            } else {
-                py::list users;
-                for (i64 u : d.users) users.append(u);
-                out.append(py::make_tuple("record_stream_noop", py::handle(d.event), lifetime(d.lifetime),
-                                          domain(d.domain), users));
-            }
-        }
+        for (const Detection& d : engine_.detections)
+            std::visit([&](const auto& record) { out.append(py::cast(record)); }, d);
         return out;
     }
 
@@ -241,25 +235,65 @@ class Core {
         if (PyDict_SetItem(dict.ptr(), key, value) < 0) fail();
     }
 
-    static py::object domain(i64 d) { return d == EAGER ? py::none() : py::object(py::int_(d)); }
-
-    static py::object rec(const Rec* r) {
-        if (r == nullptr) return py::none();
-        return py::make_tuple(r->order, r->stream, r->tick, r->write, domain(r->domain), r->device,
-                              py::handle(r->event), py::handle(r->raw));
-    }
-
-    static py::object lifetime(const Lifetime* l) {
-        if (l == nullptr) return py::none();
-        return py::make_tuple(l->id, l->addr, l->size, l->owner, l->device, py::handle(l->alloc),
-                              l->free ? py::handle(l->free) : py::handle(Py_None));
-    }
-
     Engine engine_;
     py::dict stacks_;
     py::dict names_;
     i64 events_ = 0;
 };
+
+// The records as Python sees them: each class mirrors the Python engine's record of its name
+// (its docstring says which), and shows each field as that record holds it.
+py::object domain(i64 d) { return d == EAGER ? py::none() : py::object(py::int_(d)); }
+
+py::object object(PyObject* p) { return p ? py::reinterpret_borrow<py::object>(p) : py::none(); }
+
+py::object overlap(Overlap how) {
+    // The Python engine's enum, imported on first use and kept for the life of the process.
+    static PyObject* const type =
+        py::object(py::module_::import("streamrace.analysis.ranges").attr("Overlap")).release().ptr();
+    return py::reinterpret_borrow<py::object>(type)(int(how));
+}
+
+void bind_records(py::module_& m) {
+    py::class_<Rec, Ref<Rec>>(m, "AccessRecord", "Mirrors streamrace.analysis.shadow.AccessRecord.")
+        .def_readonly("order", &Rec::order)
+        .def_readonly("stream", &Rec::stream)
+        .def_readonly("tick", &Rec::tick)
+        .def_readonly("write", &Rec::write)
+        .def_property_readonly("domain", [](const Rec& r) { return domain(r.domain); })
+        .def_readonly("device", &Rec::device)
+        .def_property_readonly("event", [](const Rec& r) { return object(r.event); })
+        .def_property_readonly("raw", [](const Rec& r) { return object(r.raw); });
+    py::class_<Lifetime, Ref<Lifetime>>(m, "Lifetime", "Mirrors streamrace.analysis.lifetimes.Lifetime.")
+        .def_readonly("id", &Lifetime::id)
+        .def_readonly("addr", &Lifetime::addr)
+        .def_readonly("size", &Lifetime::size)
+        .def_readonly("owner", &Lifetime::owner)
+        .def_readonly("device", &Lifetime::device)
+        .def_property_readonly("alloc", [](const Lifetime& l) { return object(l.alloc); })
+        .def_property_readonly("free", [](const Lifetime& l) { return object(l.free); })
+        .def_property_readonly("end", &Lifetime::end);
+    py::class_<Race, std::shared_ptr<Race>>(m, "Race", "Mirrors streamrace.analysis.engine.Race.")
+        .def_readonly("earlier", &Race::earlier)
+        .def_readonly("later", &Race::later)
+        .def_property_readonly("how", [](const Race& d) { return overlap(d.how); })
+        .def_readonly("lifetime", &Race::lifetime)
+        .def_readonly("reused", &Race::reused);
+    py::class_<UnsafeFree, std::shared_ptr<UnsafeFree>>(m, "UnsafeFree", "Mirrors streamrace.analysis.engine.UnsafeFree.")
+        .def_readonly("use", &UnsafeFree::use)
+        .def_readonly("lifetime", &UnsafeFree::lifetime)
+        .def_property_readonly("domain", [](const UnsafeFree& d) { return domain(d.domain); })
+        .def_readonly("racer", &UnsafeFree::racer)
+        .def_property_readonly("how", [](const UnsafeFree& d) { return overlap(d.how); })
+        .def_readonly("reused", &UnsafeFree::reused)
+        .def_readonly("pending", &UnsafeFree::pending);
+    py::class_<RecordStreamNoop, std::shared_ptr<RecordStreamNoop>>(
+        m, "RecordStreamNoop", "Mirrors streamrace.analysis.engine.RecordStreamNoop.")
+        .def_property_readonly("event", [](const RecordStreamNoop& d) { return object(d.event.get()); })
+        .def_readonly("lifetime", &RecordStreamNoop::lifetime)
+        .def_property_readonly("domain", [](const RecordStreamNoop& d) { return domain(d.domain); })
+        .def_readonly("users", &RecordStreamNoop::users);
+}
 
 }  // namespace
 
@@ -269,6 +303,7 @@ PYBIND11_MODULE(_core, m) {
          intern("frames"), intern("graph"), intern("addr"),   intern("size"),   intern("event"),
          intern("reads"), intern("writes"), intern("nbytes"), intern("shape"),  intern("stride"),
          intern("itemsize")};
+    bind_records(m);
     py::class_<Core>(m, "Core")
         .def(py::init<py::dict>(), py::arg("stacks"))
         .def("feed", &Core::feed, py::arg("event"))

@@ -1,7 +1,7 @@
 // The analysis engine: one pass over the events in seq order, detections out.
-// The port of streamrace/analysis/engine.py; events arrive already taken apart by
-// core.cpp, which also turns the detections back into the Python records that
-// streamrace/analysis/describe.py reads, so findings are built by one piece of code.
+// The port of streamrace/analysis/engine.py; events arrive already taken apart by core.cpp,
+// which also hands the detections to Python as they are, so findings are built by one piece
+// of code (streamrace/analysis/detectors/).
 #pragma once
 
 #include <Python.h>
@@ -10,6 +10,7 @@
 #include <memory>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "clocks.h"
@@ -19,46 +20,33 @@
 
 namespace streamrace {
 
-struct Detection {
-    enum Kind { RACE, UNSAFE_FREE, RECORD_STREAM_NOOP };
-    Kind kind = RACE;
-    Rec* first = nullptr;   // race: the earlier access; unsafe free: the unordered use
-    Rec* second = nullptr;  // race: the later access; unsafe free: the racing access, once folded
+// The detections, field for field the Python engine's records (streamrace/analysis/engine.py);
+// core.cpp binds them to Python under the same names, so one Describer reads both engines'.
+struct Race {
+    Ref<Rec> earlier, later;  // later races with earlier, the most recent earlier access it races with
     Overlap how = NONE;
-    Lifetime* lifetime = nullptr;  // race: the block as the earlier access saw it; else the block
-    Lifetime* reused = nullptr;    // the later lifetime of the colliding bytes, when aliasing
-    i64 domain = EAGER;
-    PyObject* event = nullptr;  // record_stream noop: its event, owned
-    std::vector<i64> users;     // record_stream noop: other streams that used the block so far
-    std::vector<Rec*> pending;  // unsafe free: every range of the use's op on the block, owned
-
-    Detection() = default;
-    Detection(const Detection&) = delete;
-    Detection& operator=(const Detection&) = delete;
-    Detection(Detection&& o) noexcept { *this = std::move(o); }
-    Detection& operator=(Detection&& o) noexcept {
-        kind = o.kind;
-        first = std::exchange(o.first, nullptr);
-        second = std::exchange(o.second, nullptr);
-        how = o.how;
-        lifetime = std::exchange(o.lifetime, nullptr);
-        reused = std::exchange(o.reused, nullptr);
-        domain = o.domain;
-        event = std::exchange(o.event, nullptr);
-        users = std::move(o.users);
-        pending = std::move(o.pending);
-        o.pending.clear();
-        return *this;
-    }
-    ~Detection() {
-        if (first) release(first);
-        if (second) release(second);
-        if (lifetime) release(lifetime);
-        if (reused) release(reused);
-        Py_XDECREF(event);
-        for (Rec* r : pending) release(r);
-    }
+    Ref<Lifetime> lifetime;  // the block of the colliding bytes, as the earlier access saw it
+    Ref<Lifetime> reused;    // set when aliasing: the later lifetime of those bytes
 };
+
+struct UnsafeFree {
+    Ref<Rec> use;  // the last range of the unordered stream's last op on the block
+    Ref<Lifetime> lifetime;
+    i64 domain = EAGER;
+    Ref<Rec> racer;  // set when folded: the new lifetime's racing access
+    Overlap how = NONE;
+    Ref<Lifetime> reused;
+    std::vector<Ref<Rec>> pending;  // every range of the use's op that touched the block (use last)
+};
+
+struct RecordStreamNoop {
+    PyRef event;  // the record_stream event
+    Ref<Lifetime> lifetime;
+    i64 domain = EAGER;
+    std::vector<i64> users;  // other streams that used the block so far
+};
+
+using Detection = std::variant<std::shared_ptr<Race>, std::shared_ptr<UnsafeFree>, std::shared_ptr<RecordStreamNoop>>;
 
 class Engine {
    public:
@@ -120,18 +108,16 @@ class Engine {
         i64 domain;
         const VectorClock& clock = hb.current(appear(owner), domain);
         for (auto& [lifetime, uses] : lifetimes_.settle(owner, domain, clock, hb.host_clock(domain))) {
+            Ref<Lifetime> block = Ref<Lifetime>::adopt(lifetime);  // takes the reference settle gave
             for (auto& recs : uses) {
-                unfolded_[{domain, lifetime->device}].push_back(detections.size());
-                Detection& d = detections.emplace_back();
-                d.kind = Detection::UNSAFE_FREE;
-                retain(recs.back());
-                d.first = recs.back();
-                d.pending = std::move(recs);  // takes the references settle gave
-                retain(lifetime);
-                d.lifetime = lifetime;
-                d.domain = domain;
+                auto d = std::make_shared<UnsafeFree>();
+                d->use = Ref<Rec>(recs.back());
+                for (Rec* r : recs) d->pending.push_back(Ref<Rec>::adopt(r));  // and these
+                d->lifetime = block;
+                d->domain = domain;
+                unfolded_[{domain, lifetime->device}].push_back(d.get());
+                detections.emplace_back(std::move(d));
             }
-            release(lifetime);
         }
         lifetimes_.alloc(addr, size, owner, device, event);
     }
@@ -149,17 +135,16 @@ class Engine {
             if (std::find(rec.begin(), rec.end(), stream) == rec.end()) rec.push_back(stream);
             return;
         }
-        Detection& d = detections.emplace_back();
-        d.kind = Detection::RECORD_STREAM_NOOP;
-        Py_INCREF(event);
-        d.event = event;
-        retain(lifetime);
-        d.lifetime = lifetime;
-        d.domain = hb.domain(appear(stream));
+        auto d = std::make_shared<RecordStreamNoop>();
+        d->event = PyRef(event);
+        d->lifetime = Ref<Lifetime>(lifetime);
+        d->domain = hb.domain(appear(stream));
+        auto& users = d->users;
         for (auto& use : lifetime->last_use)
-            if (std::find(d.users.begin(), d.users.end(), use.first.second) == d.users.end())
-                d.users.push_back(use.first.second);
-        std::sort(d.users.begin(), d.users.end(), [this](i64 a, i64 b) { return index_.at(a) < index_.at(b); });
+            if (std::find(users.begin(), users.end(), use.first.second) == users.end())
+                users.push_back(use.first.second);
+        std::sort(users.begin(), users.end(), [this](i64 a, i64 b) { return index_.at(a) < index_.at(b); });
+        detections.emplace_back(std::move(d));
     }
 
     // One op (or kernel) on stream: begin it, then hand over each of its non-empty ranges.
@@ -193,14 +178,14 @@ class Engine {
         lifetimes_.note_use(rec);
         Overlap how;
         Rec* racer = op_shadow_->check(*rec, *op_clock_, *op_host_, how);
-        std::vector<size_t> folded;
+        std::vector<const UnsafeFree*> folded;
         auto unfolded = unfolded_.find({op_domain_, op_device_});
         if (unfolded != unfolded_.end()) fold(rec, unfolded, folded);
         // The race folded into an unsafe free is not reported twice; a later race with the
         // same use is reported as an aliasing race of its own.
         bool twice = false;
-        for (size_t index : folded) {
-            const Rec* use = detections[index].first;
+        for (const UnsafeFree* unsafe : folded) {
+            const Rec* use = unsafe->use.get();
             twice = twice || (racer != nullptr && racer->stream == use->stream && racer->tick == use->tick);
         }
         if (racer != nullptr && !twice) race(racer, rec, how);
@@ -216,33 +201,30 @@ class Engine {
     }
 
    private:
-    using Unfolded = std::map<std::pair<i64, i64>, std::vector<size_t>>;
+    using Unfolded = std::map<std::pair<i64, i64>, std::vector<UnsafeFree*>>;
 
     // Fold rec into every unsafe free whose pending use it races with through bytes a later
-    // allocation reuses (docs/analysis.md §5); `folded` gets their indices.
-    void fold(Rec* rec, Unfolded::iterator it, std::vector<size_t>& folded) {
-        std::vector<size_t> kept;
-        for (size_t index : it->second) {
-            Detection& unsafe = detections[index];
-            const Rec* use = unsafe.first;
-            const Lifetime* block = unsafe.lifetime;
+    // allocation reuses (docs/analysis.md §5); `folded` gets them.
+    void fold(Rec* rec, Unfolded::iterator it, std::vector<const UnsafeFree*>& folded) {
+        std::vector<UnsafeFree*> kept;
+        for (UnsafeFree* unsafe : it->second) {
+            const Rec* use = unsafe->use.get();
+            const Lifetime* block = unsafe->lifetime.get();
             // A host synchronization ordered the use before everything later.
             if (ordered_before(use->stream_index, use->tick, *op_host_)) continue;
             if (use->stream != rec->stream && !ordered_before(use->stream_index, use->tick, *op_clock_, *op_host_) &&
                 block->addr < rec->rng.hi && rec->rng.lo < block->end()) {
                 Lifetime* reused = nullptr;
-                Overlap how = reuse_race(unsafe, *rec, reused);
+                Overlap how = reuse_race(*unsafe, *rec, reused);
                 if (how != NONE) {
-                    retain(rec);
-                    unsafe.second = rec;
-                    unsafe.how = how;
-                    retain(reused);
-                    unsafe.reused = reused;
-                    folded.push_back(index);
+                    unsafe->racer = Ref<Rec>(rec);
+                    unsafe->how = how;
+                    unsafe->reused = Ref<Lifetime>(reused);
+                    folded.push_back(unsafe);
                     continue;
                 }
             }
-            kept.push_back(index);
+            kept.push_back(unsafe);
         }
         if (kept.empty())
             unfolded_.erase(it);
@@ -252,9 +234,9 @@ class Engine {
 
     // How rec races with a range of the unsafe free's pending use through a byte of the freed
     // block that a later lifetime of rec (`reused`) holds; NONE if it does not.
-    static Overlap reuse_race(const Detection& unsafe, const Rec& rec, Lifetime*& reused) {
-        const Lifetime* block = unsafe.lifetime;
-        for (const Rec* old : unsafe.pending) {
+    static Overlap reuse_race(const UnsafeFree& unsafe, const Rec& rec, Lifetime*& reused) {
+        const Lifetime* block = unsafe.lifetime.get();
+        for (const Ref<Rec>& old : unsafe.pending) {
             if (!(old->write || rec.write)) continue;
             for (Lifetime* now : rec.lifetimes) {
                 i64 lo = std::max(block->addr, now->addr), hi = std::min(block->end(), now->end());
@@ -284,18 +266,13 @@ class Engine {
         } else {
             block = block_of(*earlier, *later);
         }
-        Detection& d = detections.emplace_back();
-        d.kind = Detection::RACE;
-        retain(earlier);
-        d.first = earlier;
-        retain(later);
-        d.second = later;
-        d.how = how;
-        if (block) retain(block);
-        d.lifetime = block;
-        if (reused) retain(reused);
-        d.reused = reused;
-        d.domain = later->domain;
+        auto d = std::make_shared<Race>();
+        d->earlier = Ref<Rec>(earlier);
+        d->later = Ref<Rec>(later);
+        d->how = how;
+        d->lifetime = Ref<Lifetime>(block);
+        d->reused = Ref<Lifetime>(reused);
+        detections.emplace_back(std::move(d));
     }
 
     // The lifetime holding bytes both accesses touched (one lifetime: not aliasing).
@@ -308,8 +285,8 @@ class Engine {
 
     Lifetimes lifetimes_;
     std::map<std::pair<i64, i64>, std::unique_ptr<ShadowMemory>> shadows_;  // (domain, device)
-    // (domain, device) -> unsafe frees (detection indices) whose pending use no access of a
-    // later lifetime has raced with yet, in detection order
+    // (domain, device) -> unsafe frees (owned by `detections`) whose pending use no access of
+    // a later lifetime has raced with yet, in detection order
     Unfolded unfolded_;
     std::unordered_map<i64, unsigned> index_;
     std::vector<i64> handles_;

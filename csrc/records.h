@@ -2,7 +2,8 @@
 // lifetime. They point at each other (an access at the blocks it touched, a block at the
 // last use of each other stream), so both are reference counted by hand, and the lifetimes
 // drop their last uses as soon as nothing can read them again (lifetimes.h): that breaks
-// every cycle and is what keeps memory bounded on a long trace.
+// every cycle and is what keeps memory bounded on a long trace. Detections hold them by Ref,
+// and so do their Python objects (core.cpp binds both under the Python engine's names).
 #pragma once
 
 #include <Python.h>
@@ -55,6 +56,55 @@ inline void release(Rec* r) {
 inline void release(Lifetime* l) {
     if (--l->refs == 0) delete l;
 }
+
+// An owned reference to a Rec or a Lifetime (null allowed); also the pybind11 holder of their
+// Python objects, so a record a finding is being built from outlives the engine that made it.
+template <class T>
+class Ref {
+   public:
+    Ref() = default;
+    explicit Ref(T* p) : p_(p) {
+        if (p_) retain(p_);
+    }
+    static Ref adopt(T* p) {  // takes a reference the caller already holds
+        Ref r;
+        r.p_ = p;
+        return r;
+    }
+    Ref(const Ref& o) : Ref(o.p_) {}
+    Ref(Ref&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+    Ref& operator=(Ref o) noexcept {
+        std::swap(p_, o.p_);
+        return *this;
+    }
+    ~Ref() {
+        if (p_) release(p_);
+    }
+    T* get() const { return p_; }
+    T* operator->() const { return p_; }
+    explicit operator bool() const { return p_ != nullptr; }
+
+   private:
+    T* p_ = nullptr;
+};
+
+// An owned reference to a Python object (null allowed).
+class PyRef {
+   public:
+    PyRef() = default;
+    explicit PyRef(PyObject* p) : p_(p) { Py_XINCREF(p_); }
+    PyRef(const PyRef& o) : PyRef(o.p_) {}
+    PyRef(PyRef&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+    PyRef& operator=(PyRef o) noexcept {
+        std::swap(p_, o.p_);
+        return *this;
+    }
+    ~PyRef() { Py_XDECREF(p_); }
+    PyObject* get() const { return p_; }
+
+   private:
+    PyObject* p_ = nullptr;
+};
 
 inline Rec::~Rec() {
     --alive;

@@ -135,7 +135,7 @@ class _Marker:
 
 def _marker(item: pytest.Item) -> _Marker:
     """The test's ``streamrace`` marker, checked: a wrong one fails the test, saying why."""
-    from streamrace.analysis.findings import SEVERITY
+    from streamrace.analysis.detectors import KINDS
 
     mark = item.get_closest_marker(MARKER)
     if mark is None:
@@ -146,9 +146,9 @@ def _marker(item: pytest.Item) -> _Marker:
         pytest.fail(f"{where} takes only expect=[kinds] and skip=True", pytrace=False)
     expect = mark.kwargs.get("expect", ())
     expect = [expect] if isinstance(expect, str) else list(expect)
-    wrong = sorted(set(expect) - set(SEVERITY))
+    wrong = sorted(set(expect) - set(KINDS))
     if wrong:
-        pytest.fail(f"{where}: unknown finding kind {wrong[0]!r}; kinds are {', '.join(SEVERITY)}", pytrace=False)
+        pytest.fail(f"{where}: unknown finding kind {wrong[0]!r}; kinds are {', '.join(KINDS)}", pytrace=False)
     return _Marker(frozenset(expect), bool(mark.kwargs.get("skip", False)))
 
 

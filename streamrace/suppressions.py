@@ -26,7 +26,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from streamrace.analysis.findings import SEVERITY, Finding
+from streamrace.analysis.detectors import KINDS
+from streamrace.analysis.findings import Finding
 from streamrace.errors import UsageError
 
 if sys.version_info >= (3, 11):
@@ -190,8 +191,8 @@ def _entry(path: str, number: int, entry: dict[str, Any]) -> Suppression:
         raise bad(f"signature {signature!r} is not 16 lowercase hex digits, as reports print it")
     if location is not None and not _LOCATION.fullmatch(location):
         raise bad(f"location {location!r} is not 'file:line'")
-    if kind is not None and kind not in SEVERITY:
-        raise bad(f"kind {kind!r} is not one of {', '.join(SEVERITY)}")
+    if kind is not None and kind not in KINDS:
+        raise bad(f"kind {kind!r} is not one of {', '.join(KINDS)}")
     return Suppression(number, reason, signature, location, kind)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from streamrace.analysis import analyze
+from streamrace.analysis.detectors import DATA_RACE, RECORD_STREAM_NOOP, UNSAFE_FREE
 from streamrace.analysis.engine import Engine
-from streamrace.analysis.findings import DATA_RACE, RECORD_STREAM_NOOP, UNSAFE_FREE
 from streamrace.trace.builder import TraceBuilder
 
 SIZE = 4096

@@ -9,8 +9,7 @@ import re
 import pytest
 
 from streamrace.analysis import analyze
-from streamrace.analysis.describe import suggestion
-from streamrace.analysis.findings import DATA_RACE, RECORD_STREAM_NOOP, UNSAFE_FREE
+from streamrace.analysis.detectors import DATA_RACE, RECORD_STREAM_NOOP, UNSAFE_FREE, suggestion
 from streamrace.trace.builder import TraceBuilder
 
 SIZE = 4096

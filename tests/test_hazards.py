@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 
 from streamrace.analysis import analyze
-from streamrace.analysis.findings import DATA_RACE, RECORD_STREAM_NOOP, UNSAFE_FREE
+from streamrace.analysis.detectors import DATA_RACE, RECORD_STREAM_NOOP, UNSAFE_FREE
 from streamrace.trace.builder import TraceBuilder
 
 BATCH_SIZES = (128, 64, 16, 4)  # captured largest first

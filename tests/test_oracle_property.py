@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from oracle import Oracle
 
 from streamrace.analysis import analyze
-from streamrace.analysis.findings import DATA_RACE, RECORD_STREAM_NOOP, UNSAFE_FREE
+from streamrace.analysis.detectors import DATA_RACE, RECORD_STREAM_NOOP, UNSAFE_FREE
 from streamrace.trace.builder import TraceBuilder
 
 ARENA = 0x10_0000  # blocks of the trace's allocations live here

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from streamrace.analysis import analyze
-from streamrace.analysis.findings import DATA_RACE, UNSAFE_FREE
+from streamrace.analysis.detectors import DATA_RACE, UNSAFE_FREE
 from streamrace.trace.builder import TraceBuilder
 
 MODES = pytest.mark.parametrize("mode", ["eager", "capture"])

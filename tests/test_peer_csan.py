@@ -21,7 +21,7 @@ from __future__ import annotations
 import pytest
 
 from streamrace.analysis import analyze
-from streamrace.analysis.findings import DATA_RACE
+from streamrace.analysis.detectors import DATA_RACE
 from streamrace.trace.builder import TraceBuilder
 
 TENSOR_BYTES = 256

@@ -14,7 +14,7 @@ import networkx as nx
 import pytest
 
 from streamrace.analysis import analyze
-from streamrace.analysis.findings import DATA_RACE, RECORD_STREAM_NOOP, UNSAFE_FREE
+from streamrace.analysis.detectors import DATA_RACE, RECORD_STREAM_NOOP, UNSAFE_FREE
 from streamrace.analysis.ranges import Overlap, normalize, overlaps
 from streamrace.trace import load_trace
 

@@ -9,7 +9,8 @@ import pytest
 
 from streamrace import __version__
 from streamrace.analysis import AnalysisResult
-from streamrace.analysis.findings import DATA_RACE, RECORD_STREAM_NOOP, UNSAFE_FREE, Access, Allocation, Finding
+from streamrace.analysis.detectors import DATA_RACE, RECORD_STREAM_NOOP, UNSAFE_FREE
+from streamrace.analysis.findings import Access, Allocation, Finding
 from streamrace.report import REPORTERS, ReportOptions, TraceResult, json_report, render, text
 from streamrace.trace import FORMAT_VERSION
 

@@ -12,7 +12,8 @@ import jsonschema
 import pytest
 
 from streamrace.analysis import AnalysisResult, analyze
-from streamrace.analysis.findings import MODEL_DISAGREEMENT, SEVERITY, Finding
+from streamrace.analysis.detectors import DETECTORS, KINDS, MODEL_DISAGREEMENT
+from streamrace.analysis.findings import Finding
 from streamrace.cli import main
 from streamrace.report import TraceResult, sarif
 from streamrace.suppressions import Gate, Suppression
@@ -95,7 +96,7 @@ def test_clean_trace_is_a_valid_empty_run(tmp_path: Path) -> None:
     doc = json.loads(out.read_text(encoding="utf-8"))
     _validate(doc)
     assert doc["runs"][0]["results"] == []
-    assert [rule["id"] for rule in doc["runs"][0]["tool"]["driver"]["rules"]] == list(SEVERITY)
+    assert [rule["id"] for rule in doc["runs"][0]["tool"]["driver"]["rules"]] == list(KINDS)
 
 
 def test_suppressed_and_baselined_findings_are_marked_not_dropped() -> None:
@@ -127,11 +128,11 @@ def test_trace_notes_are_tool_notifications() -> None:
 
 def test_rules_say_what_docs_findings_md_says() -> None:
     docs = " ".join((REPO / "docs" / "findings.md").read_text(encoding="utf-8").split())
-    assert set(sarif.RULES) == set(SEVERITY), "every finding kind has a SARIF rule"
-    for kind, meta in sarif.RULES.items():
+    for detector in DETECTORS:
+        kind, rule = detector.kind, detector.rule
         assert f"## `{kind}`" in docs, kind
-        assert " ".join(meta["full"].split()) in docs, f"{kind}: fullDescription is not docs/findings.md's text"
-        for code in re.findall(r"`([^`]+)`", meta["fix"]):
+        assert " ".join(rule.full.split()) in docs, f"{kind}: fullDescription is not docs/findings.md's text"
+        for code in re.findall(r"`([^`]+)`", rule.fix):
             assert f"`{code}`" in docs, f"{kind}: the fix's `{code}` is not in docs/findings.md"
 
 

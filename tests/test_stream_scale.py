@@ -9,7 +9,7 @@ import pytest
 
 from streamrace.analysis import analyze
 from streamrace.analysis.core import CORE_ENV, cpp_available
-from streamrace.analysis.findings import DATA_RACE
+from streamrace.analysis.detectors import DATA_RACE
 from streamrace.trace.builder import TraceBuilder
 
 STREAMS = 20_000

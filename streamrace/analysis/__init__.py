@@ -3,16 +3,19 @@
 ``analyze(trace)`` reads a whole ``Trace``; ``analyze(header, events)`` reads any iterable of
 events in seq order, so a streaming reader (``iter_trace``) feeds it without holding the trace.
 The engine is the C++ core when it is built, else the Python reference (``STREAMRACE_CORE``,
-streamrace/analysis/core.py); both give the same findings.
+streamrace/analysis/core.py); both give the same findings. Whole-trace passes (the graph-truth
+check) see the events on their way to the engine, then its results; each finding kind's
+detector (streamrace/analysis/detectors/) describes the detections of its kind.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from streamrace import __version__
+from streamrace.analysis import detectors
 from streamrace.analysis.core import new_engine
 from streamrace.analysis.dedup import deduplicate
 from streamrace.analysis.describe import Describer
@@ -20,17 +23,6 @@ from streamrace.analysis.engine import Progress
 from streamrace.analysis.findings import Finding
 from streamrace.trace.events import FORMAT_MINOR, FORMAT_VERSION
 from streamrace.trace.io import SKIPPED_EVENTS, Trace
-
-if TYPE_CHECKING:
-    from streamrace.analysis.graph_truth import GraphTruth
-
-
-def _graph_truth() -> GraphTruth:
-    """The graph check, imported only for traces that carry graphs: it brings networkx, the
-    heaviest import of all (docs/performance.md, start-up)."""
-    from streamrace.analysis.graph_truth import GraphTruth
-
-    return GraphTruth()
 
 
 @dataclass(frozen=True)
@@ -133,6 +125,7 @@ def analyze(
     ``progress``, if given, is called with a ``Progress`` (events, ops, accesses, graphs so
     far) every few thousand events and once when the events run out.
     """
+    header: Mapping[str, Any]
     if isinstance(trace, Trace):
         engine = new_engine(trace.stacks)
         events = trace.events
@@ -141,13 +134,15 @@ def analyze(
         engine = new_engine()
         header = trace
     events = events or ()
-    # Recorded traces carry each capture's graph: check the model against its edges on the way.
-    truth = _graph_truth() if header.get("graph_readback") else None
-    engine.run(truth.observe(events) if truth else events, progress)
-    describer = Describer(engine)
-    raw = describer.findings(engine.detections)
-    if truth is not None:
-        raw += truth.disagreements(raw, describer.launch)
+    passes = detectors.trace_passes(header)
+    for trace_pass in passes:
+        events = trace_pass.observe(events)
+    engine.run(events, progress)
+    found: list[object] = list(engine.detections)
+    results = detectors.engine_results(found)
+    for trace_pass in passes:
+        found += trace_pass.detections(results)
+    raw = detectors.describe(found, Describer(engine))
     summary = {
         "findings": 0,
         "graphs": engine.graphs,

@@ -17,11 +17,12 @@ streams that would copy all of them into the clock of every stream used later.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Final
 
 VectorClock = dict[int, int]
 Domain = int | None  # a graph id, or EAGER
 
-EAGER: Domain = None
+EAGER: Final = None
 # The host clock of work in a capture: host synchronizations order no captured work.
 NO_HOST: Mapping[int, int] = {}
 

@@ -8,9 +8,9 @@ compiler is available, and is ten times faster or more. ``STREAMRACE_CORE`` pick
 * ``cpp``: the C++ core, and an error when it was not built;
 * ``python``: the reference engine.
 
-The C++ core hands back its detections as plain tuples; ``CppEngine`` rebuilds the same
-``Race`` / ``UnsafeFree`` / ``RecordStreamNoop`` records the Python engine makes, so one
-``Describer`` writes every finding.
+The C++ core hands back its detections as objects of its own classes that mirror the Python
+engine's records, name for name and field for field (``MIRRORS``; csrc/core.cpp binds them), so
+the same detectors describe both engines' detections.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 from streamrace.analysis.engine import (
     PROGRESS_EVERY,
+    AnalysisEngine,
     Detection,
     Engine,
     Progress,
@@ -29,7 +30,6 @@ from streamrace.analysis.engine import (
     UnsafeFree,
 )
 from streamrace.analysis.lifetimes import Lifetime
-from streamrace.analysis.ranges import Overlap, normalize
 from streamrace.analysis.shadow import AccessRecord
 
 try:
@@ -39,6 +39,20 @@ except ImportError:  # not built: no compiler at install time, or a source check
 
 CORE_ENV = "STREAMRACE_CORE"
 CORES = ("auto", "cpp", "python")
+
+# The C++ core's record classes, each with the Python record it mirrors (the same name, and
+# the same fields but for what only the Python engine keeps: tests/test_core_records.py).
+MIRRORS: dict[type, type] = (
+    {}
+    if _core is None
+    else {
+        _core.AccessRecord: AccessRecord,
+        _core.Lifetime: Lifetime,
+        _core.Race: Race,
+        _core.UnsafeFree: UnsafeFree,
+        _core.RecordStreamNoop: RecordStreamNoop,
+    }
+)
 
 
 def cpp_available() -> bool:
@@ -61,7 +75,7 @@ def selected_core() -> str:
     return wanted
 
 
-def new_engine(stacks: Mapping[int, list[list[Any]]] | None = None, core: str | None = None) -> Engine | CppEngine:
+def new_engine(stacks: Mapping[int, list[list[Any]]] | None = None, core: str | None = None) -> AnalysisEngine:
     """A fresh engine of the selected core (``core`` overrides the environment)."""
     if (core or selected_core()) == "cpp":
         return CppEngine(stacks)
@@ -123,42 +137,8 @@ class CppEngine:
 
     @property
     def detections(self) -> list[Detection]:
-        """The Python engine's detection records, rebuilt from the core's tuples."""
-        records: dict[int, AccessRecord] = {}
-        lifetimes: dict[int, Lifetime] = {}
-
-        def record(t: tuple | None) -> AccessRecord | None:
-            if t is None:
-                return None
-            rec = records.get(t[0])
-            if rec is None:
-                order, stream, tick, write, domain, device, event, raw = t
-                rec = AccessRecord(order, stream, tick, write, normalize(raw), domain, device, event, raw)
-                records[order] = rec
-            return rec
-
-        def lifetime(t: tuple | None) -> Lifetime | None:
-            if t is None:
-                return None
-            found = lifetimes.get(t[0])
-            if found is None:
-                found = lifetimes[t[0]] = Lifetime(*t)
-            return found
-
-        out: list[Detection] = []
-        for kind, *fields in self._core.detections():
-            if kind == "race":
-                earlier, later, how, block, reused = fields
-                out.append(Race(record(earlier), record(later), Overlap(how), lifetime(block), lifetime(reused)))
-            elif kind == "unsafe_free":
-                use, block, domain, racer, how, reused = fields
-                out.append(
-                    UnsafeFree(record(use), lifetime(block), domain, record(racer), Overlap(how), lifetime(reused))
-                )
-            else:
-                event, block, domain, users = fields
-                out.append(RecordStreamNoop(event, lifetime(block), domain, users))
-        return out
+        """The detections, in detection order: the core's mirrors of the Python records."""
+        return self._core.detections()
 
 
 def live_records() -> int:

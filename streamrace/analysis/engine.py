@@ -2,16 +2,17 @@
 
 It drives the happens-before clocks, the shadow memory of each (domain, device) and the
 allocation lifetimes, and keeps what it detects as plain records (``Race``, ``UnsafeFree``,
-``RecordStreamNoop``) that ``describe`` turns into findings once the trace is read: labels
-and stacks may be declared after their first use, and a later reuse can still fold a race
-into an earlier unsafe free (docs/analysis.md §5).
+``RecordStreamNoop``) that their detectors (streamrace/analysis/detectors/) turn into findings
+once the trace is read: labels and stacks may be declared after their first use, and a later
+reuse can still fold a race into an earlier unsafe free (docs/analysis.md §5). The C++ core
+(csrc/engine.h) keeps the same records, and ``AnalysisEngine`` is what both engines offer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from streamrace.analysis.clocks import Domain, HappensBefore, ordered_before
 from streamrace.analysis.lifetimes import Lifetime, Lifetimes
@@ -44,14 +45,14 @@ class UnsafeFree:
     racer: AccessRecord | None = None  # set when folded: the new lifetime's racing access
     how: Overlap = Overlap.NONE
     reused: Lifetime | None = None
-    pending: list[AccessRecord] = field(default_factory=list)  # the engine's, not the C++ core's
+    pending: list[AccessRecord] = field(default_factory=list)
 
 
 @dataclass(eq=False)
 class RecordStreamNoop:
     """``record_stream`` named the block's own stream (H10)."""
 
-    event: dict[str, Any]
+    event: Mapping[str, Any]
     lifetime: Lifetime
     domain: Domain
     users: list[int] = field(default_factory=list)  # other streams that used the block so far
@@ -73,6 +74,33 @@ class Progress(NamedTuple):
     graphs: int  # captures begun
 
 
+class AnalysisEngine(Protocol):
+    """What ``analyze`` and the detectors use of an engine, the Python reference (``Engine``) or
+    the C++ core (``streamrace.analysis.core.CppEngine``): feed it events in seq order, then
+    read its detections, counters and labels."""
+
+    @property
+    def events(self) -> int: ...
+    @property
+    def graphs(self) -> int: ...
+    @property
+    def ops(self) -> int: ...
+    @property
+    def accesses(self) -> int: ...
+    @property
+    def stacks(self) -> Mapping[int, list[list[Any]]]: ...
+    @property
+    def names(self) -> Mapping[int, str]: ...
+    @property
+    def appearance(self) -> Mapping[int, int]: ...
+    @property
+    def detections(self) -> Sequence[Detection]: ...
+
+    def feed(self, ev: Mapping[str, Any]) -> None: ...
+    def run(self, events: Iterable[Mapping[str, Any]], progress: Callable[[Progress], None] | None = None) -> None: ...
+    def remembered(self) -> int: ...
+
+
 class Engine:
     """Feed it events in seq order; read ``detections`` and the counters afterwards."""
 
@@ -90,7 +118,7 @@ class Engine:
         self.devices: dict[int, int] = {}  # stream -> device
         self.events = self.graphs = self.ops = self.accesses = 0
         self._order = 0
-        self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
+        self._handlers: dict[str, Callable[[Mapping[str, Any]], None]] = {
             "stream": self._stream,
             "stack": self._stack,
             "capture_begin": self._capture_begin,
@@ -109,7 +137,7 @@ class Engine:
             "device_sync": lambda ev: self.hb.device_sync(),
         }
 
-    def run(self, events: Iterable[dict[str, Any]], progress: Callable[[Progress], None] | None = None) -> None:
+    def run(self, events: Iterable[Mapping[str, Any]], progress: Callable[[Progress], None] | None = None) -> None:
         """Feed every event; call ``progress`` every PROGRESS_EVERY events and once at the end."""
         feed = self.feed
         if progress is None:
@@ -122,7 +150,7 @@ class Engine:
                 progress(Progress(self.events, self.ops, self.accesses, self.graphs))
         progress(Progress(self.events, self.ops, self.accesses, self.graphs))
 
-    def feed(self, ev: dict[str, Any]) -> None:
+    def feed(self, ev: Mapping[str, Any]) -> None:
         self.events += 1
         stream = ev.get("stream")
         if stream is not None and stream not in self.appearance:
@@ -142,26 +170,26 @@ class Engine:
         return device
 
     # -- declarations ------------------------------------------------------------------------
-    def _stream(self, ev: dict[str, Any]) -> None:
+    def _stream(self, ev: Mapping[str, Any]) -> None:
         if ev.get("name"):
             self.names[ev["stream"]] = ev["name"]
         if ev.get("device") is not None:
             self.devices[ev["stream"]] = ev["device"]
 
-    def _stack(self, ev: dict[str, Any]) -> None:
+    def _stack(self, ev: Mapping[str, Any]) -> None:
         self.stacks[ev["id"]] = ev["frames"]
 
-    def _forget(self, ev: dict[str, Any]) -> None:
+    def _forget(self, ev: Mapping[str, Any]) -> None:
         self.hb.forget(ev["event"])
 
     # -- captures ----------------------------------------------------------------------------
-    def _capture_begin(self, ev: dict[str, Any]) -> None:
+    def _capture_begin(self, ev: Mapping[str, Any]) -> None:
         self.graphs += 1
         if ev.get("device") is not None:
             self.devices.setdefault(ev["stream"], ev["device"])
         self.hb.capture_begin(ev["graph"], ev["stream"])
 
-    def _capture_end(self, ev: dict[str, Any]) -> None:
+    def _capture_end(self, ev: Mapping[str, Any]) -> None:
         graph = ev["graph"]
         self.hb.capture_end(graph)
         # Nothing later is in this domain: its accesses can never race again.
@@ -172,7 +200,7 @@ class Engine:
         self.lifetimes.end_domain(graph)
 
     # -- memory --------------------------------------------------------------------------------
-    def _alloc(self, ev: dict[str, Any]) -> None:
+    def _alloc(self, ev: Mapping[str, Any]) -> None:
         owner = ev["stream"]
         domain, clock = self.hb.current(owner)
         for lifetime, uses in self.lifetimes.settle(owner, domain, clock, self.hb.host_clock(domain)):
@@ -182,12 +210,12 @@ class Engine:
                 self.detections.append(unsafe)
         self.lifetimes.alloc(ev, self._device(ev, owner))
 
-    def _free(self, ev: dict[str, Any]) -> None:
+    def _free(self, ev: Mapping[str, Any]) -> None:
         lifetime = self.lifetimes.free(ev["addr"], self._device(ev, ev.get("stream")), ev)
         if lifetime is not None:
             self.lifetimes.await_reuse(lifetime, self.hb.domain(lifetime.owner))
 
-    def _record_stream(self, ev: dict[str, Any]) -> None:
+    def _record_stream(self, ev: Mapping[str, Any]) -> None:
         stream = ev["stream"]
         lifetime = self.lifetimes.record_stream(ev["addr"], stream, self._device(ev, stream))
         if lifetime is not None and lifetime.owner == stream:
@@ -195,7 +223,7 @@ class Engine:
             self.detections.append(RecordStreamNoop(ev, lifetime, self.hb.domain(stream), users))
 
     # -- work ----------------------------------------------------------------------------------
-    def _op(self, ev: dict[str, Any]) -> None:
+    def _op(self, ev: Mapping[str, Any]) -> None:
         if ev["ev"] == "op":
             self.ops += 1
         reads, writes = ev["reads"], ev["writes"]

@@ -1,7 +1,8 @@
 """Typed findings: what the analysis hands to reporters, the CLI, pytest and CI.
 
 The JSON form (``to_dict``) is a documented, stable contract (docs/json-report.md): fields
-are only ever added, never renamed or removed, within one major version of streamrace.
+are only ever added, never renamed or removed, within one major version of streamrace. The
+finding kinds, with their severities, are their detectors' (streamrace/analysis/detectors/).
 """
 
 from __future__ import annotations
@@ -9,16 +10,6 @@ from __future__ import annotations
 import hashlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
-
-# Finding kinds. Each has a rule id of the same name in SARIF and a section in docs/findings.md.
-DATA_RACE = "data-race"
-UNSAFE_FREE = "unsafe-free"
-RECORD_STREAM_NOOP = "record-stream-noop"
-
-# The stream model and a captured graph's own edges disagree: a fault in streamrace, said loudly.
-MODEL_DISAGREEMENT = "model-disagreement"
-
-SEVERITY = {DATA_RACE: "error", UNSAFE_FREE: "error", RECORD_STREAM_NOOP: "warning", MODEL_DISAGREEMENT: "error"}
 
 
 @dataclass
@@ -78,7 +69,11 @@ class Finding:
 
     @property
     def severity(self) -> str:
-        return SEVERITY[self.kind]
+        """``error`` or ``warning``, as the kind's detector says."""
+        # The detectors build findings, so they are imported here, not when this module is.
+        from streamrace.analysis.detectors import detector
+
+        return detector(self.kind).severity
 
     @property
     def signature(self) -> str:

@@ -6,28 +6,40 @@ between them imposes, and in any order otherwise. The recorder reads each graph 
 module finds every pair of accesses to the same bytes from two launches of one capture, at
 least one a write, asks the graph whether one reaches the other, and compares the answer
 with the races the clock model reported. Any difference is a fault in streamrace or in the
-recording, reported loudly as a ``model-disagreement`` finding naming both launches and their
-graph nodes: the two must never disagree silently.
+recording, a ``Disagreement`` that the model-disagreement detector reports loudly
+(streamrace/analysis/detectors/model_disagreement.py, which runs this check as a pass over the
+engine's results): the two must never disagree silently.
 
 Programmatic (dependent-launch) edges do not order completion and are left out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import networkx as nx
 
-from streamrace.analysis.findings import DATA_RACE, MODEL_DISAGREEMENT, UNSAFE_FREE, Access, Finding
 from streamrace.analysis.ranges import Overlap, normalize, overlaps
 
-_REPORT = (
-    "a fault in streamrace or in its recording, not a verdict on your program: please report it with the trace "
-    "(streamrace run -o trace.jsonl.gz)"
-)
-
 _LAUNCHES = ("op", "kernel")
+
+# What a disagreement is about.
+MISSED = "missed"  # no path in the graph between two conflicting launches, but the model orders them
+SAME_STREAM = "same-stream"  # two conflicting launches of one stream, and no path between them
+UNFOUNDED = "unfounded"  # the model reports a race at a launch every conflicting launch reaches
+
+
+@dataclass(frozen=True, eq=False)
+class Disagreement:
+    """The model and graph ``graph`` disagree about the launch with seq ``later``."""
+
+    what: str  # MISSED, SAME_STREAM or UNFOUNDED
+    graph: int
+    later: int
+    nodes: Mapping[int, list[int]]  # seq -> the graph's node ids, for the launches named
+    launches: tuple[Mapping[str, Any], ...] = ()  # (earlier, later) launch events; none when UNFOUNDED
 
 
 class GraphTruth:
@@ -90,16 +102,9 @@ class GraphTruth:
             if ev["seq"] in involved:
                 self.launches[ev["seq"]] = ev
 
-    def disagreements(
-        self, raw: Iterable[Finding], describe: Callable[[Mapping[str, Any], str], Access]
-    ) -> list[Finding]:
-        """Model-disagreement findings: where the graph and the reported races differ.
-
-        ``describe(event, access_kind)`` turns a launch event into an Access (labels, sites)."""
-        model_later: dict[int, set[int]] = {}
-        for finding in raw:
-            if finding.kind == DATA_RACE or (finding.kind == UNSAFE_FREE and finding.aliasing):
-                model_later.setdefault(finding.graph, set()).add(finding.accesses[1].seq)
+    def disagreements(self, model_later: Mapping[int, Iterable[int]]) -> list[Disagreement]:
+        """Where the graph and the races the model reported differ; ``model_later``: graph ->
+        seqs of the launches the model reports as racing with an earlier one."""
         out = []
         for graph in sorted(self.checked_graphs):
             nodes_of = self.nodes_of[graph]
@@ -108,46 +113,20 @@ class GraphTruth:
             for a, b in sorted(unordered):
                 if b not in reported:
                     reported.add(b)  # one disagreement per later launch
-                    out.append(self._finding(graph, a, b, describe, "no path in the graph, but the model orders them"))
+                    out.append(self._disagreement(MISSED, graph, a, b))
             flagged = {b for _, b in unordered}
             for b in sorted(reported - flagged):
                 out.append(self._unfounded(graph, b))
             for a, b in sorted(self.same_stream_unordered[graph]):
-                out.append(self._finding(graph, a, b, describe, "same stream, yet no path between them in the graph"))
+                out.append(self._disagreement(SAME_STREAM, graph, a, b))
         return out
 
-    def _finding(
-        self, graph: int, a: int, b: int, describe: Callable[[Mapping[str, Any], str], Access], what: str
-    ) -> Finding:
-        first, second = self.launches[a], self.launches[b]
+    def _disagreement(self, what: str, graph: int, a: int, b: int) -> Disagreement:
         nodes = self.nodes_of[graph]
-        return Finding(
-            kind=MODEL_DISAGREEMENT,
-            hazard=None,
-            accesses=[
-                describe(first, "write" if first["writes"] else "read"),
-                describe(second, "write" if second["writes"] else "read"),
-            ],
-            message=(
-                f"streamrace's model and graph {graph} disagree about {first.get('op') or first.get('name')} "
-                f"(nodes {nodes[a]}) and {second.get('op') or second.get('name')} (nodes {nodes[b]}): {what}"
-            ),
-            fix=_REPORT,
-            graph=graph,
-        )
+        return Disagreement(what, graph, b, {a: nodes[a], b: nodes[b]}, (self.launches[a], self.launches[b]))
 
-    def _unfounded(self, graph: int, b: int) -> Finding:
-        return Finding(
-            kind=MODEL_DISAGREEMENT,
-            hazard=None,
-            accesses=[],
-            message=(
-                f"streamrace's model reports a race at the launch with seq {b} (nodes {self.nodes_of[graph][b]}) "
-                f"of graph {graph}, but in the graph every conflicting launch reaches it"
-            ),
-            fix=_REPORT,
-            graph=graph,
-        )
+    def _unfounded(self, graph: int, b: int) -> Disagreement:
+        return Disagreement(UNFOUNDED, graph, b, {b: self.nodes_of[graph][b]})
 
 
 def _ancestor_sets(dag: nx.DiGraph) -> dict[int, int]:

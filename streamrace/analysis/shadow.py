@@ -32,8 +32,8 @@ class AccessRecord:
     rng: ByteRange
     domain: Domain
     device: int
-    event: dict[str, Any]  # the op (or kernel) event
-    raw: dict[str, Any]  # the range as written in the trace
+    event: Mapping[str, Any]  # the op (or kernel) event
+    raw: Mapping[str, Any]  # the range as written in the trace
     lifetimes: tuple[Any, ...] = ()  # the live allocation lifetimes it touched
     forgotten: bool = False
 

@@ -1,7 +1,8 @@
 """The SARIF 2.1.0 report: findings for code-scanning tools (GitHub code scanning, IDEs).
 
 One run for all traces; one result per finding. ``ruleId`` is the finding kind, with rule
-metadata and help taken from docs/findings.md (a test keeps the two in step). A result's
+metadata and help from the kind's detector, in the words of docs/findings.md (a test keeps the
+two in step). A result's
 primary location is the user source line of the later access (for a lint, the call); the
 earlier access and the allocation's alloc, free and reuse sites are related locations, and
 each access's stack is a SARIF stack. ``partialFingerprints`` carries the finding's
@@ -25,15 +26,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from streamrace import __version__
-from streamrace.analysis.findings import (
-    DATA_RACE,
-    MODEL_DISAGREEMENT,
-    RECORD_STREAM_NOOP,
-    SEVERITY,
-    UNSAFE_FREE,
-    Access,
-    Finding,
-)
+from streamrace.analysis.detectors import DETECTORS, KINDS, Detector
+from streamrace.analysis.findings import Access, Finding
 from streamrace.report.options import DEFAULT, ReportOptions
 
 if TYPE_CHECKING:
@@ -44,76 +38,22 @@ SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sar
 FINGERPRINT = "streamraceSignature/v1"
 SRCROOT = "%SRCROOT%"
 
-# Rule metadata: the sentences are docs/findings.md's, word for word (tests/test_sarif.py checks).
-RULES: dict[str, dict[str, str]] = {
-    UNSAFE_FREE: {
-        "name": "UnsafeFree",
-        "short": "A tensor is freed while another stream may still use its block",
-        "full": (
-            "A tensor allocated on stream A was used by stream B, and its last reference died on A "
-            "before A waited for B. PyTorch's caching allocator gives the freed block back to the "
-            "next allocation on A right away; inside a CUDA graph all of these come from the graph's "
-            "private pool, so at replay the new owner's kernels and B's still-running kernel touch the "
-            "same bytes at once."
-        ),
-        "fix": (
-            "Keep the reference alive until after the join: `main.wait_stream(side)` first, then let "
-            "the tensor go (this is what SGLang #36547 does). Or `t.record_stream(side)` after the side "
-            "stream's use."
-        ),
-    },
-    DATA_RACE: {
-        "name": "DataRace",
-        "short": "Two streams touch overlapping bytes with nothing ordering them",
-        "full": (
-            "Two streams touch overlapping bytes, at least one of them writes, and no chain of event "
-            "records and waits orders the first before the second. At replay the graph may run them in "
-            "either order or at once."
-        ),
-        "fix": (
-            "Record an event on the first stream after the first op and wait on it on the second before "
-            "the second op, usually as `second.wait_stream(first)` just before the second access's line."
-        ),
-    },
-    RECORD_STREAM_NOOP: {
-        "name": "RecordStreamNoop",
-        "short": "record_stream names the allocating stream, so it does nothing",
-        "full": (
-            "`t.record_stream(s)` was called with `s` the stream that allocated `t`. PyTorch's allocator "
-            "ignores that: it already orders the block against its own stream."
-        ),
-        "fix": (
-            "Record on the consumer stream, `t.record_stream(consumer)`, or, better, keep a reference "
-            "until after the join."
-        ),
-    },
-    MODEL_DISAGREEMENT: {
-        "name": "ModelDisagreement",
-        "short": "streamrace's model and a captured graph disagree: a fault in streamrace, not your program",
-        "full": (
-            "Not a finding about your program: streamrace's clock model and a captured graph's own edges "
-            "(read back by the recorder) disagree about two launches of one capture."
-        ),
-        "fix": "Report it to streamrace with the trace.",
-    },
-}
-_RULE_ORDER = list(SEVERITY)  # every kind has a rule (tests/test_sarif.py), in a fixed order
 _LEVEL = {"error": "error", "warning": "warning"}
 
 
-def _rule(kind: str) -> dict[str, Any]:
-    meta = RULES[kind]
-    plain_help = f"{meta['full']}\n\nFix: {meta['fix']}\n\nSee docs/findings.md, section `{kind}`."
+def _rule(detector: Detector[Any]) -> dict[str, Any]:
+    kind, rule = detector.kind, detector.rule
+    plain_help = f"{rule.full}\n\nFix: {rule.fix}\n\nSee docs/findings.md, section `{kind}`."
     return {
         "id": kind,
-        "name": meta["name"],
-        "shortDescription": {"text": meta["short"]},
-        "fullDescription": {"text": meta["full"]},
+        "name": rule.name,
+        "shortDescription": {"text": rule.short},
+        "fullDescription": {"text": rule.full},
         "help": {
             "text": plain_help,
-            "markdown": f"{meta['full']}\n\n**Fix:** {meta['fix']}\n\nSee `docs/findings.md`, section `{kind}`.",
+            "markdown": f"{rule.full}\n\n**Fix:** {rule.fix}\n\nSee `docs/findings.md`, section `{kind}`.",
         },
-        "defaultConfiguration": {"level": _LEVEL[SEVERITY[kind]]},
+        "defaultConfiguration": {"level": _LEVEL[detector.severity]},
         "properties": {"tags": ["concurrency", "cuda", "cuda-graphs"], "precision": "high"},
     }
 
@@ -190,7 +130,7 @@ def _result(finding: Finding, trace: str, accepted: Suppressed | None) -> dict[s
         stacks.append(_stack(alloc.free_stack, f"freed on stream {alloc.stream_label}"))
     result: dict[str, Any] = {
         "ruleId": finding.kind,
-        "ruleIndex": _RULE_ORDER.index(finding.kind),
+        "ruleIndex": KINDS.index(finding.kind),
         "kind": "fail",
         "level": _LEVEL[finding.severity],
         "message": {"text": _message(finding)},
@@ -244,7 +184,7 @@ def document(traces: Sequence[TraceResult]) -> dict[str, Any]:
                         "name": "streamrace",
                         "version": __version__,
                         "semanticVersion": __version__,
-                        "rules": [_rule(kind) for kind in _RULE_ORDER],
+                        "rules": [_rule(detector) for detector in DETECTORS],
                     }
                 },
                 "invocations": [invocation],

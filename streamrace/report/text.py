@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from functools import partial
 from typing import IO, TYPE_CHECKING, Any
 
-from streamrace.analysis.describe import Suggestion, suggestion
+from streamrace.analysis.describe import Suggestion
+from streamrace.analysis.detectors import suggestion
 from streamrace.analysis.findings import Access, Allocation, Finding
 from streamrace.report.options import DEFAULT, ReportOptions, Style
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import load_example
 
-from streamrace.analysis.findings import DATA_RACE, RECORD_STREAM_NOOP, UNSAFE_FREE
+from streamrace.analysis.detectors import DATA_RACE, RECORD_STREAM_NOOP, UNSAFE_FREE
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import streamrace
-from streamrace.analysis.findings import DATA_RACE
+from streamrace.analysis.detectors import DATA_RACE
 
 N = 1 << 20
 SLEEP = 20_000_000

@@ -1,0 +1,101 @@
+"""The finding kinds: one detector module each, and every list of kinds derived from them.
+
+``DETECTORS`` is the one list: the kinds and their severities, the SARIF rules (in this order), which detector
+describes which detection record (the Python engine's, the C++ core's mirrors of them, a
+pass's), the whole-trace passes a trace needs and what they read of the engine's results all
+come from it. A new kind is a module here added to ``DETECTORS`` and a section in
+docs/findings.md (docs/analysis.md §8 lists the rest).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from streamrace.analysis.core import MIRRORS
+from streamrace.analysis.describe import Describer, Suggestion
+from streamrace.analysis.detectors import data_race, model_disagreement, record_stream_noop, unsafe_free
+from streamrace.analysis.detectors.detector import Detector, EngineResults, SarifRule, Severity, TracePass
+from streamrace.analysis.findings import Finding
+
+DETECTORS: tuple[Detector[Any], ...] = (
+    data_race.DETECTOR,
+    unsafe_free.DETECTOR,
+    record_stream_noop.DETECTOR,
+    model_disagreement.DETECTOR,
+)
+
+DATA_RACE = data_race.KIND
+UNSAFE_FREE = unsafe_free.KIND
+RECORD_STREAM_NOOP = record_stream_noop.KIND
+MODEL_DISAGREEMENT = model_disagreement.KIND
+
+KINDS: tuple[str, ...] = tuple(d.kind for d in DETECTORS)
+
+_BY_KIND: dict[str, Detector[Any]] = {d.kind: d for d in DETECTORS}
+_BY_RECORD: dict[type, Detector[Any]] = {record: d for d in DETECTORS for record in d.detections}
+_BY_RECORD.update({cpp: _BY_RECORD[python] for cpp, python in MIRRORS.items() if python in _BY_RECORD})
+
+
+def detector(kind: str) -> Detector[Any]:
+    """The detector of a finding kind; ValueError for a kind no detector has."""
+    found = _BY_KIND.get(kind)
+    if found is None:
+        raise ValueError(f"no finding kind {kind!r}; kinds are {', '.join(KINDS)}")
+    return found
+
+
+def detector_of(detection: object) -> Detector[Any]:
+    """The detector that describes a detection record; TypeError for a record none does."""
+    found = _BY_RECORD.get(type(detection))
+    if found is None:
+        raise TypeError(f"no detector describes a {type(detection).__qualname__} detection")
+    return found
+
+
+def describe(detections: Iterable[object], describer: Describer) -> list[Finding]:
+    """One finding per detection, by its detector, in order."""
+    return [detector_of(d).describe(d, describer) for d in detections]
+
+
+def trace_passes(header: Mapping[str, Any]) -> list[TracePass]:
+    """The whole-trace passes a trace with this header gets, in detector order."""
+    return [p for p in (d.trace_pass(header) for d in DETECTORS) if p is not None]
+
+
+def engine_results(detections: Iterable[object]) -> EngineResults:
+    """The engine's detections as the passes read them."""
+    detections = list(detections)
+    unordered: dict[int, set[int]] = {}
+    for d in detections:
+        launch = detector_of(d).unordered_launch(d)
+        if launch is not None and launch[0] is not None:
+            unordered.setdefault(launch[0], set()).add(launch[1])
+    return EngineResults(detections, {graph: frozenset(seqs) for graph, seqs in unordered.items()})
+
+
+def suggestion(finding: Finding) -> Suggestion | None:
+    """The fix of a finding as code at a source line, where its kind says where (a race: a
+    join just before the later access; an unsafe free: just before the free)."""
+    return detector(finding.kind).suggestion(finding)
+
+
+__all__ = [
+    "DATA_RACE",
+    "DETECTORS",
+    "KINDS",
+    "MODEL_DISAGREEMENT",
+    "RECORD_STREAM_NOOP",
+    "UNSAFE_FREE",
+    "Detector",
+    "EngineResults",
+    "SarifRule",
+    "Severity",
+    "TracePass",
+    "describe",
+    "detector",
+    "detector_of",
+    "engine_results",
+    "suggestion",
+    "trace_passes",
+]
