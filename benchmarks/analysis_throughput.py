@@ -10,12 +10,15 @@ then timed in this one process:
   events)``, findings and deduplication included), and both cores' findings compared;
 * what ``streamrace analyze`` does, with either engine: the events streamed from the file.
 
-Printed: accesses per second and the ratios. ``--ten-million`` adds a ten-million-access
-trace analysed while streaming from its file in a fresh process, which reports its peak
-resident memory (a few minutes, mostly writing and parsing JSON). Absolute figures only mean
-something on the machine that ran it; docs/performance.md has ours.
+Printed: accesses per second and the ratios. ``--fan-out N`` times instead an eager trace of
+tens of streams forking and joining every step (``synthetic.fan_out_events``), where the
+clocks carry more of the cost. ``--ten-million`` adds a ten-million-access trace analysed
+while streaming from its file in a fresh process, which reports its peak resident memory (a
+few minutes, mostly writing and parsing JSON). Absolute figures only mean something on the
+machine that ran it; docs/performance.md has ours.
 
     python benchmarks/analysis_throughput.py
+    python benchmarks/analysis_throughput.py --fan-out 32
     python benchmarks/analysis_throughput.py --ten-million
 """
 
@@ -74,16 +77,18 @@ def write(path: str, layers: int, ops: int, captures: int) -> None:
 def throughput(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "capture_set.jsonl.gz")
-        write(path, args.layers, args.ops, args.captures)
+        if args.fan_out:
+            write_trace(path, synthetic.header(), synthetic.fan_out_events(args.fan_out, args.steps))
+            shape = f"{args.steps} eager steps forked to {args.fan_out} side streams"
+        else:
+            write(path, args.layers, args.ops, args.captures)
+            shape = f"{args.captures} captures x {args.layers} layers x {args.ops} ops"
         size = os.path.getsize(path)
 
         load_time, events = timed(lambda: list(iter_trace(path)), args.repeats)
         header, events = events[0], events[1:]
         accesses = sum(len(ev["reads"]) + len(ev["writes"]) for ev in events if ev["ev"] == "op")
-        print(
-            f"trace: {args.captures} captures x {args.layers} layers x {args.ops} ops; {len(events):,} events, "
-            f"{accesses:,} accesses; {size / 1e6:.1f} MB gzip"
-        )
+        print(f"trace: {shape}; {len(events):,} events, {accesses:,} accesses; {size / 1e6:.1f} MB gzip")
         # The events are held in a list here; freezing them keeps the garbage collector from
         # walking them during the timings, as it would not when they stream from the file.
         gc.freeze()
@@ -170,6 +175,8 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=60)
     parser.add_argument("--ops", type=int, default=40, help="ops per layer")
     parser.add_argument("--captures", type=int, default=CAPTURES_PER_MILLION, help="captured batch sizes")
+    parser.add_argument("--fan-out", type=int, metavar="N", help="time the eager fan-out to N side streams instead")
+    parser.add_argument("--steps", type=int, default=2000, help="steps of the fan-out trace")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each fast timing (median)")
     parser.add_argument("--python-repeats", type=int, default=1, help="runs of the pure-Python analysis")
     parser.add_argument("--ten-million", action="store_true", help="also the 10M-access streaming run")

@@ -14,6 +14,10 @@ join (the DeepSeek-V4 freed-before-join bug), so the analysis has findings to bu
 finding per layer and capture, deduplicated into two (at batch size 1 the next allocation
 takes the block; elsewhere the bug is latent).
 
+``fan_out_events`` is the other shape: eager work forked from a main stream to tens of side
+streams and joined back every step, with host synchronizations, so that the clocks (joins of
+tens of streams, the host clock) carry more of the cost.
+
 Used by benchmarks/analysis_throughput.py; events are generated lazily, so a 10-million
 access trace streams through the analysis (or to a file) without being held in memory.
 """
@@ -295,6 +299,43 @@ def synthetic_events(
         w.pool.free(ws)
         yield free(x)
         yield w.ev("capture_end", graph=graph)
+
+
+def fan_out_events(streams: int = 32, steps: int = 2000) -> Iterator[dict[str, Any]]:
+    """Yield the events (no header) of ``steps`` eager steps: main writes an input, each side
+    stream waits on main, reads it and writes its own output, main waits on every side and
+    reads their outputs; a stream_sync of main every 8 steps, a device_sync every 64."""
+    w = _Writer()
+    main = STREAM_BASE
+    sides = [STREAM_BASE + 0x10 * (i + 1) for i in range(streams)]
+    yield w.ev("stream", stream=main, device=0, name="main")
+    for i, side in enumerate(sides):
+        yield w.ev("stream", stream=side, device=0, name=f"side{i}")
+    yield w.ev("stack", id=1, frames=[["model/fan_out.py", 10, "step"]])
+    slot = 1 << 16
+    inputs, outputs = POOL_BASE, POOL_BASE + (1 << 30)
+
+    def op(name: str, stream: int, reads: list, writes: list) -> dict[str, Any]:
+        return w.ev("op", op=name, stream=stream, device=0, reads=reads, writes=writes, stack=1)
+
+    def record_wait(waiter: int, waited: int) -> Iterator[dict[str, Any]]:
+        w.event_ids += 1
+        yield w.ev("event_record", event=w.event_ids, stream=waited)
+        yield w.ev("event_wait", event=w.event_ids, stream=waiter)
+
+    for step in range(steps):
+        x = {"addr": inputs + (step % 4) * slot, "nbytes": slot}
+        yield op("produce", main, [], [x])
+        for i, side in enumerate(sides):
+            yield from record_wait(side, main)
+            yield op("branch", side, [x], [{"addr": outputs + i * slot, "nbytes": slot}])
+        for side in sides:
+            yield from record_wait(main, side)
+        yield op("gather", main, [{"addr": outputs + i * slot, "nbytes": slot} for i in range(streams)], [x])
+        if step % 64 == 63:
+            yield w.ev("device_sync", device=0)
+        elif step % 8 == 7:
+            yield w.ev("stream_sync", stream=main)
 
 
 def header() -> dict[str, Any]:
