@@ -1,8 +1,10 @@
 // Happens-before between stream work: vector clocks per domain (docs/analysis.md §1–2).
 // The port of streamrace/analysis/clocks.py. Streams are numbered densely in order of first
-// appearance; a clock is sparse, the (stream, tick) pairs of the streams it was ordered after,
-// sorted by stream, so memory grows with the orderings and not with the square of the stream
-// count, and with tens of streams a lookup is a short search of a few cache lines.
+// appearance. A clock holds the streams its stream was ordered after: the first DENSE_STREAMS
+// streams of the trace by number (a serving engine's tens), indexed directly as the hot check
+// wants, and any later one as a (stream, tick) pair, sorted. So a clock is at most a few
+// hundred bytes plus what it holds, and memory grows with the orderings, not with the square
+// of the stream count.
 //
 // The host clock is kept apart, not joined into every eager clock at its next op (a
 // synchronization of many streams would copy all of them into every later clock);
@@ -23,61 +25,74 @@ constexpr i64 EAGER = -1;  // the eager domain; graph ids are >= 0
 
 class VectorClock {
    public:
+    static constexpr unsigned DENSE_STREAMS = 64;
+
     // The tick of stream (0: nothing of it is ordered before).
     i64 tick(unsigned stream) const {
+        if (stream < DENSE_STREAMS) return stream < dense_.size() ? dense_[stream] : 0;
         auto it = find(stream);
-        return it != entries_.end() && it->first == stream ? it->second : 0;
+        return it != sparse_.end() && it->first == stream ? it->second : 0;
     }
 
     // One more op on stream: its new tick.
     i64 advance(unsigned stream) {
+        if (stream < DENSE_STREAMS) {
+            if (dense_.size() <= stream) dense_.resize(stream + 1, 0);
+            return ++dense_[stream];
+        }
         auto it = find(stream);
-        if (it == entries_.end() || it->first != stream) it = entries_.insert(it, {stream, 0});
+        if (it == sparse_.end() || it->first != stream) it = sparse_.insert(it, {stream, 0});
         return ++it->second;
     }
 
     // this = max(this, other) element-wise.
     void join(const VectorClock& other) {
-        auto mine = entries_.begin();
-        auto theirs = other.entries_.begin();
+        if (other.dense_.size() > dense_.size()) dense_.resize(other.dense_.size(), 0);
+        for (size_t i = 0; i < other.dense_.size(); ++i) dense_[i] = std::max(dense_[i], other.dense_[i]);
+        auto mine = sparse_.begin();
+        auto theirs = other.sparse_.begin();
         // The common case adds no stream: update in place, and merge only if one is new.
-        for (; theirs != other.entries_.end(); ++theirs) {
-            while (mine != entries_.end() && mine->first < theirs->first) ++mine;
-            if (mine == entries_.end() || mine->first != theirs->first) break;
+        for (; theirs != other.sparse_.end(); ++theirs) {
+            while (mine != sparse_.end() && mine->first < theirs->first) ++mine;
+            if (mine == sparse_.end() || mine->first != theirs->first) break;
             mine->second = std::max(mine->second, theirs->second);
         }
-        if (theirs == other.entries_.end()) return;
+        if (theirs == other.sparse_.end()) return;
         std::vector<Entry> merged;
-        merged.reserve(entries_.size() + size_t(other.entries_.end() - theirs));
-        auto a = entries_.begin();
-        for (auto b = other.entries_.begin(); a != entries_.end() || b != other.entries_.end();) {
-            if (b == other.entries_.end() || (a != entries_.end() && a->first < b->first)) {
+        merged.reserve(sparse_.size() + size_t(other.sparse_.end() - theirs));
+        auto a = sparse_.begin();
+        for (auto b = other.sparse_.begin(); a != sparse_.end() || b != other.sparse_.end();) {
+            if (b == other.sparse_.end() || (a != sparse_.end() && a->first < b->first)) {
                 merged.push_back(*a++);
-            } else if (a == entries_.end() || b->first < a->first) {
+            } else if (a == sparse_.end() || b->first < a->first) {
                 merged.push_back(*b++);
             } else {
                 merged.push_back({a->first, std::max(a->second, b->second)});
                 ++a, ++b;
             }
         }
-        entries_.swap(merged);
+        sparse_.swap(merged);
     }
 
-    bool empty() const { return entries_.empty(); }
-    void clear() { entries_.clear(); }
+    bool empty() const { return dense_.empty() && sparse_.empty(); }
+    void clear() {
+        dense_.clear();
+        sparse_.clear();
+    }
 
    private:
     using Entry = std::pair<unsigned, i64>;
     std::vector<Entry>::const_iterator find(unsigned stream) const {
-        return std::lower_bound(entries_.begin(), entries_.end(), stream,
+        return std::lower_bound(sparse_.begin(), sparse_.end(), stream,
                                 [](const Entry& e, unsigned s) { return e.first < s; });
     }
     std::vector<Entry>::iterator find(unsigned stream) {
-        return std::lower_bound(entries_.begin(), entries_.end(), stream,
+        return std::lower_bound(sparse_.begin(), sparse_.end(), stream,
                                 [](const Entry& e, unsigned s) { return e.first < s; });
     }
 
-    std::vector<Entry> entries_;  // sorted by stream
+    std::vector<i64> dense_;     // streams below DENSE_STREAMS, up to the highest this clock holds
+    std::vector<Entry> sparse_;  // the others, sorted by stream
 };
 
 // The host clock of work in a capture: host synchronizations order no captured work.

@@ -211,9 +211,10 @@ class Engine {
             const Rec* use = unsafe->use.get();
             const Lifetime* block = unsafe->lifetime.get();
             // A host synchronization ordered the use before everything later.
-            if (ordered_before(use->stream_index, use->tick, *op_host_)) continue;
-            if (use->stream != rec->stream && !ordered_before(use->stream_index, use->tick, *op_clock_, *op_host_) &&
-                block->addr < rec->rng.hi && rec->rng.lo < block->end()) {
+            if (!op_host_->empty() && ordered_before(use->stream_index, use->tick, *op_host_)) continue;
+            // The cheap tests first: most pending uses are of other blocks.
+            if (use->stream != rec->stream && block->addr < rec->rng.hi && rec->rng.lo < block->end() &&
+                !ordered_before(use->stream_index, use->tick, *op_clock_, *op_host_)) {
                 Lifetime* reused = nullptr;
                 Overlap how = reuse_race(*unsafe, *rec, reused);
                 if (how != NONE) {

@@ -42,11 +42,11 @@ def test_every_kind_docs_findings_md_describes_has_a_detector() -> None:
 
 def test_kinds_are_unique_and_each_record_has_one_detector() -> None:
     assert len(set(KINDS)) == len(DETECTORS)
-    records = [record for d in DETECTORS for record in d.detections]
+    records = [record for d in DETECTORS for record in d.records]
     assert len(set(records)) == len(records)
     for d in DETECTORS:
         assert detector(d.kind) is d
-        assert all(detector_of(_bare(record)) is d for record in d.detections)
+        assert all(detector_of(_bare(record)) is d for record in d.records)
 
 
 def _bare(record: type) -> object:

@@ -68,3 +68,44 @@ def test_twenty_thousand_streams_of_one_op_each(core: str, monkeypatch: pytest.M
         ("RAW", "aten::sum", len(eager_racers)),
         ("RAW", "aten::cat", len(captured_racers)),
     ]
+
+
+def fork_join(streams: int) -> TraceBuilder:
+    """A main stream forks to ``streams`` side streams, each side also waiting on the one
+    before it, and joins back only every third: clocks of many streams, merged in every order,
+    and the main stream's next write races with the sides it did not join."""
+    tb = TraceBuilder()
+    main = tb.stream("main")
+    sides = [tb.stream() for _ in range(streams)]
+    shared = BASE
+    for step in range(3):
+        tb.op("aten::fill_", main, writes=[tb.span(shared, 64)], at="model.py:40")
+        for i, side in enumerate(sides):
+            tb.wait_stream(side, main)
+            if i and (i + step) % 2:
+                tb.wait_stream(side, sides[i - 1])
+            tb.op(
+                "aten::add", side, reads=[tb.span(shared, 64)], writes=[tb.span(BASE + (i + 1) * SLOT, 8)], at="m.py:41"
+            )
+        for side in sides[step::3]:
+            tb.wait_stream(main, side)
+    tb.op("aten::zero_", main, writes=[tb.span(shared, 64)], at="model.py:42")
+    tb.op("aten::cat", main, reads=[tb.span(BASE + (i + 1) * SLOT, 8) for i in range(streams)], at="model.py:43")
+    return tb
+
+
+@pytest.mark.skipif(not cpp_available(), reason="C++ core not built")
+@pytest.mark.parametrize("streams", [10, 63, 64, 65, 200])
+def test_both_engines_agree_across_the_dense_prefix_of_the_cpp_clocks(
+    streams: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The C++ clock indexes its first 64 streams directly and keeps the rest as pairs."""
+    trace = fork_join(streams).trace()
+    reports = []
+    for core in ("python", "cpp"):
+        monkeypatch.setenv(CORE_ENV, core)
+        result = analyze(trace)
+        reports.append([f.to_dict() for f in result.raw_findings])
+    assert reports[0] == reports[1]
+    hazards = [f["hazard"] for f in reports[0] if f["kind"] == DATA_RACE]
+    assert len(hazards) == len(reports[0]) and "WAR" in hazards and hazards.count("RAW") > streams // 3

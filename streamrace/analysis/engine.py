@@ -263,13 +263,14 @@ class Engine:
         kept: list[UnsafeFree] = []
         for unsafe in self._unfolded[key]:
             use, block = unsafe.use, unsafe.lifetime
-            if ordered_before(use.stream, use.tick, host):
+            if host and ordered_before(use.stream, use.tick, host):
                 continue  # a host synchronization ordered the use before everything later
+            # The cheap tests first: most pending uses are of other blocks.
             if (
                 use.stream != rec.stream
-                and not ordered_before(use.stream, use.tick, clock, host)
                 and block.addr < rec.rng.hi
                 and rec.rng.lo < block.end
+                and not ordered_before(use.stream, use.tick, clock, host)
             ):
                 hit = _reuse_race(unsafe, rec)
                 if hit is not None:

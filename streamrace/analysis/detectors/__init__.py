@@ -33,7 +33,7 @@ MODEL_DISAGREEMENT = model_disagreement.KIND
 KINDS: tuple[str, ...] = tuple(d.kind for d in DETECTORS)
 
 _BY_KIND: dict[str, Detector[Any]] = {d.kind: d for d in DETECTORS}
-_BY_RECORD: dict[type, Detector[Any]] = {record: d for d in DETECTORS for record in d.detections}
+_BY_RECORD: dict[type, Detector[Any]] = {record: d for d in DETECTORS for record in d.records}
 _BY_RECORD.update({cpp: _BY_RECORD[python] for cpp, python in MIRRORS.items() if python in _BY_RECORD})
 
 

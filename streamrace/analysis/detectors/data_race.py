@@ -18,7 +18,7 @@ class DataRaceDetector(Detector[Race]):
     kind = KIND
     severity = "error"
     docs_anchor = "data-race-error"
-    detections = (Race,)
+    records = (Race,)
     rule = SarifRule(
         name="DataRace",
         short="Two streams touch overlapping bytes with nothing ordering them",

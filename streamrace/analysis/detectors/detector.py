@@ -67,7 +67,7 @@ class Detector(ABC, Generic[DetectionT]):
     severity: ClassVar[Severity]
     rule: ClassVar[SarifRule]
     docs_anchor: ClassVar[str]  # the anchor of the kind's section in docs/findings.md
-    detections: ClassVar[tuple[type, ...]]  # the detection records it describes
+    records: ClassVar[tuple[type, ...]]  # the detection records it describes
 
     @abstractmethod
     def describe(self, detection: DetectionT, describer: Describer) -> Finding:

@@ -43,7 +43,7 @@ class ModelDisagreementDetector(Detector[Disagreement]):
     kind = KIND
     severity = "error"
     docs_anchor = "model-disagreement-error"
-    detections = (Disagreement,)
+    records = (Disagreement,)
     rule = SarifRule(
         name="ModelDisagreement",
         short="streamrace's model and a captured graph disagree: a fault in streamrace, not your program",

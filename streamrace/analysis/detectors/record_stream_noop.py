@@ -15,7 +15,7 @@ class RecordStreamNoopDetector(Detector[RecordStreamNoop]):
     kind = KIND
     severity = "warning"
     docs_anchor = "record-stream-noop-warning"
-    detections = (RecordStreamNoop,)
+    records = (RecordStreamNoop,)
     rule = SarifRule(
         name="RecordStreamNoop",
         short="record_stream names the allocating stream, so it does nothing",

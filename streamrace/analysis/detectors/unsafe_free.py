@@ -31,7 +31,7 @@ class UnsafeFreeDetector(Detector[UnsafeFree]):
     kind = KIND
     severity = "error"
     docs_anchor = "unsafe-free-error"
-    detections = (UnsafeFree,)
+    records = (UnsafeFree,)
     rule = SarifRule(
         name="UnsafeFree",
         short="A tensor is freed while another stream may still use its block",

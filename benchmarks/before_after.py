@@ -1,0 +1,101 @@
+"""Analysis time of two checkouts of streamrace, side by side: before and after a change.
+
+Each checkout (a directory holding a built ``streamrace`` package, e.g. ``git worktree add``
+plus ``python setup.py build_ext --inplace``) gets one worker process that builds the
+synthetic traces of benchmarks/synthetic.py in memory once; the runs then alternate between
+the two workers, one timed ``analyze(header, events)`` at a time, so both see the same load
+on a shared machine; a run is timed in the worker's CPU time, which other processes on the
+machine disturb less than wall time. Printed per trace shape and engine: the fastest and the
+median run of each, and after / before (of the fastest).
+
+    python benchmarks/before_after.py /tmp/before /path/to/after --runs 15
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+SHAPES = {
+    "capture set (3 streams, 12 captures)": ("synthetic_events", {"layers": 60, "ops_per_layer": 40, "captures": 12}),
+    "eager fan-out to 32 streams": ("fan_out_events", {"streams": 32, "steps": 2000}),
+}
+
+
+def worker() -> None:
+    """Read ``shape core`` lines; answer each with the seconds of one analysis."""
+    import synthetic
+
+    from streamrace.analysis import analyze
+    from streamrace.analysis.core import CORE_ENV
+
+    traces = {name: list(getattr(synthetic, fn)(**kwargs)) for name, (fn, kwargs) in SHAPES.items()}
+    gc.freeze()
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        shape, core = json.loads(line)
+        os.environ[CORE_ENV] = core
+        gc.collect()
+        start = time.process_time()
+        analyze(synthetic.header(), traces[shape])
+        print(json.dumps({"seconds": time.process_time() - start}), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("before", nargs="?", help="checkout (directory with the streamrace package) before")
+    parser.add_argument("after", nargs="?", help="checkout after")
+    parser.add_argument("--runs", type=int, default=15, help="timed runs per checkout, shape and engine")
+    parser.add_argument("--python-runs", type=int, default=5, help="runs of the pure-Python engine (0: none)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker()
+        return
+    if not (args.before and args.after):
+        parser.error("give the two checkouts, before and after")
+    here = os.path.dirname(os.path.abspath(__file__))
+    workers = {}
+    for label, tree in (("before", args.before), ("after", args.after)):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.abspath(tree), here]))
+        proc = subprocess.Popen(
+            [sys.executable, __file__, "--worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+        )
+        workers[label] = proc
+    for proc in workers.values():
+        assert json.loads(proc.stdout.readline())["ready"]
+
+    def run(label: str, shape: str, core: str) -> float:
+        proc = workers[label]
+        proc.stdin.write((json.dumps([shape, core]) + "\n").encode())
+        proc.stdin.flush()
+        return json.loads(proc.stdout.readline())["seconds"]
+
+    print(f"{'':40} {'engine':7} {'before (CPU s, min/median)':>27} {'after':>21} {'after/before':>12}")
+    for shape in SHAPES:
+        for core, runs in (("cpp", args.runs), ("python", args.python_runs)):
+            if runs == 0:
+                continue
+            times: dict[str, list[float]] = {"before": [], "after": []}
+            for _ in range(runs):
+                for label in times:
+                    times[label].append(run(label, shape, core))
+            before, after = (min(times[k]) for k in ("before", "after"))
+            medians = {k: statistics.median(v) for k, v in times.items()}
+            print(
+                f"{shape:40} {core:7} {before:10.3f} /{medians['before']:8.3f} {after:10.3f} /{medians['after']:8.3f}"
+                f" {after / before:11.2f}x"
+            )
+    for proc in workers.values():
+        proc.stdin.close()
+        proc.wait()
+
+
+if __name__ == "__main__":
+    main()
