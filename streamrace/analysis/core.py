@@ -33,7 +33,7 @@ from streamrace.analysis.lifetimes import Lifetime
 from streamrace.analysis.shadow import AccessRecord
 
 try:
-    from streamrace import _core
+    import streamrace._core as _core
 except ImportError:  # not built: no compiler at install time, or a source checkout
     _core = None
 

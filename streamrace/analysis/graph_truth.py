@@ -7,8 +7,8 @@ module finds every pair of accesses to the same bytes from two launches of one c
 least one a write, asks the graph whether one reaches the other, and compares the answer
 with the races the clock model reported. Any difference is a fault in streamrace or in the
 recording, a ``Disagreement`` that the model-disagreement detector reports loudly
-(streamrace/analysis/detectors/model_disagreement.py, which runs this check as a pass over the
-engine's results): the two must never disagree silently.
+(streamrace/analysis/detectors/model_disagreement.py, which declares the record and runs this
+check as a pass over the engine's results): the two must never disagree silently.
 
 Programmatic (dependent-launch) edges do not order completion and are left out.
 """
@@ -16,30 +16,14 @@ Programmatic (dependent-launch) edges do not order completion and are left out.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import networkx as nx
 
+from streamrace.analysis.detectors.model_disagreement import MISSED, SAME_STREAM, UNFOUNDED, Disagreement
 from streamrace.analysis.ranges import Overlap, normalize, overlaps
 
 _LAUNCHES = ("op", "kernel")
-
-# What a disagreement is about.
-MISSED = "missed"  # no path in the graph between two conflicting launches, but the model orders them
-SAME_STREAM = "same-stream"  # two conflicting launches of one stream, and no path between them
-UNFOUNDED = "unfounded"  # the model reports a race at a launch every conflicting launch reaches
-
-
-@dataclass(frozen=True, eq=False)
-class Disagreement:
-    """The model and graph ``graph`` disagree about the launch with seq ``later``."""
-
-    what: str  # MISSED, SAME_STREAM or UNFOUNDED
-    graph: int
-    later: int
-    nodes: Mapping[int, list[int]]  # seq -> the graph's node ids, for the launches named
-    launches: tuple[Mapping[str, Any], ...] = ()  # (earlier, later) launch events; none when UNFOUNDED
 
 
 class GraphTruth:

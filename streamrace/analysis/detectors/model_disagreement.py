@@ -1,19 +1,40 @@
 """``model-disagreement``: streamrace's clock model and a captured graph's own edges disagree,
 a fault in streamrace or its recording, said loudly (docs/findings.md). The graph-truth check
 (streamrace/analysis/graph_truth.py) runs as a pass over the trace and the engine's results
-wherever the recorder read the graphs back; each ``Disagreement`` it finds is one finding."""
+wherever the recorder read the graphs back; each ``Disagreement`` it finds is one finding.
+
+The check is imported only when a trace needs it: it brings networkx, the heaviest import of
+all (docs/performance.md, start-up), so its record is declared here.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from streamrace.analysis.describe import Describer
 from streamrace.analysis.detectors.detector import Detector, EngineResults, SarifRule, TracePass
 from streamrace.analysis.findings import Finding
-from streamrace.analysis.graph_truth import MISSED, SAME_STREAM, UNFOUNDED, Disagreement, GraphTruth
 
 KIND = "model-disagreement"
+
+# What a disagreement is about.
+MISSED = "missed"  # no path in the graph between two conflicting launches, but the model orders them
+SAME_STREAM = "same-stream"  # two conflicting launches of one stream, and no path between them
+UNFOUNDED = "unfounded"  # the model reports a race at a launch every conflicting launch reaches
+
+
+@dataclass(frozen=True, eq=False)
+class Disagreement:
+    """The model and graph ``graph`` disagree about the launch with seq ``later``."""
+
+    what: str  # MISSED, SAME_STREAM or UNFOUNDED
+    graph: int
+    later: int
+    nodes: Mapping[int, list[int]]  # seq -> the graph's node ids, for the launches named
+    launches: tuple[Mapping[str, Any], ...] = ()  # (earlier, later) launch events; none when UNFOUNDED
+
 
 _FIX = (
     "a fault in streamrace or in its recording, not a verdict on your program: please report it with the trace "
@@ -30,6 +51,8 @@ class GraphTruthPass:
     events, then compares the graphs with the races the engine reported."""
 
     def __init__(self) -> None:
+        from streamrace.analysis.graph_truth import GraphTruth  # networkx: only for traces with graphs
+
         self.truth = GraphTruth()
 
     def observe(self, events: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
