@@ -302,7 +302,7 @@ def header() -> dict[str, Any]:
 
 
 def with_captured_graphs(events: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """The events with each capture's graph read back before its ``capture_end``, built the
+    """The events with each capture's graph read back after its ``capture_end``, built the
     way CUDA's stream capture builds it: one kernel node per captured op, depending on its
     stream's capture frontier; an event record snapshots a frontier, a wait merges it in.
 
@@ -331,12 +331,11 @@ def with_captured_graphs(events: Iterator[dict[str, Any]]) -> Iterator[dict[str,
         elif capturing is not None and kind == "event_wait":
             joined = frontier.setdefault(ev["stream"], [])
             joined.extend(n for n in snapshot.get(ev["event"], []) if n not in joined)
-        elif kind == "capture_end":
-            yield {"seq": seq - 1, "ev": "graph", "graph": capturing, "nodes": nodes, "edges": edges}
-            ev["seq"] = seq
+        yield ev
+        if kind == "capture_end":  # the recorder reads the graph back as the capture ends
+            yield {"seq": seq, "ev": "graph", "graph": capturing, "nodes": nodes, "edges": edges}
             seq += 1
             capturing = None
-        yield ev
 
 
 def graph_header() -> dict[str, Any]:
