@@ -85,6 +85,15 @@ ByteRange normalize(PyObject* raw) {
     return normalize_strided(addr, dims, steps, itemsize);
 }
 
+// The graph check's side of a run (defined below Core): a GraphCollector.observe iterator
+// handed to Core::run is unwrapped, so that each launch's ranges are read once, by the engine,
+// and handed to the capture the collector keeps them for.
+struct Capture;
+class GraphCollector;
+Capture* collect(PyObject* events, PyObject* ev);  // the capture ev's ranges go to, if any
+PyObject* observed_source(PyObject* events);       // an observer's events, else null
+void capture_range(Capture* capture, const ByteRange& range, bool write);
+
 class Core {
    public:
     explicit Core(py::dict stacks) : stacks_(std::move(stacks)) {}
@@ -147,12 +156,16 @@ class Core {
 
     // Feed every event of an iterable; progress(events, ops, accesses, graphs) every `every`.
     void run(py::iterable events, py::object progress, i64 every) {
-        PyObject* it = PyObject_GetIter(events.ptr());
+        PyObject* observer = observed_source(events.ptr()) != nullptr ? events.ptr() : nullptr;
+        PyObject* it = PyObject_GetIter(observer != nullptr ? observed_source(observer) : events.ptr());
         if (it == nullptr) fail();
         py::object iterator = py::reinterpret_steal<py::object>(it);
         while (PyObject* ev = PyIter_Next(it)) {
             py::object owned = py::reinterpret_steal<py::object>(ev);
+            sink_ = nullptr;
+            if (observer != nullptr) sink_ = collect(observer, ev);
             feed(owned);
+            sink_ = nullptr;
             if (!progress.is_none() && events_ % every == 0) report(progress);
             // Iterating a list runs no Python code, so Ctrl-C would wait for the end otherwise.
             if (events_ % 4096 == 0 && PyErr_CheckSignals() != 0) fail();
@@ -220,6 +233,7 @@ class Core {
             for (Py_ssize_t i = 0; i < n; ++i) {
                 ByteRange rng = normalize(items[i]);
                 if (rng.empty()) continue;
+                if (sink_ != nullptr) capture_range(sink_, rng, w == 1);
                 engine_.access(ev, items[i], std::move(rng), w == 1);
             }
         }
@@ -261,6 +275,7 @@ class Core {
     py::dict stacks_;
     py::dict names_;
     i64 events_ = 0;
+    Capture* sink_ = nullptr;  // where the current launch's ranges also go (the graph check's)
 };
 
 // The graph check's node index: launch seq -> the ids of its nodes, in creation order (what
@@ -308,9 +323,9 @@ bool exact_int(PyObject* value, i64& out) {
     return !overflow;
 }
 
-// One capture's launches as the graph check needs them, read as each launch went by (its dict
-// is still in the cache then: read again at the end, a capture of thousands of launches costs
-// a cache miss per field).
+// One capture's launches as the graph check needs them, taken as each launch goes by: its dict
+// is in the cache then (read again at the end, a capture of thousands of launches costs a
+// cache miss per field), and when the engine runs alongside, its own reading of the ranges.
 struct Capture {
     py::list events;  // the launches, in program order
     std::vector<i64> seqs, streams;
@@ -318,13 +333,27 @@ struct Capture {
     std::vector<ByteRange> strided;
     bool unusual = false;  // a number beyond the C++ core's 64 (62) bits
 
-    void add(PyObject* ev) {
+    void add_launch(PyObject* ev) {
         if (PyList_Append(events.ptr(), ev) < 0) fail();
-        const int launch = int(seqs.size());
         i64 seq = 0, stream = 0;
         if (!exact_int(need(ev, K.seq), seq) || !exact_int(need(ev, K.stream), stream)) unusual = true;
         seqs.push_back(seq);
         streams.push_back(stream);
+    }
+
+    // A range of the launch added last; `range` not empty.
+    void add_range(const ByteRange& range, bool write) {
+        int lattice = -1;
+        if (!range.dense()) {
+            lattice = int(strided.size());
+            strided.push_back(range);
+        }
+        accesses.push_back({range.lo, range.hi, int(seqs.size()) - 1, lattice, write});
+    }
+
+    // A launch and its ranges, read here.
+    void add(PyObject* ev) {
+        add_launch(ev);
         PyObject* lists[2] = {need(ev, K.reads), need(ev, K.writes)};
         for (int w = 0; w < 2; ++w) {
             py::object fast =
@@ -335,13 +364,7 @@ struct Capture {
             for (Py_ssize_t r = 0; r < n; ++r) {
                 try {
                     ByteRange range = normalize(items[r]);
-                    if (range.empty()) continue;
-                    int lattice = -1;
-                    if (!range.dense()) {
-                        lattice = int(strided.size());
-                        strided.push_back(range);
-                    }
-                    accesses.push_back({range.lo, range.hi, launch, lattice, w == 1});
+                    if (!range.empty()) add_range(range, w == 1);
                 } catch (const std::overflow_error&) {
                     unusual = true;
                 }
@@ -354,7 +377,7 @@ struct Capture {
 // i < j positions in the capture's launches of an unordered conflicting pair; None when the
 // graph is one this fast path leaves to the Python reference (malformed, cyclic, numbers beyond
 // 64 bits), which then either reports it or checks it.
-py::object check_capture(const Capture& capture, PyObject* graph_ev) {
+py::object check_capture(Capture& capture, PyObject* graph_ev) {
     PyObject* nodes = get(graph_ev, K.nodes);
     PyObject* edges = get(graph_ev, K.edges);
     if (capture.unusual || nodes == nullptr || edges == nullptr || !PyList_Check(nodes) || !PyList_Check(edges))
@@ -364,7 +387,7 @@ py::object check_capture(const Capture& capture, PyObject* graph_ev) {
     stream_of.reserve(count);
     for (int i = 0; i < count; ++i) stream_of.push_back({capture.seqs[i], capture.streams[i]});
     auto by_seq = [](const auto& a, const auto& b) { return a.first < b.first; };
-    std::stable_sort(stream_of.begin(), stream_of.end(), by_seq);
+    if (!std::is_sorted(stream_of.begin(), stream_of.end(), by_seq)) std::stable_sort(stream_of.begin(), stream_of.end(), by_seq);
     const Py_ssize_t n = PyList_GET_SIZE(nodes);
     std::vector<i64> hint(n, 0);
     std::vector<char> has_hint(n, 0);
@@ -419,7 +442,7 @@ py::object check_capture(const Capture& capture, PyObject* graph_ev) {
         if (source == target) return py::none();
         ordering.push_back({target, source});
     }
-    std::stable_sort(ordering.begin(), ordering.end(), by_seq);
+    if (!std::is_sorted(ordering.begin(), ordering.end(), by_seq)) std::stable_sort(ordering.begin(), ordering.end(), by_seq);
     std::vector<int> pred_start(n + 1, 0), preds;
     preds.reserve(ordering.size());
     for (const auto& [target, source] : ordering) {
@@ -429,8 +452,8 @@ py::object check_capture(const Capture& capture, PyObject* graph_ev) {
     for (Py_ssize_t i = 0; i < n; ++i) pred_start[i + 1] += pred_start[i];
     graph_truth::GraphReach reach(pred_start, preds, hint, has_hint);
     if (!reach.acyclic()) return py::none();
-    std::stable_sort(index.ids.begin(), index.ids.end(), by_seq);
-    std::stable_sort(positions.begin(), positions.end(), by_seq);
+    if (!std::is_sorted(index.ids.begin(), index.ids.end(), by_seq)) std::stable_sort(index.ids.begin(), index.ids.end(), by_seq);
+    if (!std::is_sorted(positions.begin(), positions.end(), by_seq)) std::stable_sort(positions.begin(), positions.end(), by_seq);
     graph_truth::Launches launches(reach);
     std::vector<int> launch_of;              // checked launch -> its position in the capture
     std::vector<int> checked_of(count, -1);  // and back
@@ -444,12 +467,13 @@ py::object check_capture(const Capture& capture, PyObject* graph_ev) {
         launches.add(own);
         launch_of.push_back(i);
     }
-    std::vector<graph_truth::Access> accesses;
-    accesses.reserve(capture.accesses.size());
-    for (graph_truth::Access a : capture.accesses) {
+    std::vector<graph_truth::Access>& accesses = capture.accesses;  // renumbered in place: the capture is done
+    size_t kept = 0;
+    for (graph_truth::Access& a : accesses) {
         a.launch = checked_of[a.launch];
-        if (a.launch >= 0) accesses.push_back(a);
+        if (a.launch >= 0) accesses[kept++] = a;
     }
+    accesses.resize(kept);
     graph_truth::CoveringSweep sweep(launches, accesses, capture.strided);
     py::list pairs;
     for (const auto& [a, b] : sweep.found()) pairs.append(py::make_tuple(launch_of[a], launch_of[b]));
@@ -460,26 +484,21 @@ py::object check_capture(const Capture& capture, PyObject* graph_ev) {
 // graph arrives, then check_capture, then on_graph(graph, launches, graph_event, result).
 class GraphCollector {
    public:
-    void feed(PyObject* ev, PyObject* on_graph) {
+    // The capture a launch went to (null: none, or not a launch). `read_ranges` false: the
+    // caller hands it the launch's ranges (Core::run, which reads them anyway).
+    Capture* feed(PyObject* ev, PyObject* on_graph, bool read_ranges = true) {
         PyObject* kind_obj = need(ev, K.ev);
-        if (!PyUnicode_Check(kind_obj)) return;
+        if (!PyUnicode_Check(kind_obj)) return nullptr;
         Py_ssize_t len;
         const char* text = PyUnicode_AsUTF8AndSize(kind_obj, &len);
         if (text == nullptr) fail();
         std::string_view kind(text, len);
-        if (kind == "capture_begin") {  // a graph captured again starts afresh
-            PyObject* graph = need(ev, K.graph);
-            PyObject* slot = PyDict_GetItemWithError(open_.ptr(), graph);
-            if (slot == nullptr && PyErr_Occurred()) fail();
-            const i64 key = slot != nullptr ? as_int(slot) : next_slot_++;
-            if (slot == nullptr && PyDict_SetItem(open_.ptr(), graph, py::int_(key).ptr()) < 0) fail();
-            captures_[key] = std::make_unique<Capture>();
-        } else if (kind == "op" || kind == "kernel") {
-            if (get(ev, K.stream) == nullptr) return;
+        if (kind == "op" || kind == "kernel") {
+            if (get(ev, K.stream) == nullptr) return nullptr;
             PyObject* graph = kind == "kernel" ? get(ev, K.graph) : nullptr;
             PyObject* slot = nullptr;
             if (graph == nullptr) {  // an op: its capture is the one open, if only one is
-                if (PyDict_GET_SIZE(open_.ptr()) != 1) return;
+                if (PyDict_GET_SIZE(open_.ptr()) != 1) return nullptr;
                 Py_ssize_t at = 0;
                 PyObject* key;
                 PyDict_Next(open_.ptr(), &at, &key, &slot);
@@ -487,16 +506,30 @@ class GraphCollector {
                 slot = PyDict_GetItemWithError(open_.ptr(), graph);
                 if (slot == nullptr) {
                     if (PyErr_Occurred()) fail();
-                    return;
+                    return nullptr;
                 }
             }
-            captures_.at(as_int(slot))->add(ev);
+            Capture* capture = captures_.at(as_int(slot)).get();
+            if (read_ranges) {
+                capture->add(ev);
+            } else {
+                capture->add_launch(ev);
+            }
+            return capture;
+        }
+        if (kind == "capture_begin") {  // a graph captured again starts afresh
+            PyObject* graph = need(ev, K.graph);
+            PyObject* slot = PyDict_GetItemWithError(open_.ptr(), graph);
+            if (slot == nullptr && PyErr_Occurred()) fail();
+            const i64 key = slot != nullptr ? as_int(slot) : next_slot_++;
+            if (slot == nullptr && PyDict_SetItem(open_.ptr(), graph, py::int_(key).ptr()) < 0) fail();
+            captures_[key] = std::make_unique<Capture>();
         } else if (kind == "graph") {
             py::object graph = py::reinterpret_borrow<py::object>(need(ev, K.graph));
             PyObject* slot = PyDict_GetItemWithError(open_.ptr(), graph.ptr());
             if (slot == nullptr) {
                 if (PyErr_Occurred()) fail();
-                return;
+                return nullptr;
             }
             const i64 key = as_int(slot);
             if (PyDict_DelItem(open_.ptr(), graph.ptr()) < 0) fail();
@@ -505,6 +538,7 @@ class GraphCollector {
             py::object result = check_capture(*capture, ev);
             py::reinterpret_borrow<py::object>(on_graph)(graph, capture->events, py::handle(ev), result);
         }
+        return nullptr;
     }
 
    private:
@@ -575,6 +609,18 @@ py::object observe(py::object collector, py::iterable events, py::object on_grap
     o->on_graph = on_graph.release().ptr();
     return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(o));
 }
+
+PyObject* observed_source(PyObject* events) {
+    if (observer_type == nullptr || Py_TYPE(events) != observer_type) return nullptr;
+    return reinterpret_cast<Observer*>(events)->source;
+}
+
+Capture* collect(PyObject* events, PyObject* ev) {
+    auto* o = reinterpret_cast<Observer*>(events);
+    return o->impl->feed(ev, o->on_graph, false);
+}
+
+void capture_range(Capture* capture, const ByteRange& range, bool write) { capture->add_range(range, write); }
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <unordered_map>
 #include <utility>
@@ -165,6 +166,25 @@ class Launches {
     std::deque<Clock> own_;  // join and meet of the launches with several nodes
 };
 
+// Most accesses repeat a span met shortly before (one tensor, op after op): a small
+// direct-mapped table of recent spans keeps the repeats out of the sweep's sorts.
+class RecentSpans {
+   public:
+    RecentSpans() { table_.fill({1, 0}); }  // an empty span: never asked about
+    // Was [lo, hi) met recently? Remembers it either way.
+    bool seen(i64 lo, i64 hi) {
+        const unsigned long long mixed = (static_cast<unsigned long long>(lo) * 0x9E3779B97F4A7C15ull) ^
+                                         (static_cast<unsigned long long>(hi) * 0xC2B2AE3D27D4EB4Full);
+        std::pair<i64, i64>& entry = table_[(mixed >> 32) % table_.size()];
+        if (entry.first == lo && entry.second == hi) return true;
+        entry = {lo, hi};
+        return false;
+    }
+
+   private:
+    std::array<std::pair<i64, i64>, 1024> table_;
+};
+
 // One range of one launch: its span, and its lattice in `strided` when it is not dense.
 struct Access {
     i64 lo, hi;
@@ -195,18 +215,25 @@ class CoveringSweep {
     const std::vector<std::pair<int, int>>& found() const { return found_; }
 
    private:
+    // The accesses stepped on one segment: its writes and its reads, each in program order,
+    // and where each slice starts in them. A slice's writes are writes[slice.writes ..
+    // next slice's), likewise its reads.
     struct Slice {
-        int cover = -1;  // the covering write (an access) that starts it; -1 for the first slice
-        std::vector<int> writes, reads;
+        int cover;  // the covering write (an access) that starts it; -1 for the first slice
+        int writes, reads;
     };
-    using Segment = std::vector<Slice>;  // the latest slice last; empty until first touched
+    struct Segment {
+        std::vector<int> writes, reads;
+        std::vector<Slice> slices;  // the latest last; empty until the segment is first touched
+    };
 
     // The accesses that can meet a write (every write, and the reads whose spans meet the
     // union of the written spans), in program order; fills cuts_ with their span boundaries.
     std::vector<int> cut() {
         std::vector<std::pair<i64, i64>> spans;
+        RecentSpans written, relevant_spans;
         for (const Access& a : accesses_)
-            if (a.write && a.lo < a.hi) spans.push_back({a.lo, a.hi});
+            if (a.write && a.lo < a.hi && !written.seen(a.lo, a.hi)) spans.push_back({a.lo, a.hi});
         std::sort(spans.begin(), spans.end());
         std::vector<i64> starts, ends;
         for (const auto& [lo, hi] : spans) {
@@ -226,6 +253,7 @@ class CoveringSweep {
                 if (!((k > 0 && ends[k - 1] > a.lo) || (k < starts.size() && starts[k] < a.hi))) continue;
             }
             relevant.push_back(i);
+            if (relevant_spans.seen(a.lo, a.hi)) continue;
             cuts_.push_back(a.lo);
             cuts_.push_back(a.hi);
         }
@@ -247,19 +275,21 @@ class CoveringSweep {
     }
 
     void step(Segment& segment, int i) {
-        if (segment.empty()) segment.emplace_back();
+        if (segment.slices.empty()) segment.slices.push_back({-1, 0, 0});
         const Access& access = accesses_[i];
         const int b = access.launch;
-        Slice& latest = segment.back();
+        const Slice latest = segment.slices.back();
         bool covering = access.write;
-        for (int pass = 0; pass < (access.write ? 2 : 1); ++pass) {
-            for (int j : pass == 0 ? latest.writes : latest.reads) {
-                const int a = accesses_[j].launch;
+        auto scan = [&](const std::vector<int>& partners, int from) {
+            for (size_t k = from; k < partners.size(); ++k) {
+                const int a = accesses_[partners[k]].launch;
                 if (a == b || launches_.reaches_all(a, b)) continue;
                 covering = false;
-                if (!launches_.reaches(a, b) && meets(j, i)) found_.push_back({a, b});
+                if (!launches_.reaches(a, b) && meets(partners[k], i)) found_.push_back({a, b});
             }
-        }
+        };
+        scan(segment.writes, latest.writes);
+        if (access.write) scan(segment.reads, latest.reads);
         if (latest.cover >= 0) {
             const int a = accesses_[latest.cover].launch;
             if (a != b && !launches_.reaches_all(a, b)) {
@@ -268,10 +298,9 @@ class CoveringSweep {
             }
         }
         if (covering) {
-            segment.emplace_back();
-            segment.back().cover = i;
+            segment.slices.push_back({i, int(segment.writes.size()), int(segment.reads.size())});
         } else {
-            (access.write ? latest.writes : latest.reads).push_back(i);
+            (access.write ? segment.writes : segment.reads).push_back(i);
         }
     }
 
@@ -279,15 +308,17 @@ class CoveringSweep {
     void walk_back(const Segment& segment, int i) {
         const Access& access = accesses_[i];
         const int b = access.launch;
-        for (size_t s = segment.size() - 1; s-- > 0;) {
-            const int cover = segment[s + 1].cover;
-            if (meets(cover, i)) found_.push_back({accesses_[cover].launch, b});
-            const Slice& slice = segment[s];
-            for (int pass = 0; pass < (access.write ? 2 : 1); ++pass)
-                for (int j : pass == 0 ? slice.writes : slice.reads) {
-                    const int a = accesses_[j].launch;
-                    if (a != b && !launches_.reaches(a, b) && meets(j, i)) found_.push_back({a, b});
-                }
+        auto scan = [&](const std::vector<int>& partners, int from, int to) {
+            for (int k = from; k < to; ++k) {
+                const int a = accesses_[partners[k]].launch;
+                if (a != b && !launches_.reaches(a, b) && meets(partners[k], i)) found_.push_back({a, b});
+            }
+        };
+        for (size_t s = segment.slices.size() - 1; s-- > 0;) {
+            const Slice &slice = segment.slices[s], &later = segment.slices[s + 1];
+            if (meets(later.cover, i)) found_.push_back({accesses_[later.cover].launch, b});
+            scan(segment.writes, slice.writes, later.writes);
+            if (access.write) scan(segment.reads, slice.reads, later.reads);
             if (slice.cover < 0) return;
             const int a = accesses_[slice.cover].launch;
             if (a == b || launches_.reaches(a, b)) return;
