@@ -6,7 +6,9 @@ the same events in memory twice over, alternately: with a header that says the g
 read back (the check runs) and one that does not (it does not). The capture is one decode step
 of benchmarks/synthetic.py, 32 ops a layer on three streams forking and joining, with its
 graph built as CUDA's stream capture builds it (one node per op), at 1,024, 4,096 and 20,480
-nodes. Printed: the median of each, and their ratio (the check's cost as a factor).
+nodes. Printed: the median of each, and their ratio (the check's cost as a factor). Times are
+the process's CPU time, so that other work on a shared machine (waiting for a core) does not
+count; cache and memory contention still do.
 
     python benchmarks/graph_check.py
     python benchmarks/graph_check.py --core python --bug
@@ -35,15 +37,15 @@ def capture(nodes: int, bug: bool) -> list[dict[str, Any]]:
 
 
 def timings(events: list[dict[str, Any]], repeats: int) -> tuple[float, float, Any, Any]:
-    """Median seconds of analyze() without and with the check, run alternately."""
+    """Median CPU seconds of analyze() without and with the check, run alternately."""
     plain, checked = synthetic.header(), synthetic.graph_header()
     without, with_check = [], []
     for _ in range(repeats):
         for header, times in ((plain, without), (checked, with_check)):
             gc.collect()
-            start = time.perf_counter()
+            start = time.process_time()
             result = analyze(header, events)
-            times.append(time.perf_counter() - start)
+            times.append(time.process_time() - start)
             if header is plain:
                 plain_result = result
             else:
