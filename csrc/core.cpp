@@ -375,8 +375,9 @@ struct Capture {
 
 // graph_truth.py's GraphReach + unordered_conflicts for one capture: (NodeIndex, [(i, j)]),
 // i < j positions in the capture's launches of an unordered conflicting pair; None when the
-// graph is one this fast path leaves to the Python reference (malformed, cyclic, numbers beyond
-// 64 bits), which then either reports it or checks it.
+// graph is one this fast path leaves to the Python reference (ids not 0..n-1 in creation
+// order, anything the trace format forbids, numbers beyond 64 bits), which then either
+// reports it (GraphInvalid) or checks it.
 py::object check_capture(Capture& capture, PyObject* graph_ev) {
     PyObject* nodes = get(graph_ev, K.nodes);
     PyObject* edges = get(graph_ev, K.edges);
@@ -414,18 +415,10 @@ py::object check_capture(Capture& capture, PyObject* graph_ev) {
             has_hint[i] = 1;
         }
     }
-    std::unordered_map<i64, int> position_of;  // node id -> position, unless numbered
-    if (!numbered) {
-        position_of.reserve(n);
-        for (Py_ssize_t i = 0; i < n; ++i)
-            if (!position_of.emplace(id_of[i], int(i)).second) return py::none();  // an id twice
-    }
+    if (!numbered) return py::none();  // ids out of creation order: the Python reference takes it
     auto position = [&](PyObject* end) -> int {
         i64 id;
-        if (!exact_int(end, id)) return -1;
-        if (numbered) return 0 <= id && id < n ? int(id) : -1;
-        auto it = position_of.find(id);
-        return it == position_of.end() ? -1 : it->second;
+        return exact_int(end, id) && 0 <= id && id < n ? int(id) : -1;
     };
     std::vector<std::pair<int, int>> ordering;  // (target, source), in the edges' order
     const Py_ssize_t m = PyList_GET_SIZE(edges);

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
 
 def _graph_truth() -> GraphTruth:
-    """The graph check, imported only for traces that carry graphs: it brings networkx, the
-    heaviest import of all (docs/performance.md, start-up)."""
+    """The graph check, imported only for traces that carry graphs (docs/performance.md,
+    start-up)."""
     from streamrace.analysis.graph_truth import GraphTruth
 
     return GraphTruth()

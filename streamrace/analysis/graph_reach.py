@@ -11,8 +11,9 @@ question one dictionary lookup.
 A launch (an op or kernel event) may own several nodes. ``LaunchReach`` keeps, for a launch,
 where its nodes sit and two clocks: ``join``, reached by some node of it, and ``meet``,
 reached by every node of it. Programmatic (dependent-launch) edges do not order completion
-and are left out. A graph that cannot be a captured graph (a node id twice, an edge to a
-node it does not have, a cycle, an ``op`` that is not a seq) is a ``GraphInvalid``.
+and are left out. A graph is held to the trace format's rules (node ids ``0..n-1``, edges
+between them, no cycle: ``streamrace.trace.events``, which the reader applies to every line);
+one handed over in memory that breaks them is a ``GraphInvalid`` with the reader's message.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from streamrace.errors import StreamraceError
+from streamrace.trace.events import EventInvalid, validate_event
 
 Clock = dict[int, int]  # chain -> the last position on it that reaches the node(s)
 
 
 class GraphInvalid(StreamraceError):
-    """A ``graph`` event that no capture could have produced: the trace is corrupt."""
+    """A ``graph`` event that breaks the trace format's rules: the trace is corrupt."""
 
 
 class LaunchReach:
@@ -54,30 +56,32 @@ class GraphReach:
     lets a launch's nodes continue its stream's chain."""
 
     def __init__(self, graph_ev: Mapping[str, Any], stream_of: Mapping[int, int]) -> None:
-        self._where = f"graph {graph_ev.get('graph')} (seq {graph_ev.get('seq')})"
+        try:
+            validate_event(graph_ev)
+        except EventInvalid as exc:
+            where = f"graph {graph_ev.get('graph')} (seq {graph_ev.get('seq')})"
+            raise GraphInvalid(f"{where}: {exc}; the trace is corrupt") from None
         nodes = graph_ev["nodes"]
-        index: dict[int, int] = {}  # node id -> its position in ``nodes``
+        # Node ids are 0..n-1 (the format's rule), so they index the node lists directly.
         self.nodes_of: dict[int, list[int]] = {}  # launch seq -> its node ids, in creation order
-        hint: list[int | None] = []  # node -> the stream of the launch that created it
+        hint: list[int | None] = [None] * len(nodes)  # node -> the stream of the launch that created it
         for node in nodes:
-            node_id, op = self._node_fields(node)
-            if node_id in index:
-                raise self._invalid(f"node id {node_id} appears twice")
-            index[node_id] = len(index)
+            op = node.get("op")
             if op is not None:
-                self.nodes_of.setdefault(op, []).append(node_id)
-            hint.append(stream_of.get(op) if op is not None else None)
-        self._index = index
-        preds = self._ordering_preds(graph_ev["edges"], index)
-        order = self._topological_order(preds, nodes)
-        self._chain: list[int] = [0] * len(preds)
-        self._position: list[int] = [0] * len(preds)
-        self._clock: list[Clock] = [{}] * len(preds)
-        self._build_clocks(order, preds, hint)
+                self.nodes_of.setdefault(op, []).append(node["id"])
+                hint[node["id"]] = stream_of.get(op)
+        preds: list[list[int]] = [[] for _ in nodes]  # per node, the edges into it that order completion
+        for edge in graph_ev["edges"]:
+            if len(edge) == 2:  # a third element: programmatic, the next kernel may start early
+                preds[edge[1]].append(edge[0])
+        self._chain: list[int] = [0] * len(nodes)
+        self._position: list[int] = [0] * len(nodes)
+        self._clock: list[Clock] = [{}] * len(nodes)
+        self._build_clocks(_topological_order(preds), preds, hint)
 
     def launch(self, seq: int) -> LaunchReach:
         """The reach of the launch with this seq (which must own nodes: see ``nodes_of``)."""
-        ids = [self._index[node_id] for node_id in self.nodes_of[seq]]
+        ids = self.nodes_of[seq]
         marks = tuple((self._chain[i], self._position[i]) for i in ids)
         first = self._clock[ids[0]]
         if len(ids) == 1:
@@ -91,56 +95,6 @@ class GraphReach:
             for chain in list(meet):
                 meet[chain] = min(meet[chain], clock.get(chain, -1))
         return LaunchReach(marks, join, meet)
-
-    def _invalid(self, problem: str) -> GraphInvalid:
-        return GraphInvalid(f"{self._where}: {problem}; a captured graph cannot be so, the trace is corrupt")
-
-    def _node_fields(self, node: Any) -> tuple[int, int | None]:
-        if not isinstance(node, Mapping) or type(node.get("id")) is not int:
-            raise self._invalid(f"node {_short(node)} has no integer 'id'")
-        op = node.get("op")
-        if op is not None and (type(op) is not int or op < 0):
-            raise self._invalid(f"node {node['id']} has op {_short(op)}, not the seq of the launch that created it")
-        return node["id"], op
-
-    def _ordering_preds(self, edges: Any, index: dict[int, int]) -> list[list[int]]:
-        """Per node, the nodes with an edge into it that orders completion."""
-        preds: list[list[int]] = [[] for _ in index]
-        for edge in edges:
-            if not isinstance(edge, list | tuple) or len(edge) not in (2, 3):
-                raise self._invalid(f"edge {_short(edge)} is not [from, to] or [from, to, type]")
-            for end in edge[:2]:
-                if type(end) is not int or end not in index:
-                    raise self._invalid(f"edge {_short(edge)} names node {_short(end)}, which the graph does not have")
-            if len(edge) == 3:  # programmatic: the next kernel may start early, nothing completes
-                continue
-            source, target = index[edge[0]], index[edge[1]]
-            if source == target:
-                raise self._invalid(f"edge {_short(edge)} makes node {edge[0]} depend on itself")
-            preds[target].append(source)
-        return preds
-
-    def _topological_order(self, preds: list[list[int]], nodes: list[Any]) -> range | list[int]:
-        """Creation order when every edge goes forward in it (as capture makes them), else
-        Kahn's order; a cycle is reported."""
-        if all(source < target for target, sources in enumerate(preds) for source in sources):
-            return range(len(preds))
-        succs: list[list[int]] = [[] for _ in preds]
-        waiting = [len(sources) for sources in preds]
-        for target, sources in enumerate(preds):
-            for source in sources:
-                succs[source].append(target)
-        order = [i for i, n in enumerate(waiting) if n == 0]
-        for node in order:  # grows while it is walked
-            for succ in succs[node]:
-                waiting[succ] -= 1
-                if waiting[succ] == 0:
-                    order.append(succ)
-        if len(order) < len(preds):
-            cycle = _a_cycle(preds, waiting)
-            ids = " -> ".join(str(nodes[i]["id"]) for i in cycle[:8]) + (" -> ..." if len(cycle) > 8 else "")
-            raise self._invalid(f"its edges form a cycle ({ids} -> {nodes[cycle[0]]['id']})")
-        return order
 
     def _build_clocks(self, order: range | list[int], preds: list[list[int]], hint: list[int | None]) -> None:
         chain_of, position_of, clock_of = self._chain, self._position, self._clock
@@ -189,19 +143,20 @@ class GraphReach:
         return len(tail)
 
 
-def _a_cycle(preds: list[list[int]], waiting: list[int]) -> list[int]:
-    """Nodes on one cycle, given Kahn's leftovers (``waiting`` > 0): each leftover has a
-    leftover predecessor, so walking back from one must come round."""
-    node = next(i for i, n in enumerate(waiting) if n > 0)
-    seen: dict[int, int] = {}
-    path: list[int] = []
-    while node not in seen:
-        seen[node] = len(path)
-        path.append(node)
-        node = next(source for source in preds[node] if waiting[source] > 0)
-    return path[seen[node] :][::-1]
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+def _topological_order(preds: list[list[int]]) -> range | list[int]:
+    """Id order when every edge goes forward in it (the recorder numbers nodes as capture
+    creates them), else Kahn's order (the graph is acyclic: the format's rule)."""
+    if all(source < target for target, sources in enumerate(preds) for source in sources):
+        return range(len(preds))
+    succs: list[list[int]] = [[] for _ in preds]
+    waiting = [len(sources) for sources in preds]
+    for target, sources in enumerate(preds):
+        for source in sources:
+            succs[source].append(target)
+    order = [i for i, n in enumerate(waiting) if n == 0]
+    for node in order:  # grows while it is walked
+        for succ in succs[node]:
+            waiting[succ] -= 1
+            if waiting[succ] == 0:
+                order.append(succ)
+    return order
