@@ -73,7 +73,6 @@ setup(
     # small wheel (about 130 kB) wherever the marker holds. Elsewhere (PyPy, other machines, where
     # it would build from Rust sources) it is left out and the reader uses the standard library.
     install_requires=[
-        "networkx>=3.0",
         "rich>=13.0",
         "tomli>=1.1; python_version < '3.11'",
         "orjson>=3.9; platform_python_implementation == 'CPython' and platform_machine in 'x86_64 AMD64 aarch64 arm64'",
@@ -90,6 +89,8 @@ setup(
             "mypy==2.4.1",
             "pytest-xdist>=3.0",
             "jsonschema>=4.0",
+            # The brute-force references (tests/oracle.py, tests/graph_truth_reference.py).
+            "networkx>=3.0",
             "ninja>=1.11",
             # tests/test_cxx_warnings.py compiles the analysis core with its headers.
             "pybind11>=2.11",

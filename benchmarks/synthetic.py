@@ -340,3 +340,45 @@ def fan_out_events(streams: int = 32, steps: int = 2000) -> Iterator[dict[str, A
 
 def header() -> dict[str, Any]:
     return {"format": "streamrace-trace", "version": 1, "producer": "benchmarks/synthetic.py"}
+
+
+def with_captured_graphs(events: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The events with each capture's graph read back after its ``capture_end``, built the
+    way CUDA's stream capture builds it: one kernel node per captured op, depending on its
+    stream's capture frontier; an event record snapshots a frontier, a wait merges it in.
+
+    The ``graph`` events take seq numbers of their own, so every event is renumbered."""
+    seq = 0
+    frontier: dict[int, list[int]] = {}  # stream -> the nodes its next node depends on
+    snapshot: dict[int, list[int]] = {}  # event -> the frontier it recorded
+    nodes: list[dict[str, Any]] = []
+    edges: list[list[int]] = []
+    capturing: int | None = None
+    for ev in events:
+        ev = dict(ev, seq=seq)
+        seq += 1
+        kind = ev["ev"]
+        if kind == "capture_begin":
+            capturing = ev["graph"]
+            frontier = {ev["stream"]: []}
+            snapshot, nodes, edges = {}, [], []
+        elif capturing is not None and kind == "op":
+            node = len(nodes)
+            nodes.append({"id": node, "type": "kernel", "name": ev["op"], "op": ev["seq"]})
+            edges.extend([dep, node] for dep in frontier.get(ev["stream"], []))
+            frontier[ev["stream"]] = [node]
+        elif capturing is not None and kind == "event_record":
+            snapshot[ev["event"]] = list(frontier.get(ev["stream"], []))
+        elif capturing is not None and kind == "event_wait":
+            joined = frontier.setdefault(ev["stream"], [])
+            joined.extend(n for n in snapshot.get(ev["event"], []) if n not in joined)
+        yield ev
+        if kind == "capture_end":  # the recorder reads the graph back as the capture ends
+            yield {"seq": seq, "ev": "graph", "graph": capturing, "nodes": nodes, "edges": edges}
+            seq += 1
+            capturing = None
+
+
+def graph_header() -> dict[str, Any]:
+    """The header of a trace whose captures carry their graphs (``with_captured_graphs``)."""
+    return {**header(), "graph_readback": True}

@@ -10,10 +10,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include "engine.h"
+#include "graph_truth.h"
 
 namespace py = pybind11;
 using namespace streamrace;
@@ -25,7 +27,7 @@ namespace {
 
 struct Keys {
     PyObject *ev, *stream, *device, *name, *id, *frames, *graph, *addr, *size, *event, *reads, *writes, *nbytes,
-        *shape, *stride, *itemsize;
+        *shape, *stride, *itemsize, *seq, *nodes, *edges, *op;
 } K;
 
 PyObject* intern(const char* s) { return PyUnicode_InternFromString(s); }
@@ -89,6 +91,15 @@ ByteRange normalize(PyObject* raw) {
     return normalize_strided(addr, dims, steps, itemsize);
 }
 
+// The graph check's side of a run (defined below Core): a GraphCollector.observe iterator
+// handed to Core::run is unwrapped, so that each launch's ranges are read once, by the engine,
+// and handed to the capture the collector keeps them for.
+struct Capture;
+class GraphCollector;
+Capture* collect(PyObject* events, PyObject* ev);  // the capture ev's ranges go to, if any
+PyObject* observed_source(PyObject* events);       // an observer's events, else null
+void capture_range(Capture* capture, const ByteRange& range, bool write);
+
 class Core {
    public:
     explicit Core(py::dict stacks) : stacks_(std::move(stacks)) {}
@@ -151,12 +162,16 @@ class Core {
 
     // Feed every event of an iterable; progress(events, ops, accesses, graphs) every `every`.
     void run(py::iterable events, py::object progress, i64 every) {
-        PyObject* it = PyObject_GetIter(events.ptr());
+        PyObject* observer = observed_source(events.ptr()) != nullptr ? events.ptr() : nullptr;
+        PyObject* it = PyObject_GetIter(observer != nullptr ? observed_source(observer) : events.ptr());
         if (it == nullptr) fail();
         py::object iterator = py::reinterpret_steal<py::object>(it);
         while (PyObject* ev = PyIter_Next(it)) {
             py::object owned = py::reinterpret_steal<py::object>(ev);
+            sink_ = nullptr;
+            if (observer != nullptr) sink_ = collect(observer, ev);
             feed(owned);
+            sink_ = nullptr;
             if (!progress.is_none() && events_ % every == 0) report(progress);
             // Iterating a list runs no Python code, so Ctrl-C would wait for the end otherwise.
             if (events_ % 4096 == 0 && PyErr_CheckSignals() != 0) fail();
@@ -212,6 +227,7 @@ class Core {
             for (Py_ssize_t i = 0; i < n; ++i) {
                 ByteRange rng = normalize(items[i]);
                 if (rng.empty()) continue;
+                if (sink_ != nullptr) capture_range(sink_, rng, w == 1);
                 engine_.access(ev, items[i], std::move(rng), w == 1);
             }
         }
@@ -239,6 +255,7 @@ class Core {
     py::dict stacks_;
     py::dict names_;
     i64 events_ = 0;
+    Capture* sink_ = nullptr;  // where the current launch's ranges also go (the graph check's)
 };
 
 // The records as Python sees them: each class mirrors the Python engine's record of its name
@@ -295,6 +312,343 @@ void bind_records(py::module_& m) {
         .def_readonly("users", &RecordStreamNoop::users);
 }
 
+// The graph check's node index: launch seq -> the ids of its nodes, in creation order (what
+// graph_truth.py keeps as a dict), as (seq, id) pairs sorted by seq.
+class NodeIndex {
+   public:
+    std::vector<std::pair<i64, i64>> ids;
+
+    bool contains(py::handle seq) const { return !find(seq).empty(); }
+
+    py::list at(py::handle seq) const {
+        py::list out;
+        for (const auto& [_, id] : find(seq)) out.append(id);
+        if (out.empty()) throw py::key_error(py::repr(seq));
+        return out;
+    }
+
+   private:
+    struct Span {
+        const std::pair<i64, i64>*first, *last;
+        bool empty() const { return first == last; }
+        const std::pair<i64, i64>* begin() const { return first; }
+        const std::pair<i64, i64>* end() const { return last; }
+    };
+    Span find(py::handle seq) const {
+        if (!PyLong_Check(seq.ptr())) return {nullptr, nullptr};
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(seq.ptr(), &overflow);
+        if (v == -1 && PyErr_Occurred()) fail();
+        if (overflow) return {nullptr, nullptr};
+        auto key = [](const std::pair<i64, i64>& p, i64 s) { return p.first < s; };
+        auto lo = std::lower_bound(ids.begin(), ids.end(), v, key);
+        auto hi = lo;
+        while (hi != ids.end() && hi->first == v) ++hi;
+        return {ids.data() + (lo - ids.begin()), ids.data() + (hi - ids.begin())};
+    }
+};
+
+// An exact int that fits 64 bits, into `out`; false for anything else (bool included).
+bool exact_int(PyObject* value, i64& out) {
+    if (value == nullptr || !PyLong_CheckExact(value)) return false;
+    int overflow = 0;
+    out = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (out == -1 && PyErr_Occurred()) fail();
+    return !overflow;
+}
+
+// One capture's launches as the graph check needs them, taken as each launch goes by: its dict
+// is in the cache then (read again at the end, a capture of thousands of launches costs a
+// cache miss per field), and when the engine runs alongside, its own reading of the ranges.
+struct Capture {
+    py::list events;  // the launches, in program order
+    std::vector<i64> seqs, streams;
+    std::vector<graph_truth::Access> accesses;  // `launch` = position in `events`
+    std::vector<ByteRange> strided;
+    bool unusual = false;  // a number beyond the C++ core's 64 (62) bits
+
+    void add_launch(PyObject* ev) {
+        if (PyList_Append(events.ptr(), ev) < 0) fail();
+        i64 seq = 0, stream = 0;
+        if (!exact_int(need(ev, K.seq), seq) || !exact_int(need(ev, K.stream), stream)) unusual = true;
+        seqs.push_back(seq);
+        streams.push_back(stream);
+    }
+
+    // A range of the launch added last; `range` not empty.
+    void add_range(const ByteRange& range, bool write) {
+        int lattice = -1;
+        if (!range.dense()) {
+            lattice = int(strided.size());
+            strided.push_back(range);
+        }
+        accesses.push_back({range.lo, range.hi, int(seqs.size()) - 1, lattice, write});
+    }
+
+    // A launch and its ranges, read here.
+    void add(PyObject* ev) {
+        add_launch(ev);
+        PyObject* lists[2] = {need(ev, K.reads), need(ev, K.writes)};
+        for (int w = 0; w < 2; ++w) {
+            py::object fast =
+                py::reinterpret_steal<py::object>(PySequence_Fast(lists[w], "'reads' and 'writes' must be lists"));
+            if (!fast) fail();
+            const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast.ptr());
+            PyObject** items = PySequence_Fast_ITEMS(fast.ptr());
+            for (Py_ssize_t r = 0; r < n; ++r) {
+                try {
+                    ByteRange range = normalize(items[r]);
+                    if (!range.empty()) add_range(range, w == 1);
+                } catch (const std::overflow_error&) {
+                    unusual = true;
+                }
+            }
+        }
+    }
+};
+
+// graph_truth.py's GraphReach + unordered_conflicts for one capture: (NodeIndex, [(i, j)]),
+// i < j positions in the capture's launches of an unordered conflicting pair; None when the
+// graph is one this fast path leaves to the Python reference (ids not 0..n-1 in creation
+// order, anything the trace format forbids, numbers beyond 64 bits), which then either
+// reports it (GraphInvalid) or checks it.
+py::object check_capture(Capture& capture, PyObject* graph_ev) {
+    PyObject* nodes = get(graph_ev, K.nodes);
+    PyObject* edges = get(graph_ev, K.edges);
+    if (capture.unusual || nodes == nullptr || edges == nullptr || !PyList_Check(nodes) || !PyList_Check(edges))
+        return py::none();
+    const int count = int(capture.seqs.size());
+    std::vector<std::pair<i64, i64>> stream_of;  // (launch seq, stream), by seq
+    stream_of.reserve(count);
+    for (int i = 0; i < count; ++i) stream_of.push_back({capture.seqs[i], capture.streams[i]});
+    auto by_seq = [](const auto& a, const auto& b) { return a.first < b.first; };
+    if (!std::is_sorted(stream_of.begin(), stream_of.end(), by_seq)) std::stable_sort(stream_of.begin(), stream_of.end(), by_seq);
+    const Py_ssize_t n = PyList_GET_SIZE(nodes);
+    std::vector<i64> hint(n, 0);
+    std::vector<char> has_hint(n, 0);
+    std::vector<i64> id_of(n);
+    bool numbered = true;  // ids 0, 1, 2, ... in creation order, as the recorder writes them
+    NodeIndex index;
+    index.ids.reserve(n);
+    std::vector<std::pair<i64, int>> positions;  // (launch seq, node position)
+    positions.reserve(n);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* node = PyList_GET_ITEM(nodes, i);
+        i64 op;
+        if (!PyDict_Check(node) || !exact_int(get(node, K.id), id_of[i])) return py::none();
+        numbered = numbered && id_of[i] == i;
+        PyObject* op_obj = get(node, K.op);
+        if (op_obj == nullptr) continue;
+        if (!exact_int(op_obj, op) || op < 0) return py::none();
+        index.ids.push_back({op, id_of[i]});
+        positions.push_back({op, int(i)});
+        // The last launch with this seq, as a dict built from the launches would keep.
+        auto stream = std::upper_bound(stream_of.begin(), stream_of.end(), std::make_pair(op, i64(0)), by_seq);
+        if (stream != stream_of.begin() && (--stream)->first == op) {
+            hint[i] = stream->second;
+            has_hint[i] = 1;
+        }
+    }
+    if (!numbered) return py::none();  // ids out of creation order: the Python reference takes it
+    auto position = [&](PyObject* end) -> int {
+        i64 id;
+        return exact_int(end, id) && 0 <= id && id < n ? int(id) : -1;
+    };
+    std::vector<std::pair<int, int>> ordering;  // (target, source), in the edges' order
+    const Py_ssize_t m = PyList_GET_SIZE(edges);
+    ordering.reserve(m);
+    for (Py_ssize_t e = 0; e < m; ++e) {
+        PyObject* edge = PyList_GET_ITEM(edges, e);
+        if (!PyList_Check(edge) && !PyTuple_Check(edge)) return py::none();
+        const Py_ssize_t len = PySequence_Fast_GET_SIZE(edge);
+        if (len != 2 && len != 3) return py::none();
+        PyObject** ends = PySequence_Fast_ITEMS(edge);
+        const int source = position(ends[0]), target = position(ends[1]);
+        if (source < 0 || target < 0) return py::none();
+        if (len == 3) continue;  // programmatic: orders no completion
+        if (source == target) return py::none();
+        ordering.push_back({target, source});
+    }
+    if (!std::is_sorted(ordering.begin(), ordering.end(), by_seq)) std::stable_sort(ordering.begin(), ordering.end(), by_seq);
+    std::vector<int> pred_start(n + 1, 0), preds;
+    preds.reserve(ordering.size());
+    for (const auto& [target, source] : ordering) {
+        ++pred_start[target + 1];
+        preds.push_back(source);
+    }
+    for (Py_ssize_t i = 0; i < n; ++i) pred_start[i + 1] += pred_start[i];
+    graph_truth::GraphReach reach(pred_start, preds, hint, has_hint);
+    if (!reach.acyclic()) return py::none();
+    if (!std::is_sorted(index.ids.begin(), index.ids.end(), by_seq)) std::stable_sort(index.ids.begin(), index.ids.end(), by_seq);
+    if (!std::is_sorted(positions.begin(), positions.end(), by_seq)) std::stable_sort(positions.begin(), positions.end(), by_seq);
+    graph_truth::Launches launches(reach);
+    std::vector<int> launch_of;              // checked launch -> its position in the capture
+    std::vector<int> checked_of(count, -1);  // and back
+    std::vector<int> own;
+    for (int i = 0; i < count; ++i) {
+        auto it = std::lower_bound(positions.begin(), positions.end(), std::make_pair(capture.seqs[i], -1));
+        own.clear();
+        for (; it != positions.end() && it->first == capture.seqs[i]; ++it) own.push_back(it->second);
+        if (own.empty()) continue;
+        checked_of[i] = int(launch_of.size());
+        launches.add(own);
+        launch_of.push_back(i);
+    }
+    std::vector<graph_truth::Access>& accesses = capture.accesses;  // renumbered in place: the capture is done
+    size_t kept = 0;
+    for (graph_truth::Access& a : accesses) {
+        a.launch = checked_of[a.launch];
+        if (a.launch >= 0) accesses[kept++] = a;
+    }
+    accesses.resize(kept);
+    graph_truth::CoveringSweep sweep(launches, accesses, capture.strided);
+    py::list pairs;
+    for (const auto& [a, b] : sweep.found()) pairs.append(py::make_tuple(launch_of[a], launch_of[b]));
+    return py::make_tuple(py::cast(std::move(index)), pairs);
+}
+
+// graph_truth.py's GraphTruth.feed, for the C++ core: each capture's launches kept until its
+// graph arrives, then check_capture, then on_graph(graph, launches, graph_event, result).
+class GraphCollector {
+   public:
+    // The capture a launch went to (null: none, or not a launch). `read_ranges` false: the
+    // caller hands it the launch's ranges (Core::run, which reads them anyway).
+    Capture* feed(PyObject* ev, PyObject* on_graph, bool read_ranges = true) {
+        PyObject* kind_obj = need(ev, K.ev);
+        if (!PyUnicode_Check(kind_obj)) return nullptr;
+        Py_ssize_t len;
+        const char* text = PyUnicode_AsUTF8AndSize(kind_obj, &len);
+        if (text == nullptr) fail();
+        std::string_view kind(text, len);
+        if (kind == "op" || kind == "kernel") {
+            if (get(ev, K.stream) == nullptr) return nullptr;
+            PyObject* graph = kind == "kernel" ? get(ev, K.graph) : nullptr;
+            PyObject* slot = nullptr;
+            if (graph == nullptr) {  // an op: its capture is the one open, if only one is
+                if (PyDict_GET_SIZE(open_.ptr()) != 1) return nullptr;
+                Py_ssize_t at = 0;
+                PyObject* key;
+                PyDict_Next(open_.ptr(), &at, &key, &slot);
+            } else {
+                slot = PyDict_GetItemWithError(open_.ptr(), graph);
+                if (slot == nullptr) {
+                    if (PyErr_Occurred()) fail();
+                    return nullptr;
+                }
+            }
+            Capture* capture = captures_.at(as_int(slot)).get();
+            if (read_ranges) {
+                capture->add(ev);
+            } else {
+                capture->add_launch(ev);
+            }
+            return capture;
+        }
+        if (kind == "capture_begin") {  // a graph captured again starts afresh
+            PyObject* graph = need(ev, K.graph);
+            PyObject* slot = PyDict_GetItemWithError(open_.ptr(), graph);
+            if (slot == nullptr && PyErr_Occurred()) fail();
+            const i64 key = slot != nullptr ? as_int(slot) : next_slot_++;
+            if (slot == nullptr && PyDict_SetItem(open_.ptr(), graph, py::int_(key).ptr()) < 0) fail();
+            captures_[key] = std::make_unique<Capture>();
+        } else if (kind == "graph") {
+            py::object graph = py::reinterpret_borrow<py::object>(need(ev, K.graph));
+            PyObject* slot = PyDict_GetItemWithError(open_.ptr(), graph.ptr());
+            if (slot == nullptr) {
+                if (PyErr_Occurred()) fail();
+                return nullptr;
+            }
+            const i64 key = as_int(slot);
+            if (PyDict_DelItem(open_.ptr(), graph.ptr()) < 0) fail();
+            std::unique_ptr<Capture> capture = std::move(captures_.at(key));
+            captures_.erase(key);
+            py::object result = check_capture(*capture, ev);
+            py::reinterpret_borrow<py::object>(on_graph)(graph, capture->events, py::handle(ev), result);
+        }
+        return nullptr;
+    }
+
+   private:
+    py::dict open_;  // graph -> its slot in captures_
+    std::unordered_map<i64, std::unique_ptr<Capture>> captures_;
+    i64 next_slot_ = 0;
+};
+
+// check_capture on launches given at once (for tests).
+py::object graph_unordered(py::list launches, py::handle graph_ev) {
+    Capture capture;
+    for (py::handle ev : launches) capture.add(ev.ptr());
+    return check_capture(capture, graph_ev.ptr());
+}
+
+// The iterator GraphCollector.observe returns: every event passed through, fed on the way. A
+// plain CPython type, so that the engine pulling events through it pays no Python frame.
+struct Observer {
+    PyObject_HEAD PyObject* source;
+    PyObject* collector;  // keeps `impl` alive
+    PyObject* on_graph;
+    GraphCollector* impl;
+};
+
+PyTypeObject* observer_type = nullptr;
+
+void observer_dealloc(PyObject* self) {
+    auto* o = reinterpret_cast<Observer*>(self);
+    Py_XDECREF(o->source);
+    Py_XDECREF(o->collector);
+    Py_XDECREF(o->on_graph);
+    PyTypeObject* type = Py_TYPE(self);
+    type->tp_free(self);
+    Py_DECREF(type);
+}
+
+PyObject* observer_next(PyObject* self) {
+    auto* o = reinterpret_cast<Observer*>(self);
+    PyObject* ev = PyIter_Next(o->source);
+    if (ev == nullptr) return nullptr;  // the end, or the source's error
+    try {
+        o->impl->feed(ev, o->on_graph);
+        return ev;
+    } catch (py::error_already_set& e) {
+        e.restore();
+    } catch (py::builtin_exception& e) {
+        e.set_error();
+    } catch (const std::overflow_error& e) {
+        PyErr_SetString(PyExc_OverflowError, e.what());
+    } catch (const std::exception& e) {
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+    Py_DECREF(ev);
+    return nullptr;
+}
+
+py::object observe(py::object collector, py::iterable events, py::object on_graph) {
+    PyObject* source = PyObject_GetIter(events.ptr());
+    if (source == nullptr) fail();
+    auto* o = reinterpret_cast<Observer*>(PyType_GenericAlloc(observer_type, 0));
+    if (o == nullptr) {
+        Py_DECREF(source);
+        fail();
+    }
+    o->source = source;
+    o->impl = collector.cast<GraphCollector*>();
+    o->collector = collector.release().ptr();
+    o->on_graph = on_graph.release().ptr();
+    return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(o));
+}
+
+PyObject* observed_source(PyObject* events) {
+    if (observer_type == nullptr || Py_TYPE(events) != observer_type) return nullptr;
+    return reinterpret_cast<Observer*>(events)->source;
+}
+
+Capture* collect(PyObject* events, PyObject* ev) {
+    auto* o = reinterpret_cast<Observer*>(events);
+    return o->impl->feed(ev, o->on_graph, false);
+}
+
+void capture_range(Capture* capture, const ByteRange& range, bool write) { capture->add_range(range, write); }
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -302,7 +656,7 @@ PYBIND11_MODULE(_core, m) {
     K = {intern("ev"),    intern("stream"), intern("device"), intern("name"),   intern("id"),
          intern("frames"), intern("graph"), intern("addr"),   intern("size"),   intern("event"),
          intern("reads"), intern("writes"), intern("nbytes"), intern("shape"),  intern("stride"),
-         intern("itemsize")};
+         intern("itemsize"), intern("seq"),   intern("nodes"),  intern("edges"),  intern("op")};
     bind_records(m);
     py::class_<Core>(m, "Core")
         .def(py::init<py::dict>(), py::arg("stacks"))
@@ -318,5 +672,25 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("ops", &Core::ops)
         .def_property_readonly("accesses", &Core::accesses)
         .def("remembered", &Core::remembered);
+    py::class_<NodeIndex>(m, "NodeIndex")
+        .def("__contains__", &NodeIndex::contains, py::arg("seq"))
+        .def("__getitem__", &NodeIndex::at, py::arg("seq"));
+    m.def(
+        "graph_unordered", &graph_unordered, py::arg("launches"), py::arg("graph_event"),
+        "GraphCollector's check of one capture, given its launches (for tests).");
+    py::class_<GraphCollector>(m, "GraphCollector")
+        .def(py::init<>())
+        .def(
+            "feed", [](GraphCollector& c, py::handle ev, py::handle on_graph) { c.feed(ev.ptr(), on_graph.ptr()); },
+            py::arg("event"), py::arg("on_graph"))
+        .def("observe", &observe, py::arg("events"), py::arg("on_graph"));
+    static PyType_Slot observer_slots[] = {{Py_tp_dealloc, reinterpret_cast<void*>(observer_dealloc)},
+                                           {Py_tp_iter, reinterpret_cast<void*>(PyObject_SelfIter)},
+                                           {Py_tp_iternext, reinterpret_cast<void*>(observer_next)},
+                                           {0, nullptr}};
+    static PyType_Spec observer_spec = {"streamrace._core.GraphObserver", sizeof(Observer), 0, Py_TPFLAGS_DEFAULT,
+                                        observer_slots};
+    observer_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&observer_spec));
+    if (observer_type == nullptr) throw py::error_already_set();
     m.def("live_records", [] { return Rec::alive; }, "Access records alive in every core (for memory tests).");
 }

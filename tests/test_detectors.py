@@ -1,5 +1,5 @@
 """One detector per finding kind, and every list of kinds derived from them
-(streamrace/analysis/detectors/, docs/analysis.md §8)."""
+(streamrace/analysis/detectors/, docs/analysis.md §9)."""
 
 from __future__ import annotations
 

@@ -75,6 +75,12 @@ def selected_core() -> str:
     return wanted
 
 
+def new_graph_collector() -> Any | None:
+    """The C++ core's side of the graph check (streamrace/analysis/graph_truth.py) when the C++
+    core is the selected one, else None."""
+    return _core.GraphCollector() if selected_core() == "cpp" else None
+
+
 def new_engine(stacks: Mapping[int, list[list[Any]]] | None = None, core: str | None = None) -> AnalysisEngine:
     """A fresh engine of the selected core (``core`` overrides the environment)."""
     if (core or selected_core()) == "cpp":

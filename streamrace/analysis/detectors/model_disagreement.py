@@ -3,8 +3,8 @@ a fault in streamrace or its recording, said loudly (docs/findings.md). The grap
 (streamrace/analysis/graph_truth.py) runs as a pass over the trace and the engine's results
 wherever the recorder read the graphs back; each ``Disagreement`` it finds is one finding.
 
-The check is imported only when a trace needs it: it brings networkx, the heaviest import of
-all (docs/performance.md, start-up), so its record is declared here.
+The check is imported only when a trace needs it (docs/performance.md, start-up: a trace
+without graphs loads none of it), so its record is declared here.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class GraphTruthPass:
     events, then compares the graphs with the races the engine reported."""
 
     def __init__(self) -> None:
-        from streamrace.analysis.graph_truth import GraphTruth  # networkx: only for traces with graphs
+        from streamrace.analysis.graph_truth import GraphTruth  # the graph check loads only for traces with graphs
 
         self.truth = GraphTruth()
 
