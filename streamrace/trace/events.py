@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
+from typing import TypeGuard
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (docs/performance.md, start-up)
 if TYPE_CHECKING:
@@ -100,11 +101,11 @@ class UnknownEvent(EventInvalid):
     the reader skips it and notes it; the trace builder refuses it."""
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_int64(value: Any) -> bool:
+def _is_int64(value: Any) -> TypeGuard[int]:
     return type(value) is int and INT64_MIN <= value <= INT64_MAX
 
 
@@ -418,11 +419,11 @@ def fast_checks() -> dict[str, Callable[[dict[str, Any]], bool]]:
         "_fast_ranges": _fast_ranges,
         "_fast_frames": _fast_frames,
     }
-    checks = {}
+    checks: dict[str, Callable[[dict[str, Any]], bool]] = {}
     for kind in EVENT_FIELDS:
         source = _fast_source(kind)
         if source is not None:
-            namespace = dict(names)
+            namespace: dict[str, Any] = dict(names)
             exec(compile(source, f"<fast check of {kind!r} events>", "exec"), namespace)
             checks[kind] = namespace[f"check_{kind}"]
     return checks

@@ -41,6 +41,7 @@ from streamrace.trace.events import (
     validate_header,
 )
 
+orjson: Any
 try:
     import orjson
 except ImportError:  # optional speed-up; the standard library reads the same traces
@@ -103,7 +104,7 @@ def _open_binary(path: str) -> Iterator[IO[bytes]]:
             if not chunk:
                 break
             head += chunk
-        stream = opened.enter_context(io.BufferedReader(_Replay(head, raw), buffer_size=1 << 16))
+        stream: io.BufferedReader = opened.enter_context(io.BufferedReader(_Replay(head, raw), buffer_size=1 << 16))
         if head == _GZIP_MAGIC:
             # GzipFile's own readline is Python, a call per line; a buffer over it reads lines in C.
             unpacked = opened.enter_context(gzip.GzipFile(fileobj=stream, mode="rb"))
