@@ -1,8 +1,11 @@
 """The ``streamrace`` command line (docs/cli.md).
 
-Exit codes mean one thing each: 0 no findings, 1 findings, 2 a usage or input error. A user
-error is one line on stderr, ``streamrace: error: <what>``, never a traceback; argparse's own
-errors go the same way. Findings accepted by ``--suppressions`` or ``--baseline`` are listed
+Exit codes mean one thing each (``streamrace.outcome``): 0 no findings, 1 findings, 2 a usage
+or input error, 3 the program ``run`` ran failed, 4 an internal error, 5 nothing recorded. A
+user error is one line on stderr, ``streamrace: error: <what>``, never a traceback; argparse's
+own errors go the same way. An internal error (a bug in streamrace) is one line too,
+``streamrace: internal error: <what>``, with the traceback only under ``--debug`` or
+``STREAMRACE_DEBUG=1``. Findings accepted by ``--suppressions`` or ``--baseline`` are listed
 but do not count for the exit code.
 
 A subcommand is a ``Command``: a name, a help line, a function that adds its arguments and a
@@ -18,7 +21,21 @@ from collections.abc import Callable, Sequence
 
 from streamrace import __version__
 from streamrace.errors import StreamraceError, UsageError
+from streamrace.outcome import (
+    EXIT_CLEAN,
+    EXIT_CODES,
+    EXIT_ERROR,
+    EXIT_FINDINGS,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_NOTHING_RECORDED,
+    EXIT_PROGRAM_FAILED,
+    debug_wanted,
+    nothing_recorded_note,
+    recorded_nothing,
+)
 from streamrace.report import REPORTERS, STACK_DEPTH
+from streamrace.report.escape import for_terminal
 from streamrace.trace.events import FORMAT_MINOR, FORMAT_VERSION
 
 # Everything else is imported by the command that needs it, down to dataclasses and typing:
@@ -30,17 +47,6 @@ if TYPE_CHECKING:
 
     from streamrace.report import TraceResult
     from streamrace.suppressions import Gate
-
-EXIT_CLEAN = 0
-EXIT_FINDINGS = 1
-EXIT_ERROR = 2
-EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
-
-EXIT_CODES = """exit codes:
-  0  no findings (or only suppressed and baseline ones)
-  1  findings
-  2  usage or input error (one line on stderr)
-  3  (run) the program itself failed; the report covers what it recorded"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -97,6 +103,19 @@ def _configure_report(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"text report: frames shown per stack, the source line included (default {STACK_DEPTH}; 'all')",
     )
+    parser.add_argument(
+        "--source-root",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="text report: read source lines only from files under DIR (repeatable; default: the current directory)",
+    )
+    parser.add_argument(
+        "--exit-zero",
+        action="store_true",
+        help=f"exit 0 on findings and when nothing was recorded (exit codes {EXIT_FINDINGS} and "
+        f"{EXIT_NOTHING_RECORDED}): for jobs that only report",
+    )
 
 
 def _configure_analyze(parser: argparse.ArgumentParser) -> None:
@@ -106,19 +125,21 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
     _configure_report(parser)
 
 
-def _analyze_files(paths: Sequence[str], shown_as: Sequence[str] | None = None) -> list[TraceResult]:
+def _analyze_files(paths: Sequence[str]) -> list[TraceResult]:
     from streamrace.analysis import analyze
     from streamrace.progress import analysis_progress
-    from streamrace.report import TraceResult
+    from streamrace.report.results import TraceResult, recorded_workdir
     from streamrace.trace.io import display_name, iter_trace
 
     results = []
-    for path, shown in zip(paths, shown_as or [display_name(p) for p in paths], strict=True):
+    for path in paths:
+        shown = display_name(path)
         # Streaming: the engine consumes events as they are read, never the whole trace.
         events = iter_trace(path)
         header = next(events)
         with analysis_progress(path, events) as counted:
-            results.append(TraceResult(shown, analyze(header, counted)))
+            result = analyze(header, counted)
+            results.append(TraceResult(shown, result, workdir=recorded_workdir(header)))
     return results
 
 
@@ -144,29 +165,54 @@ def _apply_gate(gate: Gate | None, results: list[TraceResult]) -> list[TraceResu
     return results
 
 
-def _verdict(results: Sequence[TraceResult]) -> int:
-    return EXIT_FINDINGS if any(item.result.findings for item in results) else EXIT_CLEAN
+def _verdict(results: Sequence[TraceResult], args: argparse.Namespace, what: str) -> int:
+    """Findings, clean, or nothing recorded at all (said on stderr); --exit-zero accepts all."""
+    if any(item.result.findings for item in results):
+        code = EXIT_FINDINGS
+    elif all(recorded_nothing(item.result.summary) for item in results):
+        _warn(nothing_recorded_note([item.result.summary for item in results], what))
+        code = EXIT_NOTHING_RECORDED
+    else:
+        code = EXIT_CLEAN
+    return EXIT_CLEAN if args.exit_zero else code
 
 
-def _report(results: Sequence[TraceResult], format: str, output: str | None, stack_depth: int | None) -> None:
+def _warn(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def _traces_named(count: int) -> str:
+    return "the trace" if count == 1 else f"the {count} traces"
+
+
+def _report(results: Sequence[TraceResult], format: str, output: str | None, args: argparse.Namespace) -> None:
     """Render and write; text to a terminal gets rich colour and the terminal's width."""
     from streamrace.report.options import ReportOptions
 
-    options = ReportOptions(stack_depth=stack_depth)
+    options = ReportOptions(stack_depth=args.stack_depth, source_roots=tuple(args.source_root))
     if format == "text" and output is None:
         from streamrace.report.text import terminal_style
 
         terminal = terminal_style(sys.stdout)
         if terminal is not None:
-            options = ReportOptions(style=terminal[0], width=terminal[1], stack_depth=stack_depth)
+            options = ReportOptions(
+                style=terminal[0], width=terminal[1], stack_depth=options.stack_depth, source_roots=options.source_roots
+            )
     _emit(REPORTERS[format](results, options), output)
 
 
+def _check_source_roots(args: argparse.Namespace) -> None:
+    for root in args.source_root:
+        if not os.path.isdir(root):
+            raise UsageError(f"--source-root {root}: not a directory")
+
+
 def _run_analyze(args: argparse.Namespace) -> int:
+    _check_source_roots(args)
     gate = _gate(args)
     results = _apply_gate(gate, _analyze_files(args.traces))
-    _report(results, args.format, args.output, args.stack_depth)
-    return _verdict(results)
+    _report(results, args.format, args.output, args)
+    return _verdict(results, args, _traces_named(len(results)))
 
 
 # -- run -------------------------------------------------------------------------------------
@@ -183,32 +229,37 @@ def _configure_run(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_run(args: argparse.Namespace) -> int:
-    import shutil
+    """Record, then analyse as ``analyze`` would; the traces stay (in a fresh temporary
+    directory, or at ``-o``) and the ``analyze`` command that reads them again is printed."""
+    import shlex
 
-    from streamrace.run_program import EXIT_PROGRAM_FAILED, keep_traces, program_failed_note, record_program, warn
+    from streamrace.run_program import keep_traces, program_failed_note, record_program
 
     command = args.program[1:] if args.program[:1] == ["--"] else args.program
+    _check_source_roots(args)
     gate = _gate(args)
-    returncode, trace_dir, traces = record_program(command, args.eager_ops)
-    try:
-        shown = [os.path.basename(t) for t in traces]
-        if args.output and traces:
-            shown = keep_traces(traces, args.output)
-            traces = shown
-        results = _apply_gate(gate, _analyze_files(traces, shown))
-        if traces:
-            _report(results, args.format, None, args.stack_depth)
-        else:
-            warn("streamrace: no process of the program recorded anything (no torch import, or no capture)")
-        for format, path in (("json", args.json), ("sarif", args.sarif)):
-            if path:
-                _report(results, format, path, args.stack_depth)
-    finally:
-        shutil.rmtree(trace_dir, ignore_errors=True)
+    returncode, traces = record_program(command, args.eager_ops)
+    if args.output and traces:
+        traces = keep_traces(traces, args.output)
+    results = _apply_gate(gate, _analyze_files(traces))
+    if traces:
+        _report(results, args.format, None, args)
+    for format, path in (("json", args.json), ("sarif", args.sarif)):
+        if path:
+            _report(results, format, path, args)
+    if traces:
+        again = " ".join(shlex.quote(t) for t in traces)
+        _warn(f"streamrace: trace{'s' if len(traces) > 1 else ''} kept; analyse again with: streamrace analyze {again}")
     if returncode != 0:
-        warn(program_failed_note(returncode))
+        _warn(program_failed_note(returncode))
         return EXIT_PROGRAM_FAILED
-    return _verdict(results)
+    if not traces:
+        _warn(
+            "streamrace: nothing recorded: no process of the program recorded a trace (it never imported "
+            f"torch); exit code {EXIT_NOTHING_RECORDED} (--exit-zero accepts it)"
+        )
+        return EXIT_CLEAN if args.exit_zero else EXIT_NOTHING_RECORDED
+    return _verdict(results, args, "the program")
 
 
 def _emit(report: str, output: str | None) -> None:
@@ -267,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--version", action="version", version=f"%(prog)s {__version__} (trace format {FORMAT_VERSION}.{FORMAT_MINOR})"
     )
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         sub = commands.add_parser(
@@ -276,14 +328,20 @@ def build_parser() -> argparse.ArgumentParser:
             epilog=EXIT_CODES,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
+        # SUPPRESS: `streamrace --debug analyze` is not undone by the subcommand's default
+        sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
         command.configure(sub)
         sub.set_defaults(run=command.run)
     return parser
 
 
+DEBUG_HELP = "show the traceback of an internal error (also STREAMRACE_DEBUG=1)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (the console script exits with it)."""
     parser = build_parser()
+    args: argparse.Namespace | None = None
     try:
         try:
             args = parser.parse_args(argv)
@@ -291,7 +349,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             return exc.code if isinstance(exc.code, int) else EXIT_CLEAN
         return args.run(args)
     except StreamraceError as exc:
-        print(f"streamrace: error: {exc}", file=sys.stderr)
+        print(f"streamrace: error: {for_terminal(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except Exception as exc:  # a bug in streamrace: never exit 1, which means findings
+        return _internal_error(exc, debug_wanted(bool(getattr(args, "debug", False))))
+
+
+def _internal_error(exc: Exception, debug: bool) -> int:
+    if debug:
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+    what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    hint = "" if debug else "; --debug (or STREAMRACE_DEBUG=1) shows the traceback"
+    print(
+        f"streamrace: internal error: {for_terminal(what)[:500]} (a bug in streamrace: please report it with the "
+        f"trace{hint})",
+        file=sys.stderr,
+    )
+    return EXIT_INTERNAL

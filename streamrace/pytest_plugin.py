@@ -20,6 +20,10 @@ is tested without a GPU, and how a project can check its gate on recorded traces
 Under pytest-xdist each worker records its own tests; what the summary needs travels on the
 test reports (``report.streamrace``), which xdist sends to the controller, and the summary
 is written there only.
+
+A session in which no test recorded an op or a kernel fails with exit code 5
+(``streamrace.outcome.EXIT_NOTHING_RECORDED``) and says so: a GPU job that lands on a machine
+without CUDA, or whose GPU tests all skipped, must not go green.
 """
 
 from __future__ import annotations
@@ -158,6 +162,7 @@ class _Tally:
 
     recorded: int = 0
     captured: int = 0
+    with_work: int = 0  # recorded an op or a kernel: not "nothing recorded"
     with_findings: int = 0
     suppressed: int = 0
     used_entries: set[int] = field(default_factory=set)
@@ -227,6 +232,8 @@ class _StreamracePlugin:
             "findings": len(kept),
             "kinds": sorted(found),
             "graphs": int(result.summary.get("graphs", 0)),
+            "ops": int(result.summary.get("ops", 0)),
+            "accesses": int(result.summary.get("accesses", 0)),
             "suppressed": len(traces[0].suppressed),
             "entries": sorted({s.entry for s in traces[0].suppressed if s.entry is not None}),
         }
@@ -255,9 +262,22 @@ class _StreamracePlugin:
             return
         self.tally.recorded += 1
         self.tally.captured += outcome.get("graphs", 0) > 0
+        self.tally.with_work += outcome.get("ops", 0) > 0 or outcome.get("accesses", 0) > 0
         self.tally.with_findings += outcome.get("findings", 0) > 0
         self.tally.suppressed += outcome.get("suppressed", 0)
         self.tally.used_entries.update(outcome.get("entries", ()))
+
+    def nothing_recorded(self) -> bool:
+        return self.tally.with_work == 0
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if hasattr(self.config, "workerinput") or not self.nothing_recorded():
+            return
+        from streamrace.outcome import EXIT_NOTHING_RECORDED
+
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = EXIT_NOTHING_RECORDED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if hasattr(self.config, "workerinput"):  # an xdist worker: the controller reports
@@ -275,3 +295,13 @@ class _StreamracePlugin:
         terminalreporter.write_line(f"streamrace: {', '.join(parts)}")
         for message in self.gate.stale_messages(tally.used_entries):
             terminalreporter.write_line(message.removeprefix("streamrace: "), yellow=True)
+        if self.nothing_recorded():
+            from streamrace.outcome import EXIT_NOTHING_RECORDED
+
+            terminalreporter.write_line(
+                f"streamrace: nothing recorded: no test ran an op or a kernel under --streamrace (no CUDA on "
+                f"this machine, the GPU tests skipped, or nothing captured a graph); the session fails with "
+                f"exit code {EXIT_NOTHING_RECORDED}",
+                red=True,
+                bold=True,
+            )

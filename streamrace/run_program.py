@@ -2,8 +2,9 @@
 
 The program runs with ``STREAMRACE=1`` and ``streamrace/record/_site`` first on PYTHONPATH, so
 every Python process it starts (a launcher's workers too) records itself and leaves one trace
-per process in a private directory. ``run`` then analyses them all, like ``analyze``. This
-module imports no torch: the recording happens in the child processes.
+per process in a private directory, which is kept (``run`` prints the ``analyze`` command
+that reads the traces again). ``run`` then analyses them all, like ``analyze``. This module
+imports no torch: the recording happens in the child processes.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import streamrace
 from streamrace.errors import UsageError
 from streamrace.record.autostart import ENV_DIR, ENV_EAGER, ENV_ENABLE
 
-EXIT_PROGRAM_FAILED = 3
 _SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "record", "_site")
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(streamrace.__file__)))
 
@@ -36,8 +36,9 @@ def child_environment(trace_dir: str, eager_ops: bool) -> dict[str, str]:
     return env
 
 
-def record_program(command: Sequence[str], eager_ops: bool = False) -> tuple[int, str, list[str]]:
-    """Run ``command`` with recording on; (its exit code, the trace directory, the traces)."""
+def record_program(command: Sequence[str], eager_ops: bool = False) -> tuple[int, list[str]]:
+    """Run ``command`` with recording on; (its exit code, the traces). The traces stay in a
+    fresh temporary directory; it is removed only when the program left none there."""
     if not command:
         raise UsageError("no program to run: give it after '--', e.g. streamrace run -- python serve.py")
     trace_dir = tempfile.mkdtemp(prefix="streamrace-run-")
@@ -50,7 +51,9 @@ def record_program(command: Sequence[str], eager_ops: bool = False) -> tuple[int
         shutil.rmtree(trace_dir, ignore_errors=True)
         raise UsageError(f"{command[0]}: not executable") from None
     traces = sorted(glob.glob(os.path.join(trace_dir, "*.jsonl.gz")))
-    return returncode, trace_dir, traces
+    if not traces:
+        shutil.rmtree(trace_dir, ignore_errors=True)
+    return returncode, traces
 
 
 def keep_traces(traces: list[str], output: str) -> list[str]:
@@ -65,6 +68,9 @@ def keep_traces(traces: list[str], output: str) -> list[str]:
             shutil.move(source, destination)
         except OSError as exc:
             raise UsageError(f"{destination}: cannot write the trace: {exc.strerror or exc}") from None
+    directory = os.path.dirname(traces[0])
+    if not os.listdir(directory):  # every trace moved out: the temporary directory goes
+        os.rmdir(directory)
     return destinations
 
 

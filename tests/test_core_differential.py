@@ -25,6 +25,7 @@ from test_oracle_property import programs
 from streamrace.analysis import AnalysisResult, analyze
 from streamrace.analysis.core import CORE_ENV, CppEngine, cpp_available, new_engine, selected_core
 from streamrace.analysis.engine import Engine
+from streamrace.errors import UsageError
 from streamrace.trace import load_trace
 from streamrace.trace.builder import TraceBuilder
 from streamrace.trace.io import Trace
@@ -231,7 +232,7 @@ def test_core_selection(monkeypatch):
     monkeypatch.setenv(CORE_ENV, "python")
     assert selected_core() == "python" and isinstance(new_engine(), Engine)
     monkeypatch.setenv(CORE_ENV, "fortran")
-    with pytest.raises(ValueError, match="STREAMRACE_CORE='fortran'"):
+    with pytest.raises(UsageError, match="STREAMRACE_CORE='fortran'"):
         selected_core()
     monkeypatch.setenv(CORE_ENV, "auto")
     assert selected_core() == ("cpp" if cpp_available() else "python")
@@ -239,5 +240,5 @@ def test_core_selection(monkeypatch):
     if cpp_available():
         assert isinstance(new_engine(), CppEngine)
     else:
-        with pytest.raises(RuntimeError, match="not built"):
+        with pytest.raises(UsageError, match="not built"):
             new_engine()

@@ -114,7 +114,8 @@ def test_run_takes_the_gate_flags_too(tmp_path, race):
         f"import shutil, os; shutil.copy({RACE!r}, os.path.join(os.environ['STREAMRACE_TRACE_DIR'], 'x.jsonl.gz'))"
     )
     # the 'program' leaves a trace where a recording process would
-    code = main(["run", "--suppressions", rules, "--", sys.executable, "-c", program])
+    kept = str(tmp_path / "kept.jsonl.gz")
+    code = main(["run", "--suppressions", rules, "-o", kept, "--", sys.executable, "-c", program])
     assert code == 0
 
 

@@ -31,6 +31,7 @@ from streamrace.analysis.engine import (
 )
 from streamrace.analysis.lifetimes import Lifetime
 from streamrace.analysis.shadow import AccessRecord
+from streamrace.errors import UsageError
 
 try:
     import streamrace._core as _core
@@ -64,9 +65,9 @@ def selected_core() -> str:
     """``"cpp"`` or ``"python"``: what ``STREAMRACE_CORE`` asks for, given what is built."""
     wanted = os.environ.get(CORE_ENV, "auto").strip().lower() or "auto"
     if wanted not in CORES:
-        raise ValueError(f"{CORE_ENV}={wanted!r}: expected one of {', '.join(CORES)}")
+        raise UsageError(f"{CORE_ENV}={wanted!r}: expected one of {', '.join(CORES)}")
     if wanted == "cpp" and _core is None:
-        raise RuntimeError(
+        raise UsageError(
             f"{CORE_ENV}=cpp but the C++ core is not built: reinstall streamrace with a C++ compiler "
             f"available (pip install -e .), or set {CORE_ENV}=python"
         )

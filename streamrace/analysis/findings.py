@@ -82,7 +82,8 @@ class Finding:
         parts += [f"{a.access}:{a.op}@{a.location or '?'}" for a in self.accesses]
         if self.allocation is not None:
             parts.append(f"alloc@{self.allocation.alloc_location or '?'}")
-        return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
+        # surrogatepass: a trace string may hold a lone surrogate (JSON allows "\ud800")
+        return hashlib.sha1("|".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -21,6 +21,7 @@ def process_facts() -> dict[str, Any]:
             "pid": os.getpid(),
             "rank": int(os.environ["RANK"]) if os.environ.get("RANK", "").isdigit() else None,
             "argv": sys.argv[:20],
+            "cwd": os.getcwd(),  # where the trace's relative paths start (the report's source lines)
         },
         "allocator": {
             "conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),

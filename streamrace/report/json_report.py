@@ -55,6 +55,18 @@ def document(traces: Sequence[TraceResult]) -> dict[str, Any]:
     }
 
 
+def to_json(document: Any) -> str:
+    """A machine report as text: UTF-8 as it is, unless a trace string holds a lone surrogate
+    (JSON allows ``"\\ud800"``, UTF-8 cannot encode it), then every non-ASCII character as
+    a JSON escape. Strict JSON either way: NaN and infinities are refused."""
+    text = json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(document, indent=2, ensure_ascii=True, allow_nan=False)
+    return text + "\n"
+
+
 def render(traces: Sequence[TraceResult], options: ReportOptions = DEFAULT) -> str:
     """The JSON report; ``options`` are for people's formats and change nothing here."""
-    return json.dumps(document(traces), indent=2, ensure_ascii=False) + "\n"
+    return to_json(document(traces))

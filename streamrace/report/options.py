@@ -1,4 +1,4 @@
-"""What a reporter may be asked besides the results: styling, width and stack depth.
+"""What a reporter may be asked besides the results: styling, width, stack depth and source roots.
 
 Machine formats (JSON, SARIF) take the same options and ignore them: their output never
 depends on the terminal.
@@ -29,6 +29,9 @@ class ReportOptions:
     style: Style = plain
     width: int = WIDTH
     stack_depth: int | None = STACK_DEPTH  # None: every frame
+    # where the text report may read source lines (streamrace/report/sources.py); () means
+    # the current directory
+    source_roots: tuple[str, ...] = ()
 
 
 DEFAULT = ReportOptions()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (docs/performance.md, start-up)
@@ -15,9 +17,19 @@ class TraceResult:
     """The analysis of one trace file, with the path the user named it by.
 
     ``suppressed``: findings a CI gate accepted (suppressions, a baseline); they are no
-    longer in ``result.findings`` (``streamrace.suppressions.Gate.apply``).
+    longer in ``result.findings`` (``streamrace.suppressions.Gate.apply``). ``workdir``: the
+    directory the program was recorded in (the header's ``process.cwd``), where the trace's
+    relative paths start.
     """
 
     path: str
     result: AnalysisResult
     suppressed: tuple[Suppressed, ...] = ()
+    workdir: str | None = None
+
+
+def recorded_workdir(header: Mapping[str, object]) -> str | None:
+    """The header's ``process.cwd`` when it is an absolute path, else None."""
+    process = header.get("process")
+    cwd = process.get("cwd") if isinstance(process, Mapping) else None
+    return cwd if isinstance(cwd, str) and os.path.isabs(cwd) and "\0" not in cwd else None

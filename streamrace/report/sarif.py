@@ -12,22 +12,30 @@ a baseline match has ``baselineState: "unchanged"``. Trace notes (recorder failu
 allocators outside the model) are tool execution notifications.
 
 Paths are as recorded (relative to the directory the program ran in, normally the
-repository root), so a relative path becomes a relative URI against ``%SRCROOT%``.
+repository root), so a relative path becomes a relative URI against ``%SRCROOT%``, once
+normalized; one that climbs out of the root (``../``) has no artifact location, and an
+absolute path is a ``file://`` URI, never a relative one.
+
+Trace strings reach messages escaped: control characters as ``\x1b`` and, in plain text,
+``[`` and ``]`` backslash-escaped (SARIF §3.11.6), so no embedded link can be forged; the
+result message's ``markdown`` escapes every character markdown or HTML gives a meaning
+(``<img>`` shows as text), keeping only the fix's own code spans.
 Output is deterministic, like the JSON report.
 """
 
 from __future__ import annotations
 
-import json
 import posixpath
+import re
 from collections.abc import Sequence
-from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from streamrace import __version__
 from streamrace.analysis.detectors import DETECTORS, KINDS, Detector
 from streamrace.analysis.findings import Access, Finding
+from streamrace.report.escape import for_markdown, for_terminal
+from streamrace.report.json_report import to_json
 from streamrace.report.options import DEFAULT, ReportOptions
 
 if TYPE_CHECKING:
@@ -58,10 +66,34 @@ def _rule(detector: Detector[Any]) -> dict[str, Any]:
     }
 
 
-def _uri(path: str) -> dict[str, str]:
-    if posixpath.isabs(path):
-        return {"uri": PurePosixPath(path).as_uri()}
-    return {"uri": quote(path, safe="/"), "uriBaseId": SRCROOT}
+_BRACKET = re.compile(r"(\\*)([\[\]])")
+
+
+def _text(text: str) -> str:
+    """A plain-text SARIF message: printable, and literal brackets (with the backslashes
+    before them) escaped, so that ``[text](target)`` in a trace string is no embedded link."""
+    return _BRACKET.sub(lambda m: m.group(1) * 2 + "\\" + m.group(2), for_terminal(text))
+
+
+def _markdown(text: str) -> str:
+    """The message as markdown: its `code` spans kept (streamrace writes them, from Python
+    identifiers), everything else escaped."""
+    pieces = text.split("`")
+    if len(pieces) % 2 == 0:  # an unpaired backtick: no code spans at all
+        return for_markdown(text)
+    return "".join(f"`{for_terminal(p)}`" if index % 2 else for_markdown(p) for index, p in enumerate(pieces))
+
+
+def _uri(path: str) -> dict[str, str] | None:
+    """The artifact location of a recorded path; None for a relative path that leaves the
+    source root once normalized (``../x.py``, ``a/../../x.py``)."""
+    normal = posixpath.normpath(path)
+    # surrogatepass: a lone surrogate in a trace string still gets its (WTF-8) percent-escape
+    if posixpath.isabs(normal):
+        return {"uri": "file://" + quote("/" + normal.lstrip("/"), safe="/", errors="surrogatepass")}
+    if normal == ".." or normal.startswith("../") or normal == ".":
+        return None
+    return {"uri": quote(normal, safe="/", errors="surrogatepass"), "uriBaseId": SRCROOT}
 
 
 def _location(
@@ -73,14 +105,15 @@ def _location(
     path, _, line = where.rpartition(":")
     if not path or not line.isdigit() or int(line) < 1:
         return None
-    location: dict[str, Any] = {
-        "physicalLocation": {"artifactLocation": _uri(path), "region": {"startLine": int(line)}}
-    }
+    artifact = _uri(path)
+    if artifact is None:
+        return None
+    location: dict[str, Any] = {"physicalLocation": {"artifactLocation": artifact, "region": {"startLine": int(line)}}}
     function = next((str(f[2]) for f in stack if len(f) > 2 and f"{f[0]}:{f[1]}" == where), None)
     if function:
-        location["logicalLocations"] = [{"name": function, "kind": "function"}]
+        location["logicalLocations"] = [{"name": for_terminal(function), "kind": "function"}]
     if message:
-        location["message"] = {"text": message}
+        location["message"] = {"text": _text(message)}
     return location
 
 
@@ -88,7 +121,7 @@ def _stack(frames: Sequence[Sequence[Any]], message: str) -> dict[str, Any] | No
     """A SARIF stack, innermost frame first, as the trace records it."""
     located = [_location(f"{f[0]}:{f[1]}", [f]) for f in frames if len(f) >= 2]
     out = [{"location": loc} for loc in located if loc is not None]
-    return {"message": {"text": message}, "frames": out} if out else None
+    return {"message": {"text": _text(message)}, "frames": out} if out else None
 
 
 def _what(access: Access) -> str:
@@ -133,7 +166,7 @@ def _result(finding: Finding, trace: str, accepted: Suppressed | None) -> dict[s
         "ruleIndex": KINDS.index(finding.kind),
         "kind": "fail",
         "level": _LEVEL[finding.severity],
-        "message": {"text": _message(finding)},
+        "message": {"text": _text(_message(finding)), "markdown": _markdown(_message(finding))},
         "locations": [primary] if primary is not None else [],
         "relatedLocations": related,
         "stacks": [s for s in stacks if s is not None],
@@ -166,7 +199,7 @@ def document(traces: Sequence[TraceResult]) -> dict[str, Any]:
         notifications += [
             {
                 "level": "warning",
-                "message": {"text": f"{item.path}: {note.message}"},
+                "message": {"text": _text(f"{item.path}: {note.message}")},
                 "descriptor": {"id": note.code},
             }
             for note in item.result.notes
@@ -196,4 +229,4 @@ def document(traces: Sequence[TraceResult]) -> dict[str, Any]:
 
 def render(traces: Sequence[TraceResult], options: ReportOptions = DEFAULT) -> str:
     """The SARIF log; ``options`` are for people's formats and change nothing here."""
-    return json.dumps(document(traces), indent=2, ensure_ascii=False) + "\n"
+    return to_json(document(traces))

@@ -23,7 +23,9 @@ from typing import IO, TYPE_CHECKING, Any
 from streamrace.analysis.describe import Suggestion
 from streamrace.analysis.detectors import suggestion
 from streamrace.analysis.findings import Access, Allocation, Finding
+from streamrace.report.escape import for_terminal
 from streamrace.report.options import DEFAULT, ReportOptions, Style
+from streamrace.report.sources import SourceLines
 
 if TYPE_CHECKING:
     from streamrace.report import TraceResult
@@ -98,29 +100,6 @@ def _code_spans(line: str, in_code: bool) -> tuple[list[tuple[str, bool]], bool]
     return pieces, in_code
 
 
-class SourceLines:
-    """User source lines for the report, each file read once.
-
-    Relative paths are taken from the current directory, as Python's tracebacks do; a file
-    that cannot be read simply shows no text.
-    """
-
-    def __init__(self) -> None:
-        self._files: dict[str, list[str] | None] = {}
-
-    def get(self, path: str, lineno: int) -> str | None:
-        if path not in self._files:
-            try:
-                with open(path, encoding="utf-8", errors="replace") as src:
-                    self._files[path] = src.read().splitlines()
-            except OSError:
-                self._files[path] = None
-        lines = self._files[path]
-        if lines is None or not 1 <= lineno <= len(lines):
-            return None
-        return lines[lineno - 1].strip() or None
-
-
 def _plural(count: int, one: str, many: str | None = None) -> str:
     return f"{count:,} {one if count == 1 else (many or one + 's')}"
 
@@ -162,17 +141,33 @@ def _split_location(location: str) -> tuple[str, int] | None:
     return (path, int(line)) if path and line.isdigit() else None
 
 
+class _Styled(str):
+    """Text the style has rendered (it may hold the style's own ANSI codes): not escaped again."""
+
+
 class _Report:
+    """Every string from a trace (paths, names, ops, messages, notes, source text) reaches the
+    lines escaped (``for_terminal``): ``style`` escapes what it styles, ``add`` what it was
+    given unstyled, and prose is escaped before it is wrapped, so widths count what is shown."""
+
     def __init__(self, options: ReportOptions) -> None:
-        self.style = options.style
+        self._style = options.style
         self.width = max(MIN_WIDTH, options.width)
         self.stack_depth = options.stack_depth
-        self.sources = SourceLines()
+        self.sources = SourceLines(options.source_roots)
+        self.workdir: str | None = None  # the trace being reported: where its relative paths start
         self.lines: list[str] = []
         self.callers_shown: set[tuple[tuple[str, int, str], ...]] = set()  # call chains printed in this finding
 
+    def style(self, text: str, role: str) -> str:
+        return _Styled(self._style(for_terminal(text), role))
+
+    def source(self, path: str, lineno: int) -> str | None:
+        return self.sources.get(path, lineno, self.workdir)
+
     def add(self, depth: int, *pieces: str) -> None:
-        self.lines.append(INDENT * depth + "".join(pieces))
+        shown = (piece if isinstance(piece, _Styled) else for_terminal(piece) for piece in pieces)
+        self.lines.append(INDENT * depth + "".join(shown))
 
     def labelled(self, depth: int, label: str, *pieces: str) -> None:
         """One line of a finding's body: the label in the first column, the text in the second."""
@@ -181,7 +176,7 @@ class _Report:
     def prose(self, depth: int, label: str, text: str, role: str) -> None:
         """A sentence in the second column, wrapped to the report's width; `code` in it is
         styled as code."""
-        lines = textwrap.wrap(text, self.width - len(INDENT) * depth - LABEL_WIDTH) or [""]
+        lines = textwrap.wrap(for_terminal(text), self.width - len(INDENT) * depth - LABEL_WIDTH) or [""]
         in_code = False
         for index, line in enumerate(lines):
             pieces, in_code = _code_spans(line, in_code)
@@ -219,7 +214,7 @@ class _Report:
         func = next((fn for file, line, fn in frames if parsed == (file, line)), None)
         first("" if label else "at ", self.style(location, "location"), f" in {func}" if func else "")
         if parsed is not None:
-            text = self.sources.get(*parsed)
+            text = self.source(*parsed)
             if text is not None:
                 self.continued(depth, self.style(f"{parsed[1]:>6} | ", "dim"), self.style(text, "source"))
         shown = 1  # the source line itself
@@ -260,11 +255,11 @@ class _Report:
             self.continued(depth, self.style(f"({note})", "dim"))
 
     def allocation(self, depth: int, alloc: Allocation) -> None:
-        facts = [f"{_size(alloc.size)} at {alloc.addr:#x}", f"stream {self.stream(alloc.stream_label, alloc.stream)}"]
+        facts = [f"{_size(alloc.size)} at {alloc.addr:#x}, stream ", self.stream(alloc.stream_label, alloc.stream)]
         pool = _pool(alloc.pool)
         if pool:
-            facts.append(pool)
-        self.labelled(depth, "allocation", ", ".join(facts))
+            facts.append(f", {pool}")
+        self.labelled(depth, "allocation", *facts)
         self.where(depth, alloc.alloc_location, alloc.alloc_stack, label="allocated at")
         if alloc.free_seq is None and not alloc.free_location and not alloc.free_stack:
             self.labelled(depth, "freed", self.style("not in this trace", "dim"))
@@ -291,10 +286,11 @@ class _Report:
             seen.append("in graphs " + ", ".join(map(str, finding.graphs)))
         if seen:
             head.append(f"({', '.join(seen)})")
-        self.add(depth, self.style(f"[{number}]", "heading"), " ", " ".join(head))
+        spaced = [piece for item in head for piece in (" ", item)]
+        self.add(depth, self.style(f"[{number}]", "heading"), *spaced)
         self.callers_shown.clear()
         body = depth + 2
-        for line in textwrap.wrap(finding.message, self.width - len(INDENT) * body):
+        for line in textwrap.wrap(for_terminal(finding.message), self.width - len(INDENT) * body):
             self.add(body, line)
         for access in finding.accesses:
             self.access(body, access)
@@ -316,7 +312,7 @@ class _Report:
         self.labelled(depth, "suggestion", hint.why, where, self.style(hint.before, "location"), "):")
         self.continued(depth, self.style(f"{'+':>6} | ", "dim"), self.style(hint.code, "code"))
         parsed = _split_location(hint.before)
-        text = self.sources.get(*parsed) if parsed is not None and hint.exact else None
+        text = self.source(*parsed) if parsed is not None and hint.exact else None
         if text is not None:
             self.continued(depth, self.style(f"{parsed[1]:>6} | ", "dim"), self.style(text, "source"))
 
@@ -324,9 +320,10 @@ class _Report:
     def trace(self, item: TraceResult) -> None:
         findings: list[Finding] = list(item.result.findings)
         summary = item.result.summary
+        self.workdir = item.workdir
         self.add(0, self.style(item.path, "heading"))
         for note in item.result.notes:
-            lines = textwrap.wrap(note.message, self.width - len(INDENT) - len("note: ")) or [""]
+            lines = textwrap.wrap(for_terminal(note.message), self.width - len(INDENT) - len("note: ")) or [""]
             self.add(1, self.style("note: ", "note"), lines[0])
             for line in lines[1:]:
                 self.add(1, " " * len("note: "), line)

@@ -1,0 +1,56 @@
+"""What a run of streamrace tells its caller: the exit codes, each meaning one thing, and the
+test for "nothing was recorded", shared by the command line and the pytest plugin.
+
+A CI gate that passes because nothing ran is a lie: a GPU job that lands on a CPU runner
+records no capture and no op, and "no findings" would turn it green. So an analysis with
+nothing in it has its own exit code, and ``--exit-zero`` is the one way to accept it (with
+findings) for a job that only reports.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+EXIT_CLEAN = 0
+EXIT_FINDINGS = 1
+EXIT_ERROR = 2  # usage or input error: a wrong flag, a trace that does not load
+EXIT_PROGRAM_FAILED = 3  # `run`: the program itself failed; the report covers what it recorded
+EXIT_INTERNAL = 4  # a bug in streamrace: one line, the traceback only with --debug
+EXIT_NOTHING_RECORDED = 5  # no op or kernel anywhere: no CUDA, no capture, or the hooks saw nothing
+EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
+
+EXIT_CODES = f"""exit codes:
+  {EXIT_CLEAN}  no findings (or only suppressed and baseline ones)
+  {EXIT_FINDINGS}  findings
+  {EXIT_ERROR}  usage or input error (one line on stderr)
+  {EXIT_PROGRAM_FAILED}  (run) the program itself failed; the report covers what it recorded
+  {EXIT_INTERNAL}  internal error: a bug in streamrace (one line; --debug shows the traceback)
+  {EXIT_NOTHING_RECORDED}  nothing recorded: no op or kernel in any trace (no CUDA, or no capture)
+--exit-zero turns {EXIT_FINDINGS} and {EXIT_NOTHING_RECORDED} into 0, for jobs that only report."""
+
+DEBUG_ENV = "STREAMRACE_DEBUG"
+
+
+def debug_wanted(flag: bool = False) -> bool:
+    """``--debug`` or ``STREAMRACE_DEBUG=1``: show the traceback of an internal error."""
+    return flag or os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
+
+
+def recorded_nothing(summary: Mapping[str, int]) -> bool:
+    """An analysis summary with no op and no access: there was nothing to check."""
+    return not summary.get("ops") and not summary.get("accesses")
+
+
+def nothing_recorded_note(summaries: Sequence[Mapping[str, int]], what: str) -> str:
+    """The one line that says why the exit code is EXIT_NOTHING_RECORDED; ``what`` names the
+    inputs ("the trace", "2 traces", "the program")."""
+    graphs = sum(int(s.get("graphs", 0)) for s in summaries)
+    if graphs:
+        seen = f"{graphs} CUDA graph capture{'s' if graphs != 1 else ''} but no op or kernel in them"
+    else:
+        seen = "no CUDA graph capture and no op"
+    return (
+        f"streamrace: nothing recorded: {what} had {seen} (no CUDA on this machine, or the code did not "
+        f"capture a graph); exit code {EXIT_NOTHING_RECORDED} (--exit-zero accepts it)"
+    )

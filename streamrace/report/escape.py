@@ -1,0 +1,44 @@
+"""Trace strings made safe for where they are shown.
+
+A trace is input: its file names, function names, op names, stream names and recorder
+messages are whatever its writer put there, escape sequences included. Printed raw, an
+``ESC [`` sequence rewrites the terminal (or a CI log), a newline forges a report line, a
+bidirectional override reorders what a reviewer reads, and a lone surrogate cannot be
+encoded at all. SARIF viewers render messages as text or markdown, so markup in a trace
+string must not become a link or HTML there.
+"""
+
+from __future__ import annotations
+
+import re
+
+_UNPRINTABLE = re.compile(r"[^ -~]")  # everything but printable ASCII goes to the slow path
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~&])")
+
+
+def _escape_char(char: str) -> str:
+    if char.isprintable():
+        return char
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def for_terminal(text: str) -> str:
+    """``text`` with every character that ``str.isprintable`` rejects (control characters,
+    ANSI escapes, line breaks, bidirectional overrides, zero-width and unassigned characters,
+    lone surrogates) written as a Python escape (``\\x1b``, ``\\u202e``). Idempotent: its
+    output is all printable."""
+    if not _UNPRINTABLE.search(text):
+        return text
+    return _UNPRINTABLE.sub(lambda m: _escape_char(m.group()), text)
+
+
+def for_markdown(text: str) -> str:
+    """``text`` escaped for GitHub-flavoured markdown (SARIF ``message.markdown``): every
+    character markdown or inline HTML gives a meaning is backslash-escaped, so a trace string
+    shows as itself and never becomes a link, an image, a tag or a heading."""
+    return _MARKDOWN.sub(r"\\\1", for_terminal(text))

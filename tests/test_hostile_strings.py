@@ -1,0 +1,206 @@
+"""A trace is input: the report must not read what its frames name outside the source roots,
+must not hang or eat memory on special files, and must show its strings escaped on the
+terminal and in SARIF (streamrace/report/sources.py, escape.py)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from streamrace.analysis import analyze
+from streamrace.cli import main
+from streamrace.report import ReportOptions, TraceResult, sarif, text
+from streamrace.report.escape import for_markdown, for_terminal
+from streamrace.report.sources import MAX_FILE_BYTES, SourceLines
+from streamrace.trace.builder import TraceBuilder
+
+REPO = Path(__file__).resolve().parent.parent
+SECRET = "streamrace-test-secret-0f9a3c"
+
+
+def _race_at(path: Path, first: str, second: str, **names: str) -> Path:
+    """A data race whose two accesses are at ``first`` and ``second`` ("file:line")."""
+    tb = TraceBuilder(process={"cwd": names.pop("cwd", "/")})
+    main_s, side = tb.stream(names.get("main", "main")), tb.stream(names.get("side", "side"))
+    with tb.capture(main_s):
+        x = tb.alloc(4096, main_s, at=first)
+        tb.wait_stream(side, main_s)
+        tb.op(names.get("op", "aten::fill_"), main_s, writes=[tb.span(x, 4096)], at=first)
+        tb.op("aten::sum", side, reads=[tb.span(x, 4096)], at=second)
+        tb.wait_stream(main_s, side)
+    tb.write(str(path))
+    return path
+
+
+# -- source lines ---------------------------------------------------------------------------
+@pytest.mark.skipif(not os.path.exists("/proc/self/environ"), reason="needs Linux /proc and /dev")
+def test_a_trace_naming_system_files_prints_nothing_of_them(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.py"
+    os.mkfifo(fifo)  # opened for reading, it would block until a writer comes: never
+    traces = [
+        _race_at(tmp_path / "environ.jsonl", "/proc/self/environ:1", "/etc/passwd:1"),
+        _race_at(tmp_path / "zero.jsonl", "/dev/zero:1", f"{fifo}:1"),
+        # relative, and the trace claims it was recorded in / : still outside the source root
+        _race_at(tmp_path / "relative.jsonl", "proc/self/environ:1", "../../../../../../etc/passwd:1", cwd="/"),
+        _race_at(tmp_path / "stdin.jsonl", "/dev/stdin:1", "/proc/self/cmdline:1"),
+    ]
+    env = dict(os.environ, STREAMRACE_TEST_SECRET=SECRET)
+    proc = subprocess.run(
+        [sys.executable, "-m", "streamrace", "analyze", *map(str, traces)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=60,  # a FIFO or /dev/zero read would hang or run out of memory
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.count("data-race") == 4, "every report completed"
+    assert SECRET not in proc.stdout and "STREAMRACE_TEST_SECRET" not in proc.stdout
+    assert "root:" not in proc.stdout
+    assert "     1 | " not in proc.stdout, "no source text at all"
+
+
+def test_source_lines_come_only_from_regular_files_under_the_roots(tmp_path: Path) -> None:
+    root, outside = tmp_path / "project", tmp_path / "elsewhere"
+    root.mkdir()
+    outside.mkdir()
+    (root / "model.py").write_text("x = 1\ny = qkv @ w\n")
+    (outside / "secret.py").write_text("TOKEN = 'hunter2'\n")
+    (root / "link.py").symlink_to(outside / "secret.py")  # a link out of the root
+    (root / "big.py").write_bytes(b"a = 1\n" * (MAX_FILE_BYTES // 6 + 1))
+    os.mkfifo(root / "fifo.py")
+    lines = SourceLines([str(root)])
+    assert lines.get("model.py", 2) == "y = qkv @ w"
+    assert lines.get(str(root / "model.py"), 1) == "x = 1"
+    assert lines.get("model.py", 3) is None and lines.get("model.py", 0) is None
+    assert lines.get(str(outside / "secret.py"), 1) is None
+    assert lines.get("../elsewhere/secret.py", 1) is None
+    assert lines.get("link.py", 1) is None, "the link resolves outside the root"
+    assert lines.get("big.py", 1) is None, "too large to be a source file"
+    assert lines.get("fifo.py", 1) is None
+    assert lines.get("model.py\0.txt", 1) is None
+    # the recorded working directory: relative paths start there when it is under a root
+    (root / "sub").mkdir()
+    (root / "sub" / "model.py").write_text("z = 3\n")
+    assert lines.get("model.py", 1, workdir=str(root / "sub")) == "z = 3"
+    assert lines.get("secret.py", 1, workdir=str(outside)) is None, "a workdir outside the roots is no root"
+
+
+def test_source_root_flag_picks_where_lines_are_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "model.py").write_text("a = torch.ones(4)\nb = a.sum()\n")
+    trace = _race_at(tmp_path / "t.jsonl", "model.py:1", "model.py:2")
+    os.chdir(tmp_path)  # the current directory is not the project: no text by default
+    try:
+        assert main(["analyze", str(trace)]) == 1
+        assert "a = torch.ones(4)" not in capsys.readouterr().out
+        assert main(["analyze", "--source-root", str(project), str(trace)]) == 1
+        out = capsys.readouterr().out
+    finally:
+        os.chdir(REPO)
+    assert "a = torch.ones(4)" in out and "b = a.sum()" in out
+
+
+# -- escaping -------------------------------------------------------------------------------
+HOSTILE = "\x1b]0;pwned\x07\x1b[2J\u202eevil\nforged line\ud800"
+IN_TRACE = HOSTILE.replace("\ud800", "")  # the reader refuses lone surrogates in a trace
+
+
+def test_escaping_makes_every_character_visible_and_is_idempotent() -> None:
+    escaped = for_terminal(HOSTILE)
+    assert escaped == "\\x1b]0;pwned\\x07\\x1b[2J\\u202eevil\\x0aforged line\\ud800"
+    assert escaped.isprintable() and for_terminal(escaped) == escaped
+    assert for_terminal("plain aten::mm.out at model.py:3 – ünïcode") == "plain aten::mm.out at model.py:3 – ünïcode"
+    assert for_markdown("<img src=x onerror=alert(1)> [a](http://x)") == (
+        "\\<img src=x onerror=alert\\(1\\)\\> \\[a\\]\\(http://x\\)"
+    )
+
+
+def _hostile_result(tmp_path: Path) -> TraceResult:
+    trace = _race_at(
+        tmp_path / "hostile.jsonl",
+        f"mod{IN_TRACE}.py:1",
+        "<img src=x onerror=alert(1)>.py:2",
+        main=f"main{IN_TRACE}",
+        op="aten::[click](https://evil.example)<script>x</script>\x1b[31m",
+    )
+    from streamrace.trace import load_trace
+
+    return TraceResult(f"trace\x1b[1m{HOSTILE}.jsonl", analyze(load_trace(trace)))
+
+
+def test_text_report_shows_trace_strings_escaped(tmp_path: Path) -> None:
+    report = text.render([_hostile_result(tmp_path)])
+    assert "\x1b" not in report and "\u202e" not in report and "\x07" not in report
+    assert "forged line" not in report.replace("\\x0aforged line", ""), "no raw newline from the trace"
+    assert report.encode("utf-8"), "no lone surrogate left to break the encoding"
+    assert "\\x1b[31m" in report and "main\\x1b]0;pwned" in report
+
+
+def test_coloured_report_keeps_its_own_colour_and_escapes_the_trace_s(tmp_path: Path) -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    os.environ["FORCE_COLOR"] = "1"
+    try:
+        styled = text.terminal_style(Terminal())
+    finally:
+        del os.environ["FORCE_COLOR"]
+    assert styled is not None
+    report = text.render([_hostile_result(tmp_path)], ReportOptions(style=styled[0], width=styled[1]))
+    assert "\x1b[" in report, "rich's colour codes are there"
+    assert "\\x1b[31m" in report and "\x1b[31m" not in report.replace("\\x1b[31m", ""), "the trace's are escaped"
+    assert "\\x1b[1m" not in report.replace("trace\\x1b[1m", ""), "rich's own codes are never escaped"
+
+
+def test_sarif_messages_carry_no_markup_and_uris_stay_under_the_root(tmp_path: Path) -> None:
+    doc = sarif.document([_hostile_result(tmp_path)])
+    (result,) = doc["runs"][0]["results"]
+    text_message, markdown = result["message"]["text"], result["message"]["markdown"]
+    for message in (text_message, markdown):
+        assert "\x1b" not in message and "\u202e" not in message
+        assert "[click](" not in message, "no link can be forged"
+    assert "\\[click\\]" in text_message
+    assert not re.search(r"(?<!\\)[<>]", markdown), "every < and > is escaped in markdown"
+    assert "\\<script\\>" in markdown
+    assert "`main\\x1b" not in markdown
+    related = [loc["message"]["text"] for loc in result["relatedLocations"]]
+    assert all("\x1b" not in message for message in related)
+    rendered = sarif.render([_hostile_result(tmp_path)])
+    rendered.encode("utf-8")  # encodable: the lone surrogate of the trace is a JSON escape there
+    assert json.loads(rendered) == json.loads(json.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    ("path", "uri"),
+    [
+        ("model.py", {"uri": "model.py", "uriBaseId": "%SRCROOT%"}),
+        ("./pkg/../model.py", {"uri": "model.py", "uriBaseId": "%SRCROOT%"}),
+        ("pkg/a b.py", {"uri": "pkg/a%20b.py", "uriBaseId": "%SRCROOT%"}),
+        ("../outside.py", None),
+        ("pkg/../../outside.py", None),
+        ("/etc/../opt/app/m.py", {"uri": "file:///opt/app/m.py"}),
+        ("//host/share.py", {"uri": "file:///host/share.py"}),
+    ],
+)
+def test_sarif_uris_are_normalized(path: str, uri: dict | None) -> None:
+    location = sarif._location(f"{path}:3")
+    if uri is None:
+        assert location is None
+    else:
+        assert location["physicalLocation"]["artifactLocation"] == uri
+
+
+def test_error_lines_are_escaped_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", str(tmp_path / f"no{HOSTILE}.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err and "\\x1b]0;pwned" in err
