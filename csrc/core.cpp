@@ -64,17 +64,26 @@ PyObject* need(PyObject* obj, PyObject* key) {
 i64 as_int(PyObject* value) {
     int overflow = 0;
     long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow) throw std::overflow_error("an integer of the trace does not fit 64 bits");
+    if (v == -1 && PyErr_Occurred()) fail();
+    return v;
+}
+
+// A number of a byte range or a block: one beyond 64 bits makes a range outside [0, 2^62).
+i64 as_range_int(PyObject* value) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
     if (overflow) too_large();
     if (v == -1 && PyErr_Occurred()) fail();
     return v;
 }
 
 ByteRange normalize(PyObject* raw) {
-    i64 addr = as_int(need(raw, K.addr));
-    if (PyObject* nbytes = get(raw, K.nbytes)) return interval(addr, as_int(nbytes));
+    i64 addr = as_range_int(need(raw, K.addr));
+    if (PyObject* nbytes = get(raw, K.nbytes)) return interval(addr, as_range_int(nbytes));
     PyObject* shape = need(raw, K.shape);
     PyObject* stride = need(raw, K.stride);
-    i64 itemsize = as_int(need(raw, K.itemsize));
+    i64 itemsize = as_range_int(need(raw, K.itemsize));
     Py_ssize_t n = PyObject_Length(shape), m = PyObject_Length(stride);
     if (n < 0 || m < 0) fail();
     if (n != m) throw py::value_error("range 'shape' and 'stride' differ in length");
@@ -83,10 +92,13 @@ ByteRange normalize(PyObject* raw) {
         PyObject* a = PySequence_GetItem(shape, k);
         PyObject* b = PySequence_GetItem(stride, k);
         if (a == nullptr || b == nullptr) fail();
-        dims[k] = as_int(a);
-        steps[k] = as_int(b);
+        int overflow_a = 0, overflow_b = 0;
+        dims[k] = PyLong_AsLongLongAndOverflow(a, &overflow_a);
+        steps[k] = PyLong_AsLongLongAndOverflow(b, &overflow_b);
         Py_DECREF(a);
         Py_DECREF(b);
+        if (overflow_a || overflow_b) too_large();
+        if ((dims[k] == -1 || steps[k] == -1) && PyErr_Occurred()) fail();
     }
     return normalize_strided(addr, dims, steps, itemsize);
 }
@@ -104,8 +116,19 @@ class Core {
    public:
     explicit Core(py::dict stacks) : stacks_(std::move(stacks)) {}
 
+    // One event; a range or block outside [0, 2^62) is refused naming the event's seq, in the
+    // words of the Python engine (RangeLimit is streamrace.errors.TraceLimitError there).
     void feed(py::handle ev_handle) {
-        PyObject* ev = ev_handle.ptr();
+        try {
+            feed_event(ev_handle.ptr());
+        } catch (const RangeLimit& e) {
+            PyObject* seq = get(ev_handle.ptr(), K.seq);
+            py::str shown = seq != nullptr ? py::str(seq) : py::str("None");
+            throw RangeLimit("event seq " + std::string(shown) + ": " + e.what());
+        }
+    }
+
+    void feed_event(PyObject* ev) {
         ++events_;
         PyObject* stream_obj = get(ev, K.stream);
         i64 stream = 0;
@@ -120,7 +143,7 @@ class Core {
         if (kind == "op" || kind == "kernel") {
             op(ev, kind == "op", stream_obj != nullptr, stream);
         } else if (kind == "alloc") {
-            engine_.alloc(ev, as_int(need(ev, K.addr)), as_int(need(ev, K.size)), need_stream(stream_obj, stream),
+            engine_.alloc(ev, as_range_int(need(ev, K.addr)), as_range_int(need(ev, K.size)), need_stream(stream_obj, stream),
                           device(ev, stream_obj != nullptr, stream));
         } else if (kind == "free") {
             engine_.free(ev, as_int(need(ev, K.addr)), device(ev, stream_obj != nullptr, stream));
@@ -653,6 +676,7 @@ void capture_range(Capture* capture, const ByteRange& range, bool write) { captu
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "streamrace's C++ analysis core; use streamrace.analysis, not this module.";
+    py::register_exception<RangeLimit>(m, "RangeLimit", PyExc_OverflowError);
     K = {intern("ev"),    intern("stream"), intern("device"), intern("name"),   intern("id"),
          intern("frames"), intern("graph"), intern("addr"),   intern("size"),   intern("event"),
          intern("reads"), intern("writes"), intern("nbytes"), intern("shape"),  intern("stride"),

@@ -105,6 +105,7 @@ class Engine {
     }
 
     void alloc(PyObject* event, i64 addr, i64 size, i64 owner, i64 device) {
+        Lifetimes::check_block(addr, size);  // before anything changes, as the Python engine
         i64 domain;
         const VectorClock& clock = hb.current(appear(owner), domain);
         for (auto& [lifetime, uses] : lifetimes_.settle(owner, domain, clock, hb.host_clock(domain))) {

@@ -41,11 +41,20 @@ class Lifetimes {
 
     // Start a lifetime (the caller sets alloc and owner); a live block it overlaps (a
     // malformed trace) ends silently.
+    // Refuses a block outside [0, LIMIT) (ranges.py's check_block), so that end() never overflows.
+    static void check_block(i64 addr, i64 size) {
+        if (addr < 0 || addr >= LIMIT || size >= LIMIT || addr + size >= LIMIT) too_large();
+    }
+
     Lifetime* alloc(i64 addr, i64 size, i64 owner, i64 device, PyObject* event) {
+        check_block(addr, size);
         auto& live = live_[device];
         auto lo = live.lower_bound(addr);
         while (lo != live.begin() && std::prev(lo)->second->end() > addr) --lo;
-        auto hi = live.lower_bound(addr + size);
+        // As bisect_left(starts, addr + size, lo): never before lo (a size <= 0 from a caller
+        // that skipped the trace checks must not make an inverted range).
+        auto hi = lo;
+        while (hi != live.end() && hi->first < addr + size) ++hi;
         for (auto it = lo; it != hi; ++it) {
             it->second->forget_uses();
             release(it->second);

@@ -16,8 +16,10 @@ using i64 = long long;
 
 constexpr i64 MAX_RUNS = 65536;
 constexpr i64 SEARCH_BUDGET = 1 << 14;
-// Every coordinate the overlap arithmetic forms stays within 64 bits when ranges do within
-// this bound; Python's integers have none, so a trace beyond it is refused, not misjudged.
+// Every byte of a range or a block lies in [0, LIMIT): there every coordinate the overlap
+// arithmetic forms fits 64 bits, and any intermediate that would not implies a range outside
+// it. streamrace/analysis/ranges.py refuses exactly the same ranges (OUT_OF_RANGE), so both
+// engines answer every trace alike.
 constexpr i64 LIMIT = i64(1) << 62;
 
 enum Overlap : int { NONE = 0, EXACT = 1, APPROXIMATE = 2 };
@@ -28,9 +30,14 @@ struct Dim {
     bool operator==(const Dim& o) const { return n == o.n && s == o.s; }
 };
 
+// A range or a block outside [0, LIMIT): streamrace.errors.TraceLimitError on the Python side.
+struct RangeLimit : std::overflow_error {
+    using std::overflow_error::overflow_error;
+};
+
 [[noreturn]] inline void too_large() {
-    throw std::overflow_error(
-        "a byte range does not fit the C++ core's 62-bit arithmetic; set STREAMRACE_CORE=python to analyse this trace");
+    throw RangeLimit(
+        "a byte range or an allocation reaches outside [0, 2^62), where no device memory is: a corrupt trace");
 }
 
 inline i64 checked_mul(i64 a, i64 b) {
@@ -73,7 +80,7 @@ struct ByteRange {
             hi = end;
             nruns = count;
         }
-        if (lo <= -LIMIT || hi >= LIMIT) too_large();
+        if (lo < 0 || hi >= LIMIT) too_large();
     }
     bool empty() const { return run == 0; }
     bool dense() const { return dims.empty(); }

@@ -127,6 +127,7 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
 
 def _analyze_files(paths: Sequence[str]) -> list[TraceResult]:
     from streamrace.analysis import analyze
+    from streamrace.errors import TraceError, TraceLimitError
     from streamrace.progress import analysis_progress
     from streamrace.report.results import TraceResult, recorded_workdir
     from streamrace.trace.io import display_name, iter_trace
@@ -138,7 +139,10 @@ def _analyze_files(paths: Sequence[str]) -> list[TraceResult]:
         events = iter_trace(path)
         header = next(events)
         with analysis_progress(path, events) as counted:
-            result = analyze(header, counted)
+            try:
+                result = analyze(header, counted)
+            except TraceLimitError as exc:  # the trace loads, but what it holds is not a recording
+                raise TraceError(shown, None, str(exc)) from None
             results.append(TraceResult(shown, result, workdir=recorded_workdir(header)))
     return results
 

@@ -20,3 +20,8 @@ class TraceError(StreamraceError):
 
 class UsageError(StreamraceError):
     """A wrong flag, a missing file, a bad combination of options."""
+
+
+class TraceLimitError(StreamraceError):
+    """A trace that loads but holds what no recording can: a byte range or an allocation
+    outside the address space the analysis covers (docs/analysis.md §3)."""

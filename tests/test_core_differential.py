@@ -25,7 +25,7 @@ from test_oracle_property import programs
 from streamrace.analysis import AnalysisResult, analyze
 from streamrace.analysis.core import CORE_ENV, CppEngine, cpp_available, new_engine, selected_core
 from streamrace.analysis.engine import Engine
-from streamrace.errors import UsageError
+from streamrace.errors import TraceLimitError, UsageError
 from streamrace.trace import load_trace
 from streamrace.trace.builder import TraceBuilder
 from streamrace.trace.io import Trace
@@ -199,21 +199,51 @@ def test_cores_agree_on_the_benchmark_capture_set():
     ]
 
 
-# -- what only one core does ----------------------------------------------------------------------
+# -- limits both cores keep alike ----------------------------------------------------------------
+# The reader refuses all of these (tests/test_trace_io.py); an in-memory trace, which no reader
+# checked, must still get the same clear refusal from both engines, never a crash or two answers.
+OUTSIDE = {
+    "addr 2^63": ("op", {"writes": [{"addr": 1 << 63, "nbytes": 8}]}),
+    "end at 2^62": ("op", {"writes": [{"addr": (1 << 62) - 8, "nbytes": 8}]}),
+    "below 0": ("op", {"reads": [{"addr": 4096, "shape": [2], "stride": [-(1 << 20)], "itemsize": 4}]}),
+    "stride 2^64": ("op", {"reads": [{"addr": 0, "shape": [1], "stride": [1 << 64], "itemsize": 4}]}),
+    "span 2^62": ("op", {"reads": [{"addr": 0, "shape": [3, 1 << 40], "stride": [1 << 61, 1], "itemsize": 8}]}),
+    "block near 2^63": ("alloc", {"addr": (1 << 63) - 1, "size": (1 << 63) - 1}),
+    "block to 2^62": ("alloc", {"addr": (1 << 62) - 4096, "size": 4096}),
+    "size 2^64": ("alloc", {"addr": 0, "size": 1 << 64}),
+}
+
+
 @needs_cpp
-def test_cpp_refuses_ranges_beyond_62_bits_and_names_the_way_out():
-    """The reader refuses such ranges for both engines (tests/test_trace_io.py); an in-memory
-    trace, which no reader checked, still gets a clear error from the C++ core."""
+@pytest.mark.parametrize("case", sorted(OUTSIDE))
+def test_both_cores_refuse_ranges_outside_62_bits_alike(case):
+    kind, fields = OUTSIDE[case]
     tb = TraceBuilder()
     main, side = tb.stream("main"), tb.stream("side")
-    tb.op("k1", main, writes=[tb.span(4096, 8)])
-    tb.op("k2", side, reads=[tb.span(4096, 8)])
-    k1, k2 = tb.events[-2:]
-    k1["writes"] = k2["reads"] = [{"addr": 1 << 63, "nbytes": 8}]
-    with core("python"):
-        assert len(analyze(tb.trace()).findings) == 1
-    with core("cpp"), pytest.raises(OverflowError, match="STREAMRACE_CORE=python"):
-        analyze(tb.trace())
+    tb.op("k0", side, writes=[tb.span(4096, 8)])
+    if kind == "op":
+        tb.op("k", main, writes=[tb.span(8192, 8)])
+    else:
+        tb.alloc(4096, main)
+    tb.events[-1].update(fields)
+    messages = []
+    for name in ("python", "cpp"):
+        with core(name), pytest.raises(TraceLimitError) as refused:
+            analyze(tb.trace())
+        messages.append(str(refused.value))
+    assert messages[0] == messages[1]
+    assert messages[0].startswith("event seq ") and "outside [0, 2^62)" in messages[0]
+
+
+@needs_cpp
+def test_ranges_just_inside_the_limit_agree():
+    tb = TraceBuilder()
+    main, side = tb.stream("main"), tb.stream("side")
+    top = (1 << 62) - 4096
+    x = tb.alloc(4095, main, addr=top)
+    tb.op("k1", main, writes=[tb.span(x, 4095)])
+    tb.op("k2", side, reads=[{"addr": top, "shape": [3, 5], "stride": [1000, 1], "itemsize": 1}])
+    assert len(agree(tb.trace()).findings) == 1
 
 
 @pytest.mark.parametrize("name", ["python", pytest.param("cpp", marks=needs_cpp)])

@@ -31,7 +31,7 @@ from streamrace.analysis.engine import (
 )
 from streamrace.analysis.lifetimes import Lifetime
 from streamrace.analysis.shadow import AccessRecord
-from streamrace.errors import UsageError
+from streamrace.errors import TraceLimitError, UsageError
 
 try:
     import streamrace._core as _core
@@ -99,16 +99,20 @@ class CppEngine:
         self.feed: Callable[[Mapping[str, Any]], None] = self._core.feed
 
     def run(self, events: Iterable[Mapping[str, Any]], progress: Callable[[Progress], None] | None = None) -> None:
-        """Feed every event; ``progress`` as for ``Engine.run``."""
-        if progress is None:
-            self._core.run(events, None, PROGRESS_EVERY)
-            return
+        """Feed every event; ``progress`` as for ``Engine.run``. A range the analysis cannot
+        take is a ``TraceLimitError``, as in the Python engine."""
+        try:
+            if progress is None:
+                self._core.run(events, None, PROGRESS_EVERY)
+                return
 
-        def report(events: int, ops: int, accesses: int, graphs: int) -> None:
-            progress(Progress(events, ops, accesses, graphs))
+            def report(events: int, ops: int, accesses: int, graphs: int) -> None:
+                progress(Progress(events, ops, accesses, graphs))
 
-        self._core.run(events, report, PROGRESS_EVERY)
-        self._core.report(report)
+            self._core.run(events, report, PROGRESS_EVERY)
+            self._core.report(report)
+        except _core.RangeLimit as exc:
+            raise TraceLimitError(str(exc)) from None
 
     @property
     def events(self) -> int:

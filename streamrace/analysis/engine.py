@@ -18,6 +18,7 @@ from streamrace.analysis.clocks import Domain, HappensBefore, ordered_before
 from streamrace.analysis.lifetimes import Lifetime, Lifetimes
 from streamrace.analysis.ranges import Overlap, normalize, overlaps
 from streamrace.analysis.shadow import AccessRecord, ShadowMemory
+from streamrace.errors import TraceLimitError
 
 
 @dataclass(eq=False)
@@ -157,7 +158,10 @@ class Engine:
             self.appearance[stream] = len(self.appearance)
         handler = self._handlers.get(ev["ev"])
         if handler is not None:  # `graph` and `recorder_error` do not take part in v1
-            handler(ev)
+            try:
+                handler(ev)
+            except TraceLimitError as exc:  # the C++ core's words: the event, then the range
+                raise TraceLimitError(f"event seq {ev.get('seq')}: {exc}") from None
 
     def remembered(self) -> int:
         """Accesses the shadow memories still hold (not forgotten)."""

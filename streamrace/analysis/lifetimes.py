@@ -15,14 +15,14 @@ other, so this is what keeps a long trace's memory bounded.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from streamrace.analysis.clocks import EAGER, NO_HOST, Domain, ordered_before
-from streamrace.analysis.ranges import ByteRange, overlaps
+from streamrace.analysis.ranges import ByteRange, check_block, overlaps
 from streamrace.analysis.shadow import AccessRecord
+from streamrace.analysis.sorted_blocks import SortedBlocks
 
 
 @dataclass(eq=False, slots=True)
@@ -47,44 +47,50 @@ class Lifetime:
 
 
 class Lifetimes:
-    """The live blocks of every device, sorted by address."""
+    """The live blocks of every device, sorted by address (``SortedBlocks``: no quadratic path
+    whatever order the allocations come in)."""
 
     def __init__(self) -> None:
-        self._starts: dict[int, list[int]] = {}
-        self._live: dict[int, list[Lifetime]] = {}
+        self._live: dict[int, SortedBlocks[Lifetime]] = {}
         self._count = 0
         self._in_domain: dict[Domain, dict[int, Lifetime]] = {}  # capture -> lifetimes it used
         # (domain, owner) -> freed lifetimes that await the owner's next allocation there
         self._pending: dict[tuple[Domain, int], list[Lifetime]] = {}
 
-    def _device(self, device: int) -> tuple[list[int], list[Lifetime]]:
-        return self._starts.setdefault(device, []), self._live.setdefault(device, [])
+    def _device(self, device: int) -> SortedBlocks[Lifetime]:
+        blocks = self._live.get(device)
+        if blocks is None:
+            blocks = self._live[device] = SortedBlocks()
+        return blocks
 
     def alloc(self, event: Mapping[str, Any], device: int) -> Lifetime:
         """Start a lifetime; a live block it overlaps (a malformed trace) ends silently."""
         addr, size = event["addr"], event["size"]
-        starts, live = self._device(device)
-        lo = bisect_left(starts, addr)
-        while lo > 0 and live[lo - 1].end > addr:
-            lo -= 1
-        hi = bisect_left(starts, addr + size, lo)
-        for ended in live[lo:hi]:
-            ended.last_use.clear()
-        del starts[lo:hi], live[lo:hi]
+        check_block(addr, size)
+        live = self._device(device)
+        lo = live.bisect_left(addr)
+        while (prev := live.before(lo)) is not None and live[prev].end > addr:
+            lo = prev
+        ended = 0  # the blocks from lo that start before the new one's end
+        pos, end = lo, addr + size
+        while pos != live.end and live.start(pos) < end:
+            ended += 1
+            pos = live.after(pos)
+        for _ in range(ended):
+            live.pop(lo).last_use.clear()
+            lo = live.normal(lo)
         lifetime = Lifetime(self._count, addr, size, event["stream"], device, dict(event))
         self._count += 1
-        starts.insert(lo, addr)
-        live.insert(lo, lifetime)
+        live.insert(lifetime)
         return lifetime
 
     def free(self, addr: int, device: int, event: Mapping[str, Any]) -> Lifetime | None:
         """End the lifetime of the block at ``addr``; None if the trace never allocated it."""
-        starts, live = self._device(device)
-        i = bisect_left(starts, addr)
-        if i == len(starts) or starts[i] != addr:
+        live = self._device(device)
+        pos = live.bisect_left(addr)
+        if pos == live.end or live.start(pos) != addr:
             return None
-        lifetime = live.pop(i)
-        del starts[i]
+        lifetime = live.pop(pos)
         lifetime.free = dict(event)
         return lifetime
 
@@ -116,11 +122,8 @@ class Lifetimes:
         return unsafe
 
     def containing(self, addr: int, device: int) -> Lifetime | None:
-        starts, live = self._device(device)
-        i = bisect_right(starts, addr) - 1
-        if i >= 0 and addr < live[i].end:
-            return live[i]
-        return None
+        block = self._device(device).last_at_or_before(addr)
+        return block if block is not None and addr < block.end else None
 
     def record_stream(self, addr: int, stream: int, device: int) -> Lifetime | None:
         """``record_stream``: ``stream``'s uses of the block at ``addr`` no longer make its free unsafe.
@@ -134,12 +137,8 @@ class Lifetimes:
 
     def touched(self, rng: ByteRange, device: int) -> tuple[Lifetime, ...]:
         """The live lifetimes that share a byte with ``rng``, by address."""
-        starts, live = self._device(device)
-        i = bisect_left(starts, rng.hi)
         found: list[Lifetime] = []
-        while i > 0 and live[i - 1].end > rng.lo:
-            i -= 1
-            block = live[i]
+        for block in self._device(device).ending_after(rng.hi, rng.lo):
             inside = block.addr <= rng.lo and rng.hi <= block.end
             if inside or overlaps(rng, ByteRange(block.addr, (), block.size)):
                 found.append(block)

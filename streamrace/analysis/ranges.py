@@ -17,12 +17,21 @@ from collections.abc import Mapping
 from enum import IntEnum
 from typing import Any
 
+from streamrace.errors import TraceLimitError
+
 # Above this many runs on the smaller side, two different lattices are not compared run by
 # run: the overlap is assumed (docs/analysis.md §3, step 4).
 MAX_RUNS = 65_536
 # Nodes one lattice search may visit before it gives up: proper lattices need a handful per
 # dim; only self-overlapping or pathological strides get near it.
 _SEARCH_BUDGET = 1 << 14
+# Every byte a range or a block holds lies in [0, LIMIT): no device has memory beyond (real
+# addresses stay below 2^48), and within it every coordinate the overlap arithmetic forms fits
+# 64 bits, so the C++ core computes exactly what this module does. Both engines refuse the
+# same ranges, with the same words (docs/analysis.md §3).
+LIMIT = 1 << 62
+_INT64 = 1 << 63
+OUT_OF_RANGE = "a byte range or an allocation reaches outside [0, 2^62), where no device memory is: a corrupt trace"
 
 
 class Overlap(IntEnum):
@@ -44,6 +53,8 @@ class ByteRange:
         self.run = run  # length of each contiguous run; 0 for an empty range
         self.lo = base
         self.hi = base + run + sum((n - 1) * s for n, s in dims) if run else base
+        if base < 0 or self.hi >= LIMIT:
+            raise TraceLimitError(OUT_OF_RANGE)
         nruns = 1
         for n, _ in dims:
             nruns *= n
@@ -87,12 +98,29 @@ def interval(addr: int, nbytes: int) -> ByteRange:
     return ByteRange(addr, (), max(nbytes, 0))
 
 
+def check_block(addr: int, size: int) -> None:
+    """Refuse an allocation outside [0, LIMIT), as the C++ core does."""
+    if not 0 <= addr < LIMIT or size < -_INT64 or addr + size >= LIMIT:
+        raise TraceLimitError(OUT_OF_RANGE)
+
+
+def _int64(*values: int) -> None:
+    # The C++ core reads every number of a range as a 64-bit integer.
+    for value in values:
+        if not -_INT64 <= value < _INT64:
+            raise TraceLimitError(OUT_OF_RANGE)
+
+
 def normalize(rng: Mapping[str, Any]) -> ByteRange:
     """The canonical form of a trace range (see the module docstring)."""
     addr = rng["addr"]
     if "nbytes" in rng:
-        return interval(addr, rng["nbytes"])
+        nbytes = rng["nbytes"]
+        if nbytes < -_INT64:  # beyond 64 bits (a larger one ends past LIMIT anyway)
+            raise TraceLimitError(OUT_OF_RANGE)
+        return interval(addr, nbytes)
     itemsize = rng["itemsize"]
+    _int64(addr, itemsize, *rng["shape"], *rng["stride"])
     dims: list[tuple[int, int]] = []
     for n, stride in zip(rng["shape"], rng["stride"], strict=True):
         if n == 0:
