@@ -122,7 +122,8 @@ def test_text_shows_everything_a_person_needs(model_py: str) -> None:
     assert "write         aten::fill_ on stream main (0x5000)" in out
     assert "15 | z = torch.ones(1024, device='cuda')" in out
     # the allocation's story
-    assert "allocation    3,145,728 bytes (3.0 MiB) at 0x7f0000001000, stream main (0x5000), graph pool (1, 0)" in out
+    assert "allocation    3,145,728 bytes (3.0 MiB) at 0x7f0000001000, stream main (0x5000), graph pool\n" in out
+    assert "\n" + " " * 24 + "(1, 0)\n" in out, "wrapped at 100 columns, under the second column"
     assert "allocated at  model.py:10 in forward" in out
     assert "10 | x = torch.empty(1024, device='cuda')" in out
     assert "freed at      model.py:14 in forward" in out
@@ -379,3 +380,22 @@ def test_progress_only_on_a_terminal_for_large_traces(tmp_path: Path) -> None:
     with analysis_progress(str(race), iter(expected), stream=small) as events:
         assert list(events) == expected
     assert small.getvalue() == "", "a small trace: no bar"
+
+
+def test_text_wraps_at_the_documented_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every committed trace's report, source text included, fits 100 columns (and 60, the
+    narrowest): a line goes past only when it is one word longer than a whole line."""
+    from streamrace.analysis import analyze
+    from streamrace.report.options import WIDTH
+    from streamrace.trace import load_trace
+
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(repo)  # the source lines are read, and can be long
+    traces = sorted((repo / "examples" / "traces").iterdir())
+    results = [TraceResult(str(p.relative_to(repo)), analyze(load_trace(p))) for p in traces]
+    for width in (WIDTH, 60):
+        out = text.render(results, ReportOptions(width=width))
+        assert "…" in out if width == 60 else True, "long source lines are cut, not wrapped"
+        long = [line for line in out.splitlines() if len(line) > width and " " in line.strip()]
+        assert long == [], f"{len(long)} lines wider than {width}: {long[:3]}"
+    assert "main.wait_stream(kv)" in text.render(results), "wrapping keeps code spans whole"

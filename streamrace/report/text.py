@@ -142,7 +142,16 @@ def _split_location(location: str) -> tuple[str, int] | None:
 
 
 class _Styled(str):
-    """Text the style has rendered (it may hold the style's own ANSI codes): not escaped again."""
+    """Text the style has rendered (it may hold the style's own ANSI codes): not escaped again.
+    It keeps its plain text and role, so that a line too long can be broken and styled again."""
+
+    plain: str
+    role: str
+
+    def __new__(cls, rendered: str, plain: str, role: str) -> _Styled:
+        styled = super().__new__(cls, rendered)
+        styled.plain, styled.role = plain, role
+        return styled
 
 
 class _Report:
@@ -160,18 +169,54 @@ class _Report:
         self.callers_shown: set[tuple[tuple[str, int, str], ...]] = set()  # call chains printed in this finding
 
     def style(self, text: str, role: str) -> str:
-        return _Styled(self._style(for_terminal(text), role))
+        plain = for_terminal(text)
+        return _Styled(self._style(plain, role), plain, role)
 
     def source(self, path: str, lineno: int) -> str | None:
         return self.sources.get(path, lineno, self.workdir)
 
-    def add(self, depth: int, *pieces: str) -> None:
-        shown = (piece if isinstance(piece, _Styled) else for_terminal(piece) for piece in pieces)
-        self.lines.append(INDENT * depth + "".join(shown))
+    def add(self, depth: int, *pieces: str, hang: int = len(INDENT)) -> None:
+        """One line, or several when it is wider than the report: broken at spaces, each further
+        line indented ``hang`` columns more; the text of a source line is cut instead (``…``),
+        since a code line broken in two reads as two. Only one word wider than a whole line
+        (a long path) goes past the width."""
+        segments = [(p.plain, p.role) if isinstance(p, _Styled) else (for_terminal(p), None) for p in pieces]
+        prefix = INDENT * depth
+        if len(prefix) + sum(len(text) for text, _ in segments) <= self.width:
+            self.lines.append(prefix + "".join(self._render(text, role) for text, role in segments))
+            return
+        if any(role == "source" for _, role in segments):
+            room = self.width - len(prefix) - sum(len(text) for text, role in segments if role != "source")
+            cut = [(text if role != "source" else text[: max(room - 1, 20)] + "…", role) for text, role in segments]
+            self.lines.append(prefix + "".join(self._render(text, role) for text, role in cut))
+            return
+        words: list[tuple[str, str | None]] = []  # words and the spaces before them, with roles
+        for text, role in segments:
+            for index, part in enumerate(text.split(" ")):
+                if index:
+                    words.append((" ", None))
+                if part:
+                    words.append((part, role))
+        lines: list[list[tuple[str, str | None]]] = [[]]
+        used = len(prefix)
+        for word, role in words:
+            if word == " " or used + len(word) <= self.width or used <= len(prefix) + hang:
+                lines[-1].append((word, role))
+                used += len(word)
+                continue
+            while lines[-1] and lines[-1][-1][0] == " ":
+                lines[-1].pop()
+            lines.append([(" " * hang, None), (word, role)])
+            used = len(prefix) + hang + len(word)
+        for line in lines:
+            self.lines.append(prefix + "".join(self._render(text, role) for text, role in line))
+
+    def _render(self, text: str, role: str | None) -> str:
+        return self._style(text, role) if role is not None and text.strip() else text
 
     def labelled(self, depth: int, label: str, *pieces: str) -> None:
         """One line of a finding's body: the label in the first column, the text in the second."""
-        self.add(depth, self.style(label, "label"), " " * (LABEL_WIDTH - len(label)), *pieces)
+        self.add(depth, self.style(label, "label"), " " * (LABEL_WIDTH - len(label)), *pieces, hang=LABEL_WIDTH + 2)
 
     def prose(self, depth: int, label: str, text: str, role: str) -> None:
         """A sentence in the second column, wrapped to the report's width; `code` in it is
@@ -188,7 +233,7 @@ class _Report:
 
     def continued(self, depth: int, *pieces: str) -> None:
         """A further line in the second column, under the text of the line above."""
-        self.add(depth, " " * LABEL_WIDTH, *pieces)
+        self.add(depth, " " * LABEL_WIDTH, *pieces, hang=LABEL_WIDTH + 2)
 
     def stream(self, label: str, handle: int) -> str:
         # Recorded names ("main", "indexer") are what people recognise; the handle tells apart
