@@ -155,6 +155,7 @@ def _deadline(seconds: int):
 
 
 def _analyze(path: Path, core: str) -> Answer:
+    before = os.environ.get("STREAMRACE_CORE")
     os.environ["STREAMRACE_CORE"] = core
     out, err = io.StringIO(), io.StringIO()
     try:
@@ -163,7 +164,10 @@ def _analyze(path: Path, core: str) -> Answer:
     except _Slow:
         return Answer(None, "", "", f"hang: no answer in {TIMEOUT:.0f} s")
     finally:
-        del os.environ["STREAMRACE_CORE"]
+        if before is None:
+            del os.environ["STREAMRACE_CORE"]
+        else:
+            os.environ["STREAMRACE_CORE"] = before
     return Answer(code, out.getvalue(), err.getvalue())
 
 
