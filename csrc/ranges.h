@@ -80,7 +80,7 @@ struct ByteRange {
             hi = end;
             nruns = count;
         }
-        if (lo < 0 || hi >= LIMIT) too_large();
+        if (run && (lo < 0 || hi >= LIMIT)) too_large();  // an empty range holds no byte, anywhere
     }
     bool empty() const { return run == 0; }
     bool dense() const { return dims.empty(); }

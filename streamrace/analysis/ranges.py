@@ -53,7 +53,7 @@ class ByteRange:
         self.run = run  # length of each contiguous run; 0 for an empty range
         self.lo = base
         self.hi = base + run + sum((n - 1) * s for n, s in dims) if run else base
-        if base < 0 or self.hi >= LIMIT:
+        if run and (base < 0 or self.hi >= LIMIT):  # an empty range holds no byte, anywhere
             raise TraceLimitError(OUT_OF_RANGE)
         nruns = 1
         for n, _ in dims:
@@ -116,7 +116,7 @@ def normalize(rng: Mapping[str, Any]) -> ByteRange:
     addr = rng["addr"]
     if "nbytes" in rng:
         nbytes = rng["nbytes"]
-        if nbytes < -_INT64:  # beyond 64 bits (a larger one ends past LIMIT anyway)
+        if nbytes < -_INT64 or not -_INT64 <= addr < _INT64:  # beyond 64 bits, as the C++ core reads them
             raise TraceLimitError(OUT_OF_RANGE)
         return interval(addr, nbytes)
     itemsize = rng["itemsize"]
