@@ -6,6 +6,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the type checker sees what __getattr__ loads on first use
+    from streamrace.record.capture_nodes import kernel_access as kernel_access
+    from streamrace.record.recorder import name_stream as name_stream
+    from streamrace.record.session import Session as Session
+    from streamrace.record.session import watch as watch
+
 __version__ = "0.1.0"
 __all__ = ["Session", "__version__", "kernel_access", "name_stream", "watch"]
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -250,10 +250,13 @@ class _StreamracePlugin:
         return f"streamrace: {'; '.join(problems)} in this test's CUDA graph captures\n\n{report}"
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
         if call.when == "call" and _OUTCOME in item.stash:
-            report.streamrace = item.stash[_OUTCOME]  # plain data: xdist sends it to the controller
+            # plain data: xdist sends it to the controller; reports take plugin data as attributes
+            report.streamrace = item.stash[_OUTCOME]  # type: ignore[attr-defined]
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

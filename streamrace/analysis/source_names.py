@@ -50,7 +50,7 @@ class _File:
 
     def __init__(self, tree: ast.Module) -> None:
         self.tree = tree
-        self.functions: dict[str, list[ast.AST]] = {}
+        self.functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.functions.setdefault(node.name, []).append(node)

@@ -143,20 +143,22 @@ def _result(finding: Finding, trace: str, accepted: Suppressed | None) -> dict[s
     later = finding.accesses[-1] if finding.accesses else None
     earlier = finding.accesses[0] if len(finding.accesses) > 1 else None
     primary = _location(later.location, later.stack) if later is not None else None
-    related: list[dict[str, Any]] = []
+    candidates: list[dict[str, Any] | None] = []
     if earlier is not None:
-        related.append(_location(earlier.location, earlier.stack, _what(earlier)))
+        candidates.append(_location(earlier.location, earlier.stack, _what(earlier)))
         if primary is None:  # no line for the later access: the earlier one stands in
             primary = _location(earlier.location, earlier.stack)
     alloc = finding.allocation
     if alloc is not None:
-        related.append(_location(alloc.alloc_location, alloc.alloc_stack, f"allocated on stream {alloc.stream_label}"))
-        related.append(_location(alloc.free_location, alloc.free_stack, f"freed on stream {alloc.stream_label}"))
+        candidates.append(
+            _location(alloc.alloc_location, alloc.alloc_stack, f"allocated on stream {alloc.stream_label}")
+        )
+        candidates.append(_location(alloc.free_location, alloc.free_stack, f"freed on stream {alloc.stream_label}"))
         reuse = alloc.reused_by or {}
         if reuse.get("alloc_location") and (later is None or reuse["alloc_location"] != later.location):
             text = f"block allocated again on stream {reuse.get('stream_label')}"
-            related.append(_location(reuse["alloc_location"], (), text))
-    related = [{"id": number, **loc} for number, loc in enumerate((r for r in related if r is not None), start=1)]
+            candidates.append(_location(reuse["alloc_location"], (), text))
+    related = [{"id": number, **loc} for number, loc in enumerate((r for r in candidates if r is not None), start=1)]
     stacks = [_stack(a.stack, _what(a)) for a in finding.accesses]
     if alloc is not None:
         stacks.append(_stack(alloc.alloc_stack, f"allocated on stream {alloc.stream_label}"))

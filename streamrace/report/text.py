@@ -358,7 +358,7 @@ class _Report:
         self.continued(depth, self.style(f"{'+':>6} | ", "dim"), self.style(hint.code, "code"))
         parsed = _split_location(hint.before)
         text = self.source(*parsed) if parsed is not None and hint.exact else None
-        if text is not None:
+        if text is not None and parsed is not None:
             self.continued(depth, self.style(f"{parsed[1]:>6} | ", "dim"), self.style(text, "source"))
 
     # -- one trace, several traces --------------------------------------------------------
