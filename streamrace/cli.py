@@ -125,11 +125,14 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
     _configure_report(parser)
 
 
-def _analyze_files(paths: Sequence[str]) -> list[TraceResult]:
+def _analyze_files(paths: Sequence[str], source_roots: Sequence[str] = ()) -> list[TraceResult]:
+    """Each trace analysed, streaming; its fixes use the names of the source files it names,
+    read as the text report reads them (the same roots and rules, streamrace/report/sources.py)."""
     from streamrace.analysis import analyze
     from streamrace.errors import TraceError, TraceLimitError
     from streamrace.progress import analysis_progress
     from streamrace.report.results import TraceResult, recorded_workdir
+    from streamrace.report.sources import source_reader
     from streamrace.trace.io import display_name, iter_trace
 
     results = []
@@ -140,7 +143,7 @@ def _analyze_files(paths: Sequence[str]) -> list[TraceResult]:
         header = next(events)
         with analysis_progress(path, events) as counted:
             try:
-                result = analyze(header, counted)
+                result = analyze(header, counted, sources=source_reader(header, source_roots))
             except TraceLimitError as exc:  # the trace loads, but what it holds is not a recording
                 raise TraceError(shown, None, str(exc)) from None
             results.append(TraceResult(shown, result, workdir=recorded_workdir(header)))
@@ -214,7 +217,7 @@ def _check_source_roots(args: argparse.Namespace) -> None:
 def _run_analyze(args: argparse.Namespace) -> int:
     _check_source_roots(args)
     gate = _gate(args)
-    results = _apply_gate(gate, _analyze_files(args.traces))
+    results = _apply_gate(gate, _analyze_files(args.traces, args.source_root))
     _report(results, args.format, args.output, args)
     return _verdict(results, args, _traces_named(len(results)))
 
@@ -245,7 +248,7 @@ def _run_run(args: argparse.Namespace) -> int:
     returncode, traces = record_program(command, args.eager_ops)
     if args.output and traces:
         traces = keep_traces(traces, args.output)
-    results = _apply_gate(gate, _analyze_files(traces))
+    results = _apply_gate(gate, _analyze_files(traces, args.source_root))
     if traces:
         _report(results, args.format, None, args)
     for format, path in (("json", args.json), ("sarif", args.sarif)):

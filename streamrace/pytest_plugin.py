@@ -75,7 +75,9 @@ def replay(path: str | os.PathLike[str]) -> Iterator[Replay]:
     from streamrace.trace import load_trace
 
     session.trace = load_trace(session.path)
-    session.result = analyze(session.trace)
+    from streamrace.report.sources import source_reader
+
+    session.result = analyze(session.trace, sources=source_reader(session.trace.header))
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:

@@ -68,7 +68,9 @@ def test_unsafe_free_fix_is_python(names):
 def test_named_streams_stay_in_the_code():
     finding = _freed_before_join("main", "side")
     assert "`main.wait_stream(side)`" in finding.fix and "`t.record_stream(side)`" in finding.fix
-    assert "where" not in finding.fix
+    assert not re.search(PLACEHOLDER, finding.fix), "no stream placeholder to explain"
+    # no source to name the tensor: the placeholder says which tensor it is
+    assert finding.fix.endswith(", where `t` is the tensor allocated at model.py:1")
 
 
 def test_unnamed_streams_get_explained_placeholders():
@@ -130,3 +132,92 @@ def test_a_free_where_a_local_died_at_return_is_not_an_exact_place():
     (deleted,) = analyze(load_trace(traces / "dsv4_mini_race.jsonl.gz")).findings
     assert suggestion(returned).exact is False and "last reference" in suggestion(returned).why
     assert suggestion(deleted).exact is True and suggestion(deleted).why == "join kv before the free"
+
+
+# -- names and places as the source shows them (examples/dsv4_mini_decode.py) -------------------
+REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
+DSV4 = REPO / "examples" / "traces" / "dsv4_mini_race.jsonl.gz"
+
+
+def _from_repo(path: str) -> list[str] | None:
+    source = REPO / path
+    return source.read_text(encoding="utf-8").splitlines() if source.is_file() else None
+
+
+def _dsv4(sources=_from_repo):
+    from streamrace.trace import load_trace
+
+    (finding,) = analyze(load_trace(DSV4), sources=sources).findings
+    return finding
+
+
+def test_the_fix_uses_the_tensor_and_stream_names_of_the_source():
+    """``qkv = x @ self.w_qkv`` ... ``with torch.cuda.stream(s.kv):`` ... ``del qkv``."""
+    finding = _dsv4()
+    assert "keep `qkv` alive until after `main.wait_stream(s.kv)`" in finding.fix
+    assert "`qkv.record_stream(s.kv)`" in finding.fix
+    assert "where" not in finding.fix, "nothing left to explain"
+    for code in _code_spans(finding.fix):
+        _assert_python(code)
+    assert finding.fix_code == "main.wait_stream(s.kv)" and suggestion(finding).code == finding.fix_code
+    assert finding.accesses[0].stream_code == "s.kv"
+
+
+def test_without_the_source_the_fix_keeps_the_recorded_names():
+    finding = _dsv4(sources=None)
+    assert "`main.wait_stream(kv)`" in finding.fix and "`t.record_stream(kv)`" in finding.fix
+    assert "where `t` is the tensor allocated at examples/dsv4_mini_decode.py:105" in finding.fix
+    assert finding.signature == _dsv4().signature == "b6f65c0d63ec7f36", "names never change the signature"
+
+
+def test_a_shared_helper_points_the_fix_at_its_caller():
+    """The kv read is in rms_norm, called from many lines; the fix goes where it was called
+    with qkv (line 115), the report's stack still starts in the helper."""
+    read = _dsv4().accesses[0]
+    assert read.location == "examples/dsv4_mini_decode.py:50" and read.stack[0][2] == "rms_norm"
+    assert read.site == "examples/dsv4_mini_decode.py:115"
+    assert "after aten::mul.Tensor (examples/dsv4_mini_decode.py:115 via rms_norm)" in _dsv4().fix
+
+
+def test_a_race_in_a_shared_helper_is_joined_before_the_caller_s_line():
+    tb = TraceBuilder()
+    main, side = tb.stream("main"), tb.stream("side")
+    helper_from_4 = tb.emit("stack", id=90, frames=[["model.py", 40, "norm"], ["model.py", 4, "forward"]])["id"]
+    helper_from_9 = tb.emit("stack", id=91, frames=[["model.py", 40, "norm"], ["model.py", 9, "forward"]])["id"]
+    with tb.capture(main):
+        x = tb.alloc(SIZE, main, at="model.py:1")
+        y = tb.alloc(SIZE, main, at="model.py:1")
+        tb.wait_stream(side, main, at="model.py:2")
+        tb.op("aten::fill_", main, writes=[tb.span(x, SIZE)], at="model.py:3")
+        tb.emit("op", op="aten::mul", stream=side, device=0, reads=[tb.span(x, SIZE)], writes=[], stack=helper_from_4)
+        tb.emit("op", op="aten::mul", stream=main, device=0, reads=[tb.span(y, SIZE)], writes=[], stack=helper_from_9)
+        tb.wait_stream(main, side, at="model.py:5")
+    (race,) = analyze(tb.trace()).findings
+    later = race.accesses[1]
+    assert later.location == "model.py:40" and later.site == "model.py:4"
+    assert suggestion(race).before == "model.py:4", "before the line that called the helper"
+    assert "before aten::mul (model.py:4 via norm)" in race.fix
+
+
+def test_an_invisible_kernel_s_line_is_only_near():
+    """A kernel the recorder caught up on has the next recorded event's stack: its line is
+    shown as near, a Triton launch's as it is."""
+    from streamrace.report import TraceResult, text
+
+    tb = TraceBuilder()
+    main, side = tb.stream("main"), tb.stream("side")
+    with tb.capture(main) as graph:
+        x = tb.alloc(SIZE, main, at="model.py:1")
+        tb.wait_stream(side, main, at="model.py:2")
+        stack = tb.emit("stack", id=99, frames=[["model.py", 3, "forward"]])["id"]
+        tb.emit("kernel", graph=graph, node=0, name="cupy_scale", stream=side, device=0, reads=[], stack=stack,
+                writes=[tb.span(x, SIZE)], inferred=True)  # fmt: skip
+        tb.emit("kernel", graph=graph, node=1, name="triton:add", stream=main, device=0, reads=[tb.span(x, SIZE)],
+                writes=[], stack=stack)  # fmt: skip
+        tb.wait_stream(main, side, at="model.py:5")
+    (race,) = analyze(tb.trace()).findings
+    caught_up, triton = race.accesses
+    assert caught_up.near and not triton.near
+    assert "cupy_scale on side (near model.py:3)" in race.message
+    report = text.render([TraceResult("t.jsonl", analyze(tb.trace()))])
+    assert "near model.py:3 in forward" in report and "at model.py:3 in forward" in report

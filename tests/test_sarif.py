@@ -85,7 +85,7 @@ def test_race_trace_sarif_is_valid_with_the_right_lines(race_sarif: dict) -> Non
     assert "del qkv" in _source(related["freed on stream main"])
     assert [loc["id"] for loc in result["relatedLocations"]] == [1, 2, 3]
     # the message carries the fix, the stacks carry the call chains
-    assert "main.wait_stream(kv)" in result["message"]["text"]
+    assert "main.wait_stream(s.kv)" in result["message"]["text"], "as the source writes it"
     assert result["stacks"][0]["frames"][0]["location"]["logicalLocations"][0]["name"] == "rms_norm"
     assert len(result["stacks"][0]["frames"]) == len(finding.accesses[0].stack)
 

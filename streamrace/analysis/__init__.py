@@ -21,6 +21,7 @@ from streamrace.analysis.dedup import deduplicate
 from streamrace.analysis.describe import Describer
 from streamrace.analysis.engine import Progress
 from streamrace.analysis.findings import Finding
+from streamrace.analysis.source_names import SourceText
 from streamrace.trace.events import FORMAT_MINOR, FORMAT_VERSION
 from streamrace.trace.io import SKIPPED_EVENTS, Trace
 
@@ -119,11 +120,15 @@ def analyze(
     events: Iterable[Mapping[str, Any]] | None = None,
     *,
     progress: Callable[[Progress], None] | None = None,
+    sources: SourceText | None = None,
 ) -> AnalysisResult:
     """Analyse a ``Trace``, or a header and its events (validated, in seq order).
 
     ``progress``, if given, is called with a ``Progress`` (events, ops, accesses, graphs so
-    far) every few thousand events and once when the events run out.
+    far) every few thousand events and once when the events run out. ``sources``, if given,
+    reads the user's source files (``sources(path)``: its lines, or None), so that fixes use
+    the names the code does (streamrace/analysis/source_names.py); the analysis itself never
+    opens a file.
     """
     header: Mapping[str, Any]
     if isinstance(trace, Trace):
@@ -142,7 +147,7 @@ def analyze(
     results = detectors.engine_results(found)
     for trace_pass in passes:
         found += trace_pass.detections(results)
-    raw = detectors.describe(found, Describer(engine))
+    raw = detectors.describe(found, Describer(engine, sources))
     summary = {
         "findings": 0,
         "graphs": engine.graphs,

@@ -6,31 +6,57 @@ fix. What they share is here: streams get labels (their ``stream`` event's name,
 ``default`` for handle 0, else ``stream#K`` by first appearance), accesses the user's source
 line (the innermost frame of their stack: the recorder writes stacks innermost first),
 blocks their allocation sites, and fixes name streams as code.
+
+Fixes point where a person acts: at the caller's line when the innermost frame is a shared
+helper (``site``, call_sites.py), "near" a line that is only the next recorded event's (a
+kernel the dispatcher never saw), and, when the source can be read, with the names it uses
+(``qkv``, ``s.kv``: source_names.py), each only in code placed in the function it came from.
 """
 
 from __future__ import annotations
 
 import keyword
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from streamrace.analysis.call_sites import CallSites
 from streamrace.analysis.clocks import Domain
 from streamrace.analysis.engine import AnalysisEngine
 from streamrace.analysis.findings import Access, Allocation
 from streamrace.analysis.lifetimes import Lifetime
 from streamrace.analysis.ranges import Overlap
 from streamrace.analysis.shadow import AccessRecord
+from streamrace.analysis.source_names import Function, SourceNames, SourceText
 
 
 class Describer:
     """An engine's labels, stack table and sites, for the detectors to build findings with."""
 
-    def __init__(self, engine: AnalysisEngine) -> None:
+    def __init__(self, engine: AnalysisEngine, sources: SourceText | None = None) -> None:
         self._stacks = engine.stacks
         self._names = engine.names
         self._appearance = engine.appearance
         self._sites: dict[int, tuple[list[list[Any]], str | None]] = {}  # stack id -> frames, location
+        self._source = SourceNames(sources)
+        self._call_sites: CallSites | None = None  # built on first use: the stack table is complete
+
+    def placement(self, frames: list[list[Any]]) -> tuple[str | None, str | None]:
+        """(site, stream_code) of an access with these frames (see ``Access``)."""
+        if self._call_sites is None:
+            self._call_sites = CallSites(self._stacks)
+        index = self._call_sites.actionable(frames)
+        site = f"{frames[index][0]}:{frames[index][1]}" if index else None
+        acting = frames[index or 0] if frames else None
+        found = self._source.stream(frames)
+        if found is None or acting is None or len(acting) < 3 or found[1] != (str(acting[0]), str(acting[2])):
+            return site, None
+        return site, found[0]
+
+    def tensor(self, lifetime: Lifetime) -> tuple[str, Function] | None:
+        """The name the source gives the block's tensor, and the function that binds it."""
+        return self._source.tensor(self.site(lifetime.alloc)[0], self.site(lifetime.free)[0])
 
     def label(self, stream: int) -> str:
         name = self._names.get(stream)
@@ -43,6 +69,7 @@ class Describer:
     def launch(self, event: Mapping[str, Any], access: str) -> Access:
         """An op or kernel event as one side of a finding (for checks outside the engine)."""
         stack, location = self.site(event)
+        site, code = self.placement(stack)
         return Access(
             op=event.get("op") or event["name"],
             stream=event["stream"],
@@ -53,6 +80,9 @@ class Describer:
             stack=stack,
             graph=event.get("graph"),
             inferred=bool(event.get("inferred")),
+            site=site,
+            near=_near(event),
+            stream_code=code,
         )
 
     def site(self, event: Mapping[str, Any] | None) -> tuple[list[list[Any]], str | None]:
@@ -73,6 +103,7 @@ class Describer:
         rng = dict(rec.raw)
         if how is Overlap.APPROXIMATE:
             rng["approximate"] = True
+        site, code = self.placement(frames)
         return Access(
             op=ev["op"] if ev["ev"] == "op" else ev["name"],
             stream=rec.stream,
@@ -84,12 +115,16 @@ class Describer:
             graph=rec.domain,
             range=rng,
             inferred=bool(ev.get("inferred", False)),
+            site=site,
+            near=_near(ev),
+            stream_code=code,
         )
 
     def free_access(self, lifetime: Lifetime, domain: Domain) -> Access:
         """The free of a block as one side of a finding."""
         free = lifetime.free or {}
         frames, location = self.site(free)
+        site, code = self.placement(frames)
         return Access(
             op="free",
             stream=lifetime.owner,
@@ -100,6 +135,8 @@ class Describer:
             stack=frames,
             graph=domain,
             range={"addr": lifetime.addr, "nbytes": lifetime.size},
+            site=site,
+            stream_code=code,
         )
 
     def allocation(self, lifetime: Lifetime, reuse: tuple[Access, Lifetime] | None = None) -> Allocation:
@@ -135,10 +172,31 @@ class Describer:
         )
 
 
+def _near(event: Mapping[str, Any]) -> bool:
+    """A kernel the recorder caught up on (not a Triton launch it saw): its stack is the next
+    recorded event's (docs/trace-format.md, dispatcher-invisible kernels)."""
+    return event.get("ev") == "kernel" and not str(event.get("name", "")).startswith("triton:")
+
+
 # -- wording -----------------------------------------------------------------------------------
 def at(access: Access) -> str:
-    """`` (file:line)`` of the access, or nothing."""
-    return f" ({access.location})" if access.location else ""
+    """`` (file:line)`` of the access, or nothing: ``near`` a line that is only the next
+    recorded event's, and the caller's line ``via`` a shared helper."""
+    if not access.location:
+        return ""
+    near = "near " if access.near else ""
+    if access.site:
+        helper = access.stack[0][2] if access.stack and len(access.stack[0]) > 2 else None
+        return f" ({near}{access.site}{f' via {helper}' if helper else ''})"
+    return f" ({near}{access.location})"
+
+
+def function_of(access: Access) -> Function | None:
+    """(file, function) of the frame a fix for ``access`` goes in: its site's, else the innermost."""
+    frames = access.stack
+    if access.site:
+        frames = [f for f in frames if f"{f[0]}:{f[1]}" == access.site] or frames
+    return (str(frames[0][0]), str(frames[0][2])) if frames and len(frames[0]) > 2 else None
 
 
 def what(access: Access) -> str:
@@ -176,26 +234,46 @@ def code_name(label: str) -> str | None:
     return None
 
 
-def stream_code(access: Access, placeholder: str) -> str:
-    """The access's stream in code, or ``placeholder`` when its label is not Python."""
+def stream_code(access: Access, placeholder: str, place: Function | None = None) -> str:
+    """The access's stream in code for a line in function ``place`` (the access's own when
+    None): as the source writes it there, else its label when that is Python, else
+    ``placeholder``."""
+    if access.stream_code and function_of(access) == (place or function_of(access)):
+        return access.stream_code
     return code_name(access.stream_label) or placeholder
 
 
 def join_code(waiter: Access, waited: Access) -> str:
-    """``waiter.wait_stream(waited)`` in code, with placeholders for streams without a name: a
-    free waits as the owner for the user, a later access for the earlier one."""
+    """``waiter.wait_stream(waited)`` in code, for a line in the waiter's function, with
+    placeholders for streams without a name: a free waits as the owner for the user, a later
+    access for the earlier one."""
     waiter_role, waited_role = (OWNER, USER) if waiter.access == "free" else (LATER, EARLIER)
-    return f"{stream_code(waiter, waiter_role)}.wait_stream({stream_code(waited, waited_role)})"
+    place = function_of(waiter)
+    return f"{stream_code(waiter, waiter_role, place)}.wait_stream({stream_code(waited, waited_role, place)})"
 
 
-def where(*streams: tuple[Access, str]) -> str:
-    """The clause that names each placeholder's stream, e.g. ``where `later_stream` is stream#3``."""
+def where(codes: tuple[str, ...], *streams: tuple[Access, str]) -> str:
+    """The clause that names each placeholder the ``codes`` use, e.g. ``where `later_stream`
+    is stream#3``."""
+    used = {name for code in codes for name in re.findall(r"\w+", code)}
     parts = [
         f"`{placeholder}` is {access.stream_label} ({_ROLE[placeholder].format(op=access.op)})"
         for access, placeholder in streams
-        if code_name(access.stream_label) is None
+        if placeholder in used
     ]
     return f", where {' and '.join(parts)}" if parts else ""
+
+
+TENSOR = "t"  # the tensor in code when the source does not name it
+
+
+def tensor_code(describer: Describer, lifetime: Lifetime, place: Function | None) -> tuple[str, str]:
+    """(the tensor in code for a line in ``place``, the clause that explains a placeholder)."""
+    named = describer.tensor(lifetime)
+    if named is not None and named[1] == place:
+        return named[0], ""
+    site = describer.site(lifetime.alloc)[1]
+    return TENSOR, f", where `{TENSOR}` is the tensor allocated{f' at {site}' if site else ''}"
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,14 @@ class Access:
     graph: int | None = None
     range: dict[str, Any] | None = None
     inferred: bool = False
+    # Where a fix points (streamrace/analysis/call_sites.py): the caller's "file.py:LINE" when
+    # ``location`` is in a shared helper, a function the trace calls from several lines; else None.
+    site: str | None = None
+    # ``location`` is only near: a kernel the dispatcher never saw gets the next recorded event's line.
+    near: bool = False
+    # The stream as the source writes it (``s.kv``), valid in the function of the access's site
+    # (streamrace/analysis/source_names.py); None when the source could not say.
+    stream_code: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -66,6 +74,7 @@ class Finding:
     allocation: Allocation | None = None
     count: int = 1
     graphs: list[int] = field(default_factory=list)
+    fix_code: str | None = None  # the fix's join as one line of code: what the suggestion adds
 
     @property
     def severity(self) -> str:
@@ -98,6 +107,7 @@ class Finding:
             "allocation": self.allocation.to_dict() if self.allocation else None,
             "missing_edge": self.missing_edge,
             "fix": self.fix,
+            "fix_code": self.fix_code,
             "signature": self.signature,
             "count": self.count,
         }

@@ -67,7 +67,9 @@ class Session:
         if self.path:
             write_trace(self.path, self.trace.header, self.trace.events)
             self.trace.path = self.path
-        self.result = analyze(self.trace)
+        from streamrace.report.sources import source_reader
+
+        self.result = analyze(self.trace, sources=source_reader(self.trace.header))
 
 
 @contextmanager

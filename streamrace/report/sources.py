@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 MAX_FILE_BYTES = 4 << 20  # a source file larger than this is not a source file
 MAX_TOTAL_BYTES = 64 << 20  # all files of one report: a trace naming thousands reads no more
@@ -76,17 +76,29 @@ class SourceLines:
                 return lines
         return None
 
+    def file(self, path: str, workdir: str | None = None) -> list[str] | None:
+        """Every line of ``path``, or None when it cannot (or may not) be read."""
+        key = f"{workdir}\0{path}" if not os.path.isabs(path) else path
+        if key not in self._files:
+            self._files[key] = self._open(path, workdir)
+        return self._files[key]
+
     def get(self, path: str, lineno: int, workdir: str | None = None) -> str | None:
         """The text of line ``lineno`` of ``path`` (stripped), or None when it cannot be shown."""
         if lineno < 1:
             return None
-        key = f"{workdir}\0{path}" if not os.path.isabs(path) else path
-        if key not in self._files:
-            self._files[key] = self._open(path, workdir)
-        lines = self._files[key]
+        lines = self.file(path, workdir)
         if lines is None or lineno > len(lines):
             return None
         return lines[lineno - 1].strip()[:MAX_LINE_CHARS] or None
+
+
+def source_reader(header: Mapping[str, object], roots: Sequence[str] = ()) -> Callable[[str], list[str] | None]:
+    """``analyze(..., sources=...)`` for a trace with this header: its files, read safely."""
+    from streamrace.report.results import recorded_workdir
+
+    lines, workdir = SourceLines(roots), recorded_workdir(header)
+    return lambda path: lines.file(path, workdir)
 
 
 def _read_lines(path: str) -> list[str] | None:

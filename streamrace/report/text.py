@@ -206,8 +206,11 @@ class _Report:
                 continue
             while lines[-1] and lines[-1][-1][0] == " ":
                 lines[-1].pop()
-            lines.append([(" " * hang, None), (word, role)])
-            used = len(prefix) + hang + len(word)
+            carried = [lines[-1].pop()] if len(lines[-1]) > 1 and lines[-1][-1][0].endswith("(") else []
+            while lines[-1] and lines[-1][-1][0] == " ":
+                lines[-1].pop()
+            lines.append([(" " * hang, None), *carried, (word, role)])  # "(" stays with what it opens
+            used = len(prefix) + hang + sum(len(text) for text, _ in carried) + len(word)
         for line in lines:
             self.lines.append(prefix + "".join(self._render(text, role) for text, role in line))
 
@@ -242,7 +245,9 @@ class _Report:
         return self.style(text, "stream")
 
     # -- source locations -----------------------------------------------------------------
-    def where(self, depth: int, location: str | None, stack: list[list[Any]], label: str | None = None) -> None:
+    def where(
+        self, depth: int, location: str | None, stack: list[list[Any]], label: str | None = None, near: bool = False
+    ) -> None:
         """The user line, its text, and the frames that called it; under ``label`` if given.
 
         Stacks are innermost first (docs/trace-format.md) and ``location`` is the innermost
@@ -257,7 +262,10 @@ class _Report:
             return
         parsed = _split_location(location)
         func = next((fn for file, line, fn in frames if parsed == (file, line)), None)
-        first("" if label else "at ", self.style(location, "location"), f" in {func}" if func else "")
+        # near: the line is only the next recorded event's (a kernel the dispatcher never saw)
+        first(
+            "" if label else "near " if near else "at ", self.style(location, "location"), f" in {func}" if func else ""
+        )
         if parsed is not None:
             text = self.source(*parsed)
             if text is not None:
@@ -295,7 +303,7 @@ class _Report:
         # A free or a record_stream is its own op: "free  on stream main" says it all.
         op = [] if access.op == access.access else [self.style(access.op, "op"), " "]
         self.labelled(depth, access.access, *op, "on stream ", self.stream(access.stream_label, access.stream))
-        self.where(depth, access.location, access.stack)
+        self.where(depth, access.location, access.stack, near=access.near)
         for note in notes:
             self.continued(depth, self.style(f"({note})", "dim"))
 

@@ -7,7 +7,7 @@ from streamrace.analysis.clocks import Domain
 from streamrace.analysis.describe import EARLIER, LATER, Describer, Suggestion, at, join_code, verb, what, where
 from streamrace.analysis.detectors.detector import Detector, SarifRule
 from streamrace.analysis.engine import Race
-from streamrace.analysis.findings import Finding
+from streamrace.analysis.findings import Access, Finding
 
 KIND = "data-race"
 
@@ -46,6 +46,7 @@ class DataRaceDetector(Detector[Race]):
         )
         if aliasing:
             message += ": the block was freed and handed out again in between, so two tensors collide"
+        join = join_code(second, first)
         return Finding(
             kind=KIND,
             hazard=hazard,
@@ -55,9 +56,10 @@ class DataRaceDetector(Detector[Race]):
             fix=(
                 f"record an event on {first.stream_label} after {first.op}{at(first)} and wait on it "
                 f"on {second.stream_label} before {second.op}{at(second)}, e.g. "
-                f"`{join_code(second, first)}` just before {second.location or second.op}"
-                + where((second, LATER), (first, EARLIER))
+                f"`{join}` just before {_before(second) or second.op}"
+                + where((join,), (second, LATER), (first, EARLIER))
             ),
+            fix_code=join,
             aliasing=aliasing,
             graph=race.later.domain,
             allocation=allocation,
@@ -68,12 +70,19 @@ class DataRaceDetector(Detector[Race]):
         if len(finding.accesses) != 2:
             return None
         earlier, later = finding.accesses
-        if not later.location:
+        before = _before(later)
+        if not before:
             return None
-        return Suggestion(join_code(later, earlier), later.location, f"order {later.op} after {earlier.op}")
+        code = finding.fix_code or join_code(later, earlier)
+        return Suggestion(code, before, f"order {later.op} after {earlier.op}")
 
     def unordered_launch(self, race: Race) -> tuple[Domain, int]:
         return race.later.domain, race.later.event["seq"]
+
+
+def _before(access: Access) -> str | None:
+    """The line the join goes before: the access's site (its caller's, for a shared helper)."""
+    return access.site or access.location
 
 
 DETECTOR = DataRaceDetector()

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from streamrace.analysis.describe import CONSUMER, Describer, at, code_name
+from streamrace.analysis.describe import CONSUMER, Describer, at, code_name, function_of, tensor_code
 from streamrace.analysis.detectors.detector import Detector, SarifRule
 from streamrace.analysis.engine import RecordStreamNoop
 from streamrace.analysis.findings import Access, Finding
@@ -49,6 +49,11 @@ class RecordStreamNoopDetector(Detector[RecordStreamNoop]):
                 consumer, which = CONSUMER, f", where `{CONSUMER}` is {user}"
         else:
             consumer, which = CONSUMER, f", where `{CONSUMER}` is the stream that uses the tensor"
+        site, _ = describer.placement(frames)
+        call.site = site
+        tensor, named = tensor_code(describer, noop.lifetime, function_of(call))
+        if named:
+            which = f"{which}{named}" if which else named
         return Finding(
             kind=KIND,
             hazard=None,
@@ -57,7 +62,7 @@ class RecordStreamNoopDetector(Detector[RecordStreamNoop]):
                 f"record_stream{at(call)} names {call.stream_label}, the stream that allocated the block, "
                 "so it does nothing and the consumer stream's use stays unprotected."
             ),
-            fix=f"record on the consumer stream, not the allocating one: `t.record_stream({consumer})`{which}",
+            fix=f"record on the consumer stream, not the allocating one: `{tensor}.record_stream({consumer})`{which}",
             graph=noop.domain,
             allocation=describer.allocation(noop.lifetime),
         )

@@ -14,8 +14,10 @@ from streamrace.analysis.describe import (
     Describer,
     Suggestion,
     at,
+    function_of,
     join_code,
     stream_code,
+    tensor_code,
     verb,
     what,
     where,
@@ -67,6 +69,11 @@ class UnsafeFreeDetector(Detector[UnsafeFree]):
             message += f"; the allocator handed it to {what(second)}, which {verb(second)} it concurrently"
         else:
             message += f"; the allocator can hand it to the next allocation on {owner}"
+        join = join_code(free, use)
+        tensor, which = tensor_code(describer, lifetime, function_of(use))
+        named = describer.tensor(lifetime)
+        keep = f"`{named[0]}`" if named is not None else "the tensor"
+        record = f"{tensor}.record_stream({stream_code(use, USER)})"
         return Finding(
             kind=KIND,
             hazard="WAW" if unsafe.use.write else "WAR",
@@ -76,10 +83,12 @@ class UnsafeFreeDetector(Detector[UnsafeFree]):
                 f"no happens-before edge from {what(use)} to the next allocation on {owner} after the free{at(free)}"
             ),
             fix=(
-                f"keep the tensor alive until after `{join_code(free, use)}` (join, then free), "
-                f"or call `t.record_stream({stream_code(use, USER)})` after {use.op}{at(use)}"
-                + where((free, OWNER), (use, USER))
+                f"keep {keep} alive until after `{join}` (join, then free), "
+                f"or call `{record}` after {use.op}{at(use)}"
+                + where((join, record), (free, OWNER), (use, USER))
+                + which
             ),
+            fix_code=join,
             aliasing=reuse is not None,
             graph=unsafe.domain,
             allocation=describer.allocation(lifetime, reuse),
@@ -97,7 +106,7 @@ class UnsafeFreeDetector(Detector[UnsafeFree]):
         # returned, so that line (the call) is not where the join goes.
         exact = _function(alloc.alloc_stack) is not None and _function(alloc.alloc_stack) == _function(alloc.free_stack)
         why = f"join {use.stream_label} before the {'free' if exact else 'last reference to the tensor dies'}"
-        return Suggestion(join_code(owner, use), alloc.free_location, why, exact)
+        return Suggestion(finding.fix_code or join_code(owner, use), alloc.free_location, why, exact)
 
     def unordered_launch(self, unsafe: UnsafeFree) -> tuple[Domain, int] | None:
         """Folded, it names the access that reused the block while the use was pending."""
