@@ -340,7 +340,7 @@ def test_a_newer_minor_version_asks_for_an_upgrade(tmp_path: Path, capsys: pytes
     lines = [
         {"format": "streamrace-trace", "version": FORMAT_VERSION, "minor": FORMAT_MINOR + 1},
         {"seq": 0, "ev": "stream", "stream": 1},
-        {"seq": 1, "ev": "graph_destroy", "graph": 1},
+        {"seq": 1, "ev": "graph_fork", "graph": 1},
     ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
 

@@ -185,6 +185,17 @@ class TraceBuilder:
             "op", op=name, stream=stream, device=0, reads=list(reads), writes=list(writes), stack=self._stack(at)
         )["seq"]
 
+    # -- the execution view (1.1) ------------------------------------------------------
+    def replay(self, graph: int, stream: int, at: str | None = None) -> dict[str, Any]:
+        """One ``CUDAGraph.replay()`` of the graph captured as ``graph``, on ``stream``."""
+        return self.emit("replay", graph=graph, stream=stream, stack=self._stack(at))
+
+    def reset_graph(self, graph: int, at: str | None = None) -> None:
+        self.emit("graph_reset", graph=graph, stack=self._stack(at))
+
+    def destroy_graph(self, graph: int) -> None:
+        self.emit("graph_destroy", graph=graph)
+
     # -- output --------------------------------------------------------------------------
     def trace(self) -> Trace:
         stacks = {ev["id"]: ev["frames"] for ev in self.events if ev["ev"] == "stack"}

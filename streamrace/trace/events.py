@@ -1,4 +1,4 @@
-"""Trace format 1.0: the event kinds, their fields, the limits, and the validation of one event.
+"""Trace format 1.1: the event kinds, their fields, the limits, and the validation of one event.
 
 The trace is the contract between the recorder (GPU side) and the analysis (CPU only), so
 this module is the single place that says what a well-formed event is. docs/trace-format.md
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 FORMAT_NAME = "streamrace-trace"
 FORMAT_VERSION = 1  # the major version: a reader refuses a major it does not know
-FORMAT_MINOR = 0  # additive changes within the major (docs/trace-format.md, versioning)
+FORMAT_MINOR = 1  # additive changes within the major (docs/trace-format.md, versioning)
 
 # Limits, checked here so that every engine can hold what it is given (docs/trace-format.md).
 INT64_MAX = (1 << 63) - 1
@@ -84,6 +84,11 @@ EVENT_FIELDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
         {"graph": NONNEG, "node": NONNEG, "name": STR, "reads": RANGES, "writes": RANGES},
         {"stream": NONNEG, "device": NONNEG, "inferred": BOOL, "stack": NONNEG},
     ),
+    # 1.1, the execution view: one CUDAGraph.replay() of the graph captured as ``graph``, on
+    # ``stream``; the graph's reset (CUDAGraph.reset()) or destruction: it replays no more.
+    "replay": ({"graph": NONNEG, "stream": NONNEG}, {"device": NONNEG, "stack": NONNEG}),
+    "graph_reset": ({"graph": NONNEG}, {"stack": NONNEG}),
+    "graph_destroy": ({"graph": NONNEG}, {}),
     "recorder_error": ({"message": STR}, {"where": STR}),
 }
 
@@ -448,6 +453,8 @@ _HEADER_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
         "an object of 'backend' (string), 'caching' (true or false) and 'conf' (string)",
     ),
     "graph_readback": (lambda v: isinstance(v, bool), "true or false"),
+    # 1.1: what was recorded: the whole program (eager work and replays too) or captures only
+    "recording": (lambda v: v in ("program", "captures"), "'program' or 'captures'"),
 }
 
 
