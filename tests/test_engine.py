@@ -52,7 +52,7 @@ def test_freed_before_join_with_reuse_is_one_aliasing_unsafe_free():
     assert "main.wait_stream(side)" in f.fix and "record_stream(side)" in f.fix
     assert f.missing_edge.startswith("no happens-before edge from aten::sum on side (model.py:13)")
     assert [(d.signature, d.count, d.graphs) for d in result.findings] == [(f.signature, 1, [graph])]
-    assert result.summary == {"findings": 1, "graphs": 1, "ops": 3, "accesses": 3}
+    assert result.summary == {"findings": 1, "graphs": 1, "replays": 0, "ops": 3, "accesses": 3}
 
 
 def test_latent_twin_without_reuse_is_still_an_unsafe_free():
@@ -214,5 +214,5 @@ def test_streaming_input_and_determinism():
     assert (doc["streamrace"], doc["trace_format"], list(doc["summary"])) == (
         "0.0",
         1,
-        ["findings", "graphs", "ops", "accesses"],
+        ["findings", "graphs", "replays", "ops", "accesses"],
     )

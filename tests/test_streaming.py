@@ -44,17 +44,25 @@ def records_alive(core: str) -> int:
 
 
 @pytest.mark.parametrize("core", CORES)
-def test_capture_after_capture_keeps_nothing(core):
+def test_capture_after_capture_keeps_only_the_live_graphs_programs(core):
+    """A graph's program (its captured accesses, which a replay runs) lives as long as the
+    graph; everything else of an ended capture goes with it, and the program with the graph."""
     gc.collect()  # engines of earlier tests
     before = records_alive(core)
     engine = new_engine(core=core)
-    alive = []
+    alive, program = [], 0
     for ev in _synthetic().synthetic_events(layers=2, ops_per_layer=30, captures=12, bug=False):
         engine.feed(ev)
+        if ev["ev"] == "op":
+            program += len(ev["reads"]) + len(ev["writes"])
         if ev["ev"] == "capture_end":
+            alive.append(records_alive(core) - before - program)
+            engine.feed({"seq": ev["seq"], "ev": "graph_destroy", "graph": ev["graph"]})
+            program = 0
+            gc.collect()
             alive.append(records_alive(core) - before)
     assert engine.remembered() == 0, "a capture's shadow memory goes with it"
-    assert alive == [0] * 12, "nothing of an ended capture stays alive"
+    assert alive == [0] * 24, "while the graph lives, its program; once it is gone, nothing"
 
 
 def eager_loop(tb: TraceBuilder, main: int, side: int, steps: int, addr: int | None = None) -> int:

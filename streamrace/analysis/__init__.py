@@ -151,6 +151,7 @@ def analyze(
     summary = {
         "findings": 0,
         "graphs": engine.graphs,
+        "replays": engine.replays,
         "ops": engine.ops,
         "accesses": engine.accesses,
     }

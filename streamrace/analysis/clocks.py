@@ -116,6 +116,12 @@ class HappensBefore:
         domain = self._graph_of.get(stream, EAGER)
         return domain, self._clock(domain, stream)
 
+    def order_after(self, stream: int, clock: Mapping[int, int]) -> None:
+        """Order eager ``stream``'s next work after ``clock`` (an implicit record and wait: the
+        previous launch of the graph it replays, since launches of one graph are serialized)."""
+        join(self._clock(EAGER, stream), clock)
+        self._unsynced.add(stream)
+
     # -- events --------------------------------------------------------------------------------
     def record(self, event: int, stream: int) -> None:
         """Snapshot the stream's clock into ``event``, replacing any earlier record.

@@ -96,28 +96,39 @@ class Describer:
             site = self._sites[stack] = (frames, f"{frames[0][0]}:{frames[0][1]}" if frames else None)
         return list(site[0]), site[1]
 
-    def access(self, rec: AccessRecord, how: Overlap) -> Access:
-        """An access record as one side of a finding; ``how`` its overlap with the other side."""
+    def access(self, rec: AccessRecord, how: Overlap = Overlap.EXACT) -> Access:
+        """An access record as one side of a finding; ``how`` its overlap with the other side.
+
+        A replay's access is placed at the replay (where a fix goes) and names the captured
+        op it runs again (``Access.captured``)."""
         ev = rec.event
         frames, location = self.site(ev)
         rng = dict(rec.raw)
         if how is Overlap.APPROXIMATE:
             rng["approximate"] = True
+        captured = None
+        seq = ev["seq"]
+        near = _near(ev)
+        if rec.replay is not None:
+            captured = {"graph": rec.replay["graph"], "seq": seq, "location": location, "stack": frames, "near": near}
+            frames, location = self.site(rec.replay)
+            seq, near = rec.replay["seq"], False
         site, code = self.placement(frames)
         return Access(
             op=ev["op"] if ev["ev"] == "op" else ev["name"],
             stream=rec.stream,
             stream_label=self.label(rec.stream),
             access="write" if rec.write else "read",
-            seq=ev["seq"],
+            seq=seq,
             location=location,
             stack=frames,
             graph=rec.domain,
             range=rng,
             inferred=bool(ev.get("inferred", False)),
             site=site,
-            near=_near(ev),
+            near=near,
             stream_code=code,
+            captured=captured,
         )
 
     def free_access(self, lifetime: Lifetime, domain: Domain) -> Access:
@@ -185,10 +196,12 @@ def at(access: Access) -> str:
     if not access.location:
         return ""
     near = "near " if access.near else ""
+    captured = access.captured.get("location") if access.captured else None
+    also = f", captured at {captured}" if captured else ""
     if access.site:
         helper = access.stack[0][2] if access.stack and len(access.stack[0]) > 2 else None
-        return f" ({near}{access.site}{f' via {helper}' if helper else ''})"
-    return f" ({near}{access.location})"
+        return f" ({near}{access.site}{f' via {helper}' if helper else ''}{also})"
+    return f" ({near}{access.location}{also})"
 
 
 def function_of(access: Access) -> Function | None:
@@ -200,8 +213,16 @@ def function_of(access: Access) -> Function | None:
 
 
 def what(access: Access) -> str:
-    """``op on stream (file:line)``."""
-    return f"{access.op} on {access.stream_label}{at(access)}"
+    """``op on stream (file:line)``; a replay's: ``op of graph G's replay on stream (file:line,
+    captured at file:line)``."""
+    return f"{op_name(access)} on {access.stream_label}{at(access)}"
+
+
+def op_name(access: Access) -> str:
+    """The op, and for a replay's access which graph's replay runs it."""
+    if access.captured is None:
+        return access.op
+    return f"{access.op} of graph {access.captured['graph']}'s replay"
 
 
 def verb(access: Access, past: bool = False) -> str:

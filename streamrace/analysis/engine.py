@@ -6,6 +6,12 @@ allocation lifetimes, and keeps what it detects as plain records (``Race``, ``Un
 once the trace is read: labels and stacks may be declared after their first use, and a later
 reuse can still fold a race into an earlier unsafe free (docs/analysis.md §5). The C++ core
 (csrc/engine.h) keeps the same records, and ``AnalysisEngine`` is what both engines offer.
+
+The execution view (docs/analysis.md §8): a capture also keeps its graph's *program*, every
+access it captured; a ``replay`` runs that program as one op on its stream in the eager
+domain, through the lifetimes the capture saw. The last write of every byte (last_writes.py)
+says which allocation a read gets its data from (``StaleRead``), and freeing a block a live
+graph's program uses is reported at the free (``GraphInputFreed``).
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from streamrace.analysis.clocks import Domain, HappensBefore, ordered_before
+from streamrace.analysis.clocks import EAGER, Domain, HappensBefore, ordered_before
+from streamrace.analysis.last_writes import LastWrites
 from streamrace.analysis.lifetimes import Lifetime, Lifetimes
 from streamrace.analysis.ranges import Overlap, normalize, overlaps
 from streamrace.analysis.shadow import AccessRecord, ShadowMemory
@@ -59,7 +66,33 @@ class RecordStreamNoop:
     users: list[int] = field(default_factory=list)  # other streams that used the block so far
 
 
-Detection = Race | UnsafeFree | RecordStreamNoop
+@dataclass(eq=False)
+class StaleRead:
+    """``reader`` read bytes of ``read_lifetime`` whose last write, ``writer``, went through
+    another allocation of them, ``write_lifetime``, made while ``read_lifetime`` held them:
+    the block was handed out again and the reader gets another tensor's data (§8.4)."""
+
+    reader: AccessRecord
+    writer: AccessRecord
+    read_lifetime: Lifetime
+    write_lifetime: Lifetime
+    count: int = 1  # the same reader and writer, again (every replay of a loop)
+
+
+@dataclass(eq=False)
+class GraphInputFreed:
+    """``lifetime``, allocated outside any capture, was freed while ``graph``, whose program
+    ``use`` touches it, could still be replayed (§8.5)."""
+
+    graph: int
+    use: AccessRecord  # the first captured access of the graph through the block
+    lifetime: Lifetime
+    replay: Mapping[str, Any] | None = None  # the first replay after the free; None: latent
+    clobbered: StaleRead | None = None  # the first read of another allocation's data it led to
+    count: int = 1
+
+
+Detection = Race | UnsafeFree | RecordStreamNoop | StaleRead | GraphInputFreed
 
 # How often ``run`` reports progress, in events: a few times a second for the Python engine,
 # tens of times for the C++ core, too rarely to cost anything.
@@ -73,6 +106,7 @@ class Progress(NamedTuple):
     ops: int
     accesses: int
     graphs: int  # captures begun
+    replays: int = 0  # replays of recorded captures
 
 
 class AnalysisEngine(Protocol):
@@ -88,6 +122,10 @@ class AnalysisEngine(Protocol):
     def ops(self) -> int: ...
     @property
     def accesses(self) -> int: ...
+    @property
+    def replays(self) -> int: ...
+    @property
+    def unknown_replays(self) -> int: ...
     @property
     def stacks(self) -> Mapping[int, list[list[Any]]]: ...
     @property
@@ -118,7 +156,19 @@ class Engine:
         self.appearance: dict[int, int] = {}  # stream -> order of first appearance
         self.devices: dict[int, int] = {}  # stream -> device
         self.events = self.graphs = self.ops = self.accesses = 0
+        self.replays = 0
+        self.unknown_replays = 0  # replays of graphs the trace has no capture of
         self._order = 0
+        # The execution view (§8): each live graph's program, the clock of its last replay,
+        # every device's last writes, and which graphs use each block allocated outside them.
+        self._programs: dict[int, list[AccessRecord]] = {}
+        self._replayed: dict[int, dict[int, int]] = {}
+        self._last_writes: dict[int, LastWrites[tuple[AccessRecord, Lifetime]]] = {}
+        self._graph_users: dict[int, dict[int, AccessRecord]] = {}  # lifetime id -> graph -> first use
+        self._graph_inputs: dict[int, set[int]] = {}  # graph -> ids of those lifetimes it uses
+        self._inputs_freed: dict[int, list[GraphInputFreed]] = {}  # graph -> its freed inputs
+        self._input_freed: dict[tuple[int, int], GraphInputFreed] = {}  # (lifetime id, graph) ->
+        self._stale: dict[tuple[int, int], StaleRead] = {}  # (reader seq, writer seq) -> the first
         self._handlers: dict[str, Callable[[Mapping[str, Any]], None]] = {
             "stream": self._stream,
             "stack": self._stack,
@@ -129,6 +179,9 @@ class Engine:
             "record_stream": self._record_stream,
             "op": self._op,
             "kernel": self._op,
+            "replay": self._replay,
+            "graph_reset": self._graph_gone,
+            "graph_destroy": self._graph_gone,
             "event_create": self._forget,
             "event_delete": self._forget,
             "event_record": lambda ev: self.hb.record(ev["event"], ev["stream"]),
@@ -148,8 +201,8 @@ class Engine:
         for ev in events:
             feed(ev)
             if self.events % PROGRESS_EVERY == 0:
-                progress(Progress(self.events, self.ops, self.accesses, self.graphs))
-        progress(Progress(self.events, self.ops, self.accesses, self.graphs))
+                progress(Progress(self.events, self.ops, self.accesses, self.graphs, self.replays))
+        progress(Progress(self.events, self.ops, self.accesses, self.graphs, self.replays))
 
     def feed(self, ev: Mapping[str, Any]) -> None:
         self.events += 1
@@ -191,10 +244,14 @@ class Engine:
         self.graphs += 1
         if ev.get("device") is not None:
             self.devices.setdefault(ev["stream"], ev["device"])
+        self._graph_gone(ev)  # a graph id captured again: the old program is gone
+        self._programs[ev["graph"]] = []
         self.hb.capture_begin(ev["graph"], ev["stream"])
 
     def _capture_end(self, ev: Mapping[str, Any]) -> None:
         graph = ev["graph"]
+        if ev.get("aborted"):
+            self._graph_gone(ev)  # a failed capture has no graph to replay
         self.hb.capture_end(graph)
         # Nothing later is in this domain: its accesses can never race again.
         for key in [key for key in self.shadows if key[0] == graph]:
@@ -212,12 +269,20 @@ class Engine:
                 unsafe = UnsafeFree(recs[-1], lifetime, domain, pending=recs)
                 self._unfolded.setdefault((domain, lifetime.device), []).append(unsafe)
                 self.detections.append(unsafe)
-        self.lifetimes.alloc(ev, self._device(ev, owner))
+        self.lifetimes.alloc(ev, self._device(ev, owner), domain)
 
     def _free(self, ev: Mapping[str, Any]) -> None:
         lifetime = self.lifetimes.free(ev["addr"], self._device(ev, ev.get("stream")), ev)
-        if lifetime is not None:
-            self.lifetimes.await_reuse(lifetime, self.hb.domain(lifetime.owner))
+        if lifetime is None:
+            return
+        self.lifetimes.await_reuse(lifetime, self.hb.domain(lifetime.owner))
+        # Latent until the graph is replayed or outlives the trace; gone with the graph (§8.5).
+        for graph, use in self._graph_users.pop(lifetime.id, {}).items():
+            self._graph_inputs[graph].discard(lifetime.id)
+            freed = GraphInputFreed(graph, use, lifetime)
+            self._inputs_freed.setdefault(graph, []).append(freed)
+            self._input_freed[lifetime.id, graph] = freed
+            self.detections.append(freed)
 
     def _record_stream(self, ev: Mapping[str, Any]) -> None:
         stream = ev["stream"]
@@ -238,9 +303,8 @@ class Engine:
         device = self._device(ev, stream)
         domain, clock, tick = self.hb.op(stream)
         host = self.hb.host_clock(domain)
-        shadow = self.shadows.get((domain, device))
-        if shadow is None:
-            shadow = self.shadows[domain, device] = ShadowMemory()
+        shadow = self._shadow(domain, device)
+        program = self._programs.get(domain) if domain is not EAGER else None
         for write, ranges in ((False, reads), (True, writes)):
             for raw in ranges:
                 rng = normalize(raw)
@@ -249,14 +313,133 @@ class Engine:
                 rec = AccessRecord(self._order, stream, tick, write, rng, domain, device, ev, raw)
                 self._order += 1
                 rec.lifetimes = self.lifetimes.touched(rng, device)
-                self.lifetimes.note_use(rec)
-                racer, how = shadow.check(rec, clock, host)
-                folded = self._fold(rec, clock, host) if (domain, device) in self._unfolded else ()
-                # The race folded into an unsafe free is not reported twice; a later race
-                # with the same use is reported as an aliasing race of its own.
-                if racer is not None and not any(_same_op(racer, f.use) for f in folded):
-                    self._race(racer, rec, how)
-                shadow.insert(rec)
+                if domain is EAGER:
+                    self._execute(rec)
+                elif program is not None:
+                    self._capture_into(program, rec)
+                self._check(rec, shadow, clock, host)
+
+    def _shadow(self, domain: Domain, device: int) -> ShadowMemory:
+        shadow = self.shadows.get((domain, device))
+        if shadow is None:
+            shadow = self.shadows[domain, device] = ShadowMemory()
+        return shadow
+
+    def _check(
+        self, rec: AccessRecord, shadow: ShadowMemory, clock: Mapping[int, int], host: Mapping[int, int]
+    ) -> None:
+        """The happens-before checks of one access: races, unsafe frees, then remember it."""
+        self.lifetimes.note_use(rec)
+        racer, how = shadow.check(rec, clock, host)
+        folded = self._fold(rec, clock, host) if (rec.domain, rec.device) in self._unfolded else ()
+        # The race folded into an unsafe free is not reported twice; a later race
+        # with the same use is reported as an aliasing race of its own.
+        if racer is not None and not any(_same_op(racer, f.use) for f in folded):
+            self._race(racer, rec, how)
+        shadow.insert(rec)
+
+    # -- the execution view (§8) ---------------------------------------------------------------
+    def _capture_into(self, program: list[AccessRecord], rec: AccessRecord) -> None:
+        """``rec`` is part of its capture's program; note the blocks it uses that were
+        allocated outside any capture and not into a graph pool (their free is §8.5's)."""
+        program.append(rec)
+        for lifetime in rec.lifetimes:
+            if lifetime.domain is EAGER and not lifetime.alloc.get("pool"):
+                users = self._graph_users.setdefault(lifetime.id, {})
+                if rec.domain not in users:
+                    users[rec.domain] = rec
+                    self._graph_inputs.setdefault(rec.domain, set()).add(lifetime.id)
+
+    def _replay(self, ev: Mapping[str, Any]) -> None:
+        """Run graph ``ev["graph"]``'s program as one op on the replay's stream (§8.2)."""
+        graph, stream = ev["graph"], ev["stream"]
+        program = self._programs.get(graph)
+        if program is None or self.hb.members(graph) or self.hb.domain(stream) is not EAGER:
+            self.unknown_replays += program is None
+            return  # a graph captured before the trace began (or still capturing)
+        self.replays += 1
+        previous = self._replayed.get(graph)
+        if previous is not None:
+            self.hb.order_after(stream, previous)  # launches of one graph are serialized
+        domain, clock, tick = self.hb.op(stream)
+        host = self.hb.host_clock(domain)
+        self._replayed[graph] = dict(clock)
+        for freed in self._inputs_freed.get(graph, ()):
+            if freed.replay is None:
+                freed.replay = ev
+        for captured in program:
+            rec = AccessRecord(
+                self._order,
+                stream,
+                tick,
+                captured.write,
+                captured.rng,
+                EAGER,
+                captured.device,
+                captured.event,
+                captured.raw,
+                captured.lifetimes,
+                replay=ev,
+            )
+            self._order += 1
+            self._execute(rec)
+            self._check(rec, self._shadow(EAGER, rec.device), clock, host)
+
+    def _graph_gone(self, ev: Mapping[str, Any]) -> None:
+        """The graph was reset or destroyed (or its capture failed): it replays no more, so a
+        free of what it used, not yet followed by a replay, was harmless after all."""
+        graph = ev["graph"]
+        self._programs.pop(graph, None)
+        self._replayed.pop(graph, None)
+        for lifetime_id in self._graph_inputs.pop(graph, ()):
+            users = self._graph_users.get(lifetime_id)
+            if users is not None:
+                users.pop(graph, None)
+                if not users:
+                    del self._graph_users[lifetime_id]
+        for freed in self._inputs_freed.pop(graph, ()):
+            del self._input_freed[freed.lifetime.id, graph]
+            if freed.replay is None:
+                self.detections.remove(freed)
+
+    def _execute(self, rec: AccessRecord) -> None:
+        """An access that runs (eager, or a replay's): a write becomes the last write of its
+        bytes, through the lifetimes it went through; a read is checked against them."""
+        writes = self._last_writes.get(rec.device)
+        if writes is None:
+            writes = self._last_writes[rec.device] = LastWrites()
+        lo, hi = rec.rng.lo, rec.rng.hi
+        if rec.write:
+            writes.assign(lo, hi, None)  # bytes of no known block: who wrote them says nothing
+            for lifetime in rec.lifetimes:
+                writes.assign(max(lo, lifetime.addr), min(hi, lifetime.end), (rec, lifetime))
+            return
+        for lifetime in rec.lifetimes:
+            born = lifetime.alloc["seq"]
+            for start, end, (writer, through) in writes.under(max(lo, lifetime.addr), min(hi, lifetime.end)):
+                # Only a write made while the reader's allocation held the bytes clobbers them;
+                # before it, they are just a fresh allocation's uninitialised bytes.
+                if through is not lifetime and born < _issued(writer) and overlaps(writer.rng, rec.rng, (start, end)):
+                    self._stale_read(rec, writer, lifetime, through)
+                    return
+
+    def _stale_read(self, reader: AccessRecord, writer: AccessRecord, read: Lifetime, wrote: Lifetime) -> None:
+        for rec in (reader, writer):
+            if rec.replay is None:
+                continue
+            for lifetime in (read, wrote):
+                freed = self._input_freed.get((lifetime.id, rec.replay["graph"]))
+                if freed is not None:  # the consequence of a freed graph input: reported there
+                    if freed.clobbered is None:
+                        freed.clobbered = StaleRead(reader, writer, read, wrote)
+                    return
+        key = (reader.event["seq"], writer.event["seq"])
+        seen = self._stale.get(key)
+        if seen is not None:
+            seen.count += 1
+            return
+        stale = self._stale[key] = StaleRead(reader, writer, read, wrote)
+        self.detections.append(stale)
 
     def _fold(self, rec: AccessRecord, clock: Mapping[int, int], host: Mapping[int, int]) -> list[UnsafeFree]:
         """Fold ``rec`` (issued at ``clock`` after ``host``) into every unsafe free whose pending
@@ -295,6 +478,11 @@ class Engine:
             self.detections.append(Race(earlier, later, how, old, new))
             return
         self.detections.append(Race(earlier, later, how, _block_of(earlier, later)))
+
+
+def _issued(rec: AccessRecord) -> int:
+    """The seq at which the program issued the access: its replay's, or its op's."""
+    return rec.replay["seq"] if rec.replay is not None else rec.event["seq"]
 
 
 def _same_op(a: AccessRecord, b: AccessRecord) -> bool:

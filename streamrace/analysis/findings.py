@@ -34,6 +34,10 @@ class Access:
     # The stream as the source writes it (``s.kv``), valid in the function of the access's site
     # (streamrace/analysis/source_names.py); None when the source could not say.
     stream_code: str | None = None
+    # A replay's access (the execution view): the captured op it runs again, as
+    # {graph, seq, location, stack}; then ``location``, ``stack`` and ``seq`` are the replay's,
+    # the line a fix goes before.
+    captured: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -40,6 +40,7 @@ class Lifetime:
     # The last use of each non-owner stream, per domain: (domain, stream) -> the ranges of its
     # last op that touched the block, in order (the op's reads, then its writes).
     last_use: dict[tuple[Domain, int], list[AccessRecord]] = field(default_factory=dict)
+    domain: Domain = EAGER  # where it was allocated: the eager domain or a capture
 
     @property
     def end(self) -> int:
@@ -63,7 +64,7 @@ class Lifetimes:
             blocks = self._live[device] = SortedBlocks()
         return blocks
 
-    def alloc(self, event: Mapping[str, Any], device: int) -> Lifetime:
+    def alloc(self, event: Mapping[str, Any], device: int, domain: Domain = EAGER) -> Lifetime:
         """Start a lifetime; a live block it overlaps (a malformed trace) ends silently."""
         addr, size = event["addr"], event["size"]
         check_block(addr, size)
@@ -79,7 +80,7 @@ class Lifetimes:
         for _ in range(ended):
             live.pop(lo).last_use.clear()
             lo = live.normal(lo)
-        lifetime = Lifetime(self._count, addr, size, event["stream"], device, dict(event))
+        lifetime = Lifetime(self._count, addr, size, event["stream"], device, dict(event), domain=domain)
         self._count += 1
         live.insert(lifetime)
         return lifetime
@@ -146,9 +147,10 @@ class Lifetimes:
         return tuple(found)
 
     def note_use(self, rec: AccessRecord) -> None:
-        """Remember ``rec`` as (a range of) its stream's last use of every block it touched."""
+        """Remember ``rec`` as (a range of) its stream's last use of every live block it
+        touched (a replay's access may go through lifetimes freed since its capture)."""
         for lifetime in rec.lifetimes:
-            if rec.stream != lifetime.owner:
+            if rec.stream != lifetime.owner and lifetime.free is None:
                 key = (rec.domain, rec.stream)
                 last = lifetime.last_use.get(key)
                 if last is not None and last[-1].tick == rec.tick:

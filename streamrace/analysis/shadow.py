@@ -34,8 +34,10 @@ class AccessRecord:
     device: int
     event: Mapping[str, Any]  # the op (or kernel) event
     raw: Mapping[str, Any]  # the range as written in the trace
-    lifetimes: tuple[Any, ...] = ()  # the live allocation lifetimes it touched
+    lifetimes: tuple[Any, ...] = ()  # the live allocation lifetimes it touched (at capture, for a replay's)
     forgotten: bool = False
+    # A replay's access: the replay event; ``event`` is then the captured op it runs again.
+    replay: Mapping[str, Any] | None = None
 
 
 class ShadowMemory:

@@ -302,8 +302,15 @@ class _Report:
             notes.append("overlap assumed: the view is too irregular to decide exactly")
         # A free or a record_stream is its own op: "free  on stream main" says it all.
         op = [] if access.op == access.access else [self.style(access.op, "op"), " "]
+        captured = access.captured
+        if captured is not None:  # a replay's access: at the replay, then the captured op's line
+            op.append(f"in graph {captured.get('graph')}'s replay ")
         self.labelled(depth, access.access, *op, "on stream ", self.stream(access.stream_label, access.stream))
         self.where(depth, access.location, access.stack, near=access.near)
+        if captured is not None:
+            location = captured.get("location")
+            stack = captured.get("stack") or []
+            self.where(depth, location, stack, label="captured at", near=bool(captured.get("near")))
         for note in notes:
             self.continued(depth, self.style(f"({note})", "dim"))
 
@@ -394,7 +401,9 @@ class _Report:
         if item.suppressed:
             self.accepted(1, item.suppressed)
         analysed = (
-            f"analysed {_plural(summary['graphs'], 'graph')}, {_plural(summary['ops'], 'op')}, "
+            f"analysed {_plural(summary['graphs'], 'graph')}, "
+            + (f"{_plural(summary['replays'], 'replay')}, " if summary.get("replays") else "")
+            + f"{_plural(summary['ops'], 'op')}, "
             f"{_plural(summary['accesses'], 'access', 'accesses')}"
         )
         verdict = _verdict(findings) + _accepted_counts(item.suppressed)

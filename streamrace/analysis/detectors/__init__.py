@@ -14,19 +14,30 @@ from typing import Any
 
 from streamrace.analysis.core import MIRRORS
 from streamrace.analysis.describe import Describer, Suggestion
-from streamrace.analysis.detectors import data_race, model_disagreement, record_stream_noop, unsafe_free
+from streamrace.analysis.detectors import (
+    data_race,
+    graph_input_freed,
+    model_disagreement,
+    record_stream_noop,
+    stale_read,
+    unsafe_free,
+)
 from streamrace.analysis.detectors.detector import Detector, EngineResults, SarifRule, Severity, TracePass
 from streamrace.analysis.findings import Finding
 
 DETECTORS: tuple[Detector[Any], ...] = (
     data_race.DETECTOR,
     unsafe_free.DETECTOR,
+    stale_read.DETECTOR,
+    graph_input_freed.DETECTOR,
     record_stream_noop.DETECTOR,
     model_disagreement.DETECTOR,
 )
 
 DATA_RACE = data_race.KIND
 UNSAFE_FREE = unsafe_free.KIND
+STALE_READ = stale_read.KIND
+GRAPH_INPUT_FREED = graph_input_freed.KIND
 RECORD_STREAM_NOOP = record_stream_noop.KIND
 MODEL_DISAGREEMENT = model_disagreement.KIND
 
@@ -83,9 +94,11 @@ def suggestion(finding: Finding) -> Suggestion | None:
 __all__ = [
     "DATA_RACE",
     "DETECTORS",
+    "GRAPH_INPUT_FREED",
     "KINDS",
     "MODEL_DISAGREEMENT",
     "RECORD_STREAM_NOOP",
+    "STALE_READ",
     "UNSAFE_FREE",
     "Detector",
     "EngineResults",

@@ -4,7 +4,18 @@
 from __future__ import annotations
 
 from streamrace.analysis.clocks import Domain
-from streamrace.analysis.describe import EARLIER, LATER, Describer, Suggestion, at, join_code, verb, what, where
+from streamrace.analysis.describe import (
+    EARLIER,
+    LATER,
+    Describer,
+    Suggestion,
+    at,
+    join_code,
+    op_name,
+    verb,
+    what,
+    where,
+)
 from streamrace.analysis.detectors.detector import Detector, SarifRule
 from streamrace.analysis.engine import Race
 from streamrace.analysis.findings import Access, Finding
@@ -54,9 +65,9 @@ class DataRaceDetector(Detector[Race]):
             message=message + ".",
             missing_edge=f"no happens-before edge from {what(first)} to {what(second)}",
             fix=(
-                f"record an event on {first.stream_label} after {first.op}{at(first)} and wait on it "
-                f"on {second.stream_label} before {second.op}{at(second)}, e.g. "
-                f"`{join}` just before {_before(second) or second.op}"
+                f"record an event on {first.stream_label} after {op_name(first)}{at(first)} and wait on it "
+                f"on {second.stream_label} before {op_name(second)}{at(second)}, e.g. "
+                f"`{join}` just before {_before(second) or op_name(second)}"
                 + where((join,), (second, LATER), (first, EARLIER))
             ),
             fix_code=join,
@@ -74,7 +85,7 @@ class DataRaceDetector(Detector[Race]):
         if not before:
             return None
         code = finding.fix_code or join_code(later, earlier)
-        return Suggestion(code, before, f"order {later.op} after {earlier.op}")
+        return Suggestion(code, before, f"order {op_name(later)} after {op_name(earlier)}")
 
     def unordered_launch(self, race: Race) -> tuple[Domain, int]:
         return race.later.domain, race.later.event["seq"]

@@ -16,6 +16,7 @@ from streamrace.analysis.describe import (
     at,
     function_of,
     join_code,
+    op_name,
     stream_code,
     tensor_code,
     verb,
@@ -84,7 +85,7 @@ class UnsafeFreeDetector(Detector[UnsafeFree]):
             ),
             fix=(
                 f"keep {keep} alive until after `{join}` (join, then free), "
-                f"or call `{record}` after {use.op}{at(use)}"
+                f"or call `{record}` after {op_name(use)}{at(use)}"
                 + where((join, record), (free, OWNER), (use, USER))
                 + which
             ),
