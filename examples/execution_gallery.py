@@ -14,6 +14,7 @@ training step with a side-stream branch (``E2``); the DSV4 decode's warm-up is i
 
     python examples/execution_gallery.py               # every scenario, buggy and fixed
     python examples/execution_gallery.py X4 --buggy
+    python examples/execution_gallery.py --streamrace  # each one also recorded and analysed
     streamrace run -- python examples/execution_gallery.py X1 --buggy
 """
 
@@ -283,18 +284,40 @@ class Scenario:
     title: str
     run: Callable[[bool], Outcome]
     correct_pattern: bool = False  # no buggy variant: a detector must report nothing
+    finding: str | None = None  # the kind streamrace reports for the buggy variant
 
 
 SCENARIOS: dict[str, Scenario] = {
     "X1": Scenario(
         "a side-stream consumer clones the static output; the next replay overwrites it",
         static_output_consumer,
+        finding="data-race",
     ),
-    "X2": Scenario("the next input is staged on a copy stream; the replay does not wait", unwaited_input_staging),
-    "X3": Scenario("two graphs sharing one pool are replayed concurrently on two streams", concurrent_shared_pool),
-    "X4": Scenario("three graphs sharing a pool are replayed out of capture order", out_of_order_shared_pool),
-    "X5": Scenario("a graph's input made outside its pool is freed after capture", foreign_input_freed),
-    "X6": Scenario("eager: freed on the allocating stream while a side stream reads it", eager_freed_before_use),
+    "X2": Scenario(
+        "the next input is staged on a copy stream; the replay does not wait",
+        unwaited_input_staging,
+        finding="data-race",
+    ),
+    "X3": Scenario(
+        "two graphs sharing one pool are replayed concurrently on two streams",
+        concurrent_shared_pool,
+        finding="data-race",
+    ),
+    "X4": Scenario(
+        "three graphs sharing a pool are replayed out of capture order",
+        out_of_order_shared_pool,
+        finding="stale-read",
+    ),
+    "X5": Scenario(
+        "a graph's input made outside its pool is freed after capture",
+        foreign_input_freed,
+        finding="graph-input-freed",
+    ),
+    "X6": Scenario(
+        "eager: freed on the allocating stream while a side stream reads it",
+        eager_freed_before_use,
+        finding="unsafe-free",
+    ),
     "E1": Scenario(
         "PyTorch's side-stream warm-up, then a whole-network capture",
         documented_side_stream_warmup,
@@ -304,11 +327,20 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
+def record(key: str, fixed: bool, trace: str | None = None) -> tuple[streamrace.Session, Outcome]:
+    """Run one scenario whole (set-up, captures, replays, eager work) under streamrace.watch()."""
+    with streamrace.watch(trace) as session:
+        outcome = SCENARIOS[key].run(fixed)
+        torch.cuda.synchronize()
+    return session, outcome
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("scenarios", nargs="*", metavar="ID", help=f"some of {', '.join(SCENARIOS)} (default: all)")
     parser.add_argument("--fixed", action="store_true", help="only the fixed twins (and the correct patterns)")
     parser.add_argument("--buggy", action="store_true", help="only the buggy variants")
+    parser.add_argument("--streamrace", action="store_true", help="record and analyse each variant too")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.scenarios) - set(SCENARIOS))
     if unknown:
@@ -320,15 +352,23 @@ def main(argv: list[str] | None = None) -> int:
         scenario = SCENARIOS[key]
         variants = [True] if scenario.correct_pattern or args.fixed else [False] if args.buggy else [False, True]
         for fixed in variants:
-            outcome = scenario.run(fixed)
+            buggy = not fixed and not scenario.correct_pattern
+            if args.streamrace:
+                session, outcome = record(key, fixed)
+                kinds = sorted({f.kind for f in session.findings})
+                # The detector's proof: the buggy variant's kind, and nothing on the others.
+                failed |= kinds != ([scenario.finding] if buggy else [])
+            else:
+                outcome = scenario.run(fixed)
             name = "correct" if scenario.correct_pattern else "fixed" if fixed else "buggy"
             print(
                 f"{key} {name}: {scenario.title}\n"
                 f"    {outcome.corrupted} of {outcome.rounds} rounds corrupted; "
                 f"premise {'held' if outcome.premise else 'FAILED'}"
+                + (f"; streamrace: {', '.join(kinds) or 'no findings'}" if args.streamrace else "")
             )
             # The proof each variant owes: the buggy one corrupts, the fixed one never does.
-            failed |= not outcome.premise or (outcome.corrupted == 0) == (not fixed and not scenario.correct_pattern)
+            failed |= not outcome.premise or (outcome.corrupted == 0) == buggy
     return 1 if failed else 0
 
 

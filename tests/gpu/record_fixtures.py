@@ -28,6 +28,13 @@ def main() -> None:
             name = f"gallery_{hazard}_{'fixed' if fixed else 'buggy'}"
             session, (corrupted, replays) = gallery.run(hazard, fixed, trace=str(out / f"{name}.jsonl.gz"))
             print(name, [(f.kind, f.hazard) for f in session.findings], f"corrupted {corrupted}/{replays}")
+    execution = load_example("execution_gallery")
+    for key, scenario in execution.SCENARIOS.items():
+        for fixed in (True,) if scenario.correct_pattern else (False, True):
+            name = f"execution_{key}_{'fixed' if fixed else 'buggy'}"
+            session, outcome = execution.record(key, fixed, trace=str(out / f"{name}.jsonl.gz"))
+            kinds = [(f.kind, f.aliasing, f.count) for f in session.findings]
+            print(name, kinds, f"corrupted {outcome.corrupted}/{outcome.rounds}", "premise", outcome.premise)
 
 
 if __name__ == "__main__":
