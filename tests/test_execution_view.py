@@ -367,3 +367,5 @@ def test_replays_of_a_graph_the_trace_never_captured_are_counted() -> None:
     engine = new_engine()
     engine.run(tb.trace().events)
     assert (engine.replays, engine.unknown_replays) == (0, 1)
+    (note,) = analyze(tb.trace()).notes
+    assert note.code == "replays-unrecorded" and note.message.startswith("1 replay was of graphs captured before")

@@ -32,7 +32,7 @@ class Note:
     allocations are missing, or the allocator is one the lifetime model does not describe.
     Notes come from the header; they are not findings and do not change the exit code."""
 
-    code: str  # "recorder-errors", "allocations-dropped", "allocator-model", "unknown-events"
+    code: str  # "recorder-errors", "allocations-dropped", "allocator-model", "unknown-events", "replays-unrecorded"
     message: str
 
     def to_dict(self) -> dict[str, str]:
@@ -157,7 +157,23 @@ def analyze(
     }
     findings = deduplicate(raw)
     summary["findings"] = len(findings)
-    return AnalysisResult(findings=findings, raw_findings=raw, summary=summary, notes=header_notes(header))
+    notes = header_notes(header) + engine_notes(engine.unknown_replays)
+    return AnalysisResult(findings=findings, raw_findings=raw, summary=summary, notes=notes)
+
+
+def engine_notes(unknown_replays: int) -> list[Note]:
+    """The notes what the engine met calls for: replays of graphs the trace has no capture of
+    (captured before recording began) ran unseen, so nothing was checked against them."""
+    if not unknown_replays:
+        return []
+    were = "replays were" if unknown_replays != 1 else "replay was"
+    return [
+        Note(
+            "replays-unrecorded",
+            f"{unknown_replays} {were} of graphs captured before the trace began: what they read and "
+            "write is not known, so races and stale reads involving them were not checked",
+        )
+    ]
 
 
 __all__ = ["AnalysisResult", "Finding", "Note", "Progress", "analyze", "header_notes"]
