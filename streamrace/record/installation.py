@@ -16,7 +16,7 @@ from typing import Any
 from streamrace.record.hook_tables import GPU_TRACE_HOOKS
 
 _ACTIVE: Any = None  # the Recorder running in this process
-_LATEST: Callable[[], Any] = lambda: None  # the Recorder that ran last (a weak reference)
+_LATEST: Callable[[], Any] = type(None)  # the Recorder that ran last, as a weak reference
 _LOCK = threading.Lock()
 _PATCHED: list[MethodPatch] = []
 _GPU_TRACE: list[tuple[Any, Any, dict[str, Callable[..., None]]]] = []  # (registries, hooks, overrides)
