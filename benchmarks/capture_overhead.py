@@ -4,8 +4,10 @@ The DSV4 decode example (examples/dsv4_mini_decode.py, fixed variant) stacked N 
 captured repeatedly:
 
 * plain, under ``streamrace.watch()`` with the native hooks, the same without reading the
-  captured graph back (what the read-back costs), and with the Python reference hooks (in
-  turn, so drift hits all alike);
+  captured graph back (what the read-back costs), the native hooks taking allocation facts
+  from the allocator's history instead of its trace tracker (what the tracker saves: no
+  history kept, none read back), and with the Python reference hooks (in turn, so drift hits
+  all alike);
 * then under PyTorch's CUDA sanitizer (CSAN), last, because enabling it cannot be undone;
 
 and the graphs captured plain and under streamrace are replayed alternately. Printed: median
@@ -17,6 +19,7 @@ times and the ratios to plain. Absolute times only mean something on the machine
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import pathlib
 import statistics
@@ -70,6 +73,20 @@ def capture(
     if phase is not None:
         PHASES.setdefault(phase, []).append((body - start, end - body))
     return end - start, graph, out
+
+
+@contextlib.contextmanager
+def history_facts(enabled: bool):
+    """The native hooks without their allocator trace tracker: facts from the history."""
+    from streamrace.record.hooks import NativeHooks
+
+    original = NativeHooks.use_allocator_facts
+    if enabled:
+        NativeHooks.use_allocator_facts = lambda self: "benchmark: history facts"
+    try:
+        yield
+    finally:
+        NativeHooks.use_allocator_facts = original
 
 
 def replay_time(graph: torch.cuda.CUDAGraph, replays: int) -> float:
@@ -128,8 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     configs = {
         "streamrace": {"hooks": "native"},
         "no read-back": {"hooks": "native", "read_graphs": False},
+        "history facts": {"hooks": "native", "history": True},
         "python hooks": {"hooks": "python"},
     }
+    sources: dict[str, object] = {}
     times: dict[str, list[float]] = {"plain": [], **{name: [] for name in configs}}
     graphs = {}
     ops = analysis = 0.0
@@ -137,9 +156,11 @@ def main(argv: list[str] | None = None) -> int:
         elapsed, graphs["plain"], _ = capture(model, x, loc, stream, pool, "plain")
         times["plain"].append(elapsed)
         for name, options in configs.items():
-            with streamrace.watch(**options) as session:
+            watch_options = {k: v for k, v in options.items() if k != "history"}
+            with history_facts(bool(options.get("history"))), streamrace.watch(**watch_options) as session:
                 elapsed, graph, _ = capture(model, x, loc, stream, pool, name)
             assert session.recorder.hooks_kind == options["hooks"] and not session.errors, session.errors
+            sources[name] = session.trace.header["allocator"].get("facts")
             assert session.findings == [], session.report()
             times[name].append(elapsed)
             graphs.setdefault(name, graph)
@@ -165,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     plain = statistics.median(times["plain"])
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.layers} layers, batch {args.batch}")
     print(f"captured ops per graph: {ops}; analysis of one capture's trace: {analysis * 1e3:.1f} ms")
+    for name, source in sources.items():
+        print(f"allocation facts ({name}): {source}")
     print(f"{'capture':<12}{'median ms':>12}{'ratio':>10}")
     for name, values in times.items():
         median = statistics.median(values)

@@ -9,9 +9,13 @@ what CUDA and torch.cuda play in a capture:
 * a kernel node for every op that touches bytes (a dispatch mode under the hooks' own, so the
   node appears inside the op, as a launch would), and launches no op made (``launch``: a
   library kernel, a memset), with parameter words that point into blocks;
-* a caching allocator over fixed-size blocks of one CPU buffer (``alloc``, ``free``: same
-  stream reuse, its history, its live blocks) and the ``torch.cuda._gpu_trace`` registries the
-  hooks join, fired as torch fires them.
+* a caching allocator over fixed-size blocks of one CPU buffer (``alloc``, ``free``: reuse on
+  the same stream and pool, ``empty_cache`` handing freed blocks to any stream again, private
+  pools for captures and ``use_pool``), initialized by its first allocation as CUDA is; its
+  history (bounded, restarted when read), its live blocks, its trace trackers (told of each
+  allocation before the allocation hook runs, of each free after), and every allocation as
+  it was really made (``truth``), which the recorder's facts are held to;
+* the ``torch.cuda._gpu_trace`` registries the hooks join, fired as torch fires them.
 
 The driver's queries are C functions with libcuda's signatures (ctypes callbacks), given to
 both sets of hooks by address: the Python hooks call them through ctypes, the native hooks
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
@@ -32,6 +36,7 @@ from torch._utils import CallbackRegistry
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from streamrace.record import graph_readback
+from streamrace.record.cuda_runtime import HISTORY_MAX_ENTRIES, AllocationFact
 from streamrace.record.hook_tables import GPU_TRACE_HOOKS, NODE_TYPES
 from streamrace.record.hooks import op_name
 from streamrace.record.kernel_params import NodeAccess
@@ -69,19 +74,40 @@ class FakeCuda:
     device_type = 0  # c10::DeviceType::CPU: the native hooks record CPU tensors
     reads_graphs = True
 
-    def __init__(self, *, blocks: int = 32, block_bytes: int = 256) -> None:
+    def __init__(
+        self,
+        *,
+        blocks: int = 32,
+        block_bytes: int = 256,
+        initialized: bool = False,
+        tracker: bool = True,
+        history_entries: int = HISTORY_MAX_ENTRIES,
+        program_history: bool = False,
+    ) -> None:
+        """``initialized``: CUDA is initialized before recording starts (else at the first
+        allocation); ``tracker``: the allocator takes a trace tracker; ``history_entries``:
+        the history's bound (HISTORY_MAX_ENTRIES, as the recorder asks); ``program_history``:
+        the program recorded its own history before recording began."""
         self.block_bytes = block_bytes
         self._arena = torch.zeros(blocks * block_bytes // 4)
         n = block_bytes // 4
         self._blocks = [self._arena[i * n : (i + 1) * n] for i in range(blocks)]
         self._handles = itertools.count(0x10000, 0x10)  # graphs, nodes, events, functions
         self.stream = 0  # the current stream
-        self._history_on = False
+        self._initialized = initialized
+        self._takes_tracker = tracker
+        self._trackers: list[Callable[..., None]] = []
+        self._history_on = program_history
+        self._history_entries = history_entries
         self._history: list[dict[str, Any]] = []
-        self._live: dict[int, tuple[int, int]] = {}  # addr -> (size, stream)
+        self._history_lost = False  # the bounded history dropped its oldest entries
+        self._live: dict[int, AllocationFact] = {}
         self._unused = list(range(blocks))
-        self._freed: dict[int, list[int]] = {}  # stream -> blocks freed on it, latest last
-        self._owner: dict[int, tuple[int, int]] = {}  # addr -> (block, stream)
+        self._freed: dict[tuple[int, Any], list[int]] = {}  # (stream, pool) -> blocks freed there, latest last
+        self._owner: dict[int, tuple[int, int, Any]] = {}  # addr -> (block, stream, pool)
+        self._capture_pools: dict[int, tuple[int, int]] = {}  # graph -> its pool
+        self.pool: tuple[int, int] | None = None  # where eager allocations go (``use_pool``)
+        self.truth: list[tuple[int, int, int, tuple[int, int] | None]] = []  # (addr, size, stream, pool)
         self._graphs: dict[int, _Graph] = {}
         self._capturing: dict[int, int] = {}  # stream -> graph
         self._frontier: dict[int, tuple[int, ...]] = {}  # capturing stream -> its frontier
@@ -135,18 +161,32 @@ class FakeCuda:
     def graph_class(self) -> type:
         return FakeGraph
 
-    @staticmethod
-    def initialized() -> bool:
-        return False  # the history starts at the first capture, as in a fresh CUDA process
+    def initialized(self) -> bool:
+        return self._initialized
+
+    def history_enabled(self) -> bool:
+        return self._history_on
 
     def record_history(self, enabled: bool) -> None:
         self._history_on = enabled
+        self._history, self._history_lost = [], False
 
-    def allocation_history(self) -> list[dict[str, Any]]:
-        return list(self._history)
+    def take_history(self) -> tuple[list[dict[str, Any]], bool]:
+        entries, complete = self._history, not self._history_lost
+        self._history, self._history_lost = [], False
+        return entries, complete
 
-    def live_blocks(self) -> dict[int, tuple[int, int]]:
+    def live_blocks(self) -> dict[int, AllocationFact]:
         return dict(self._live)
+
+    def attach_allocator_tracker(self, native_hooks: Any, module: Any) -> str:
+        if not self._takes_tracker:
+            return "the scripted allocator takes no trace tracker"
+        if not self._initialized:
+            return "the CUDA caching allocator is not initialized"
+        if module.allocator_trace not in self._trackers:
+            self._trackers.append(module.allocator_trace)
+        return native_hooks.use_allocator_facts(True)
 
     def node_access(self, node: int, type_name: str) -> NodeAccess:
         return self._nodes[node].access
@@ -164,25 +204,69 @@ class FakeCuda:
         finally:
             self.stream = outer
 
-    def alloc(self) -> torch.Tensor:
-        """A block on the current stream: one freed on it if any (the latest), else a new one."""
-        freed = self._freed.get(self.stream)
+    @contextmanager
+    def use_pool(self, pool: tuple[int, int]) -> Iterator[None]:
+        """``torch.cuda.use_mem_pool``: eager allocations from a private pool."""
+        outer, self.pool = self.pool, pool
+        try:
+            yield
+        finally:
+            self.pool = outer
+
+    def alloc(self, nbytes: int | None = None) -> torch.Tensor:
+        """``nbytes`` (default: a whole block) on the current stream, from its capture's pool
+        or the current one: a block freed there if any (the latest), else a new one."""
+        return self._allocate(nbytes, fire=True)[0]
+
+    def alloc_racing(self, sizes: Sequence[int]) -> list[torch.Tensor]:
+        """Allocations as two threads make them: the allocator makes them in order, their
+        allocation hooks run in the other order (the history's order is not the hooks')."""
+        made = [self._allocate(nbytes, fire=False) for nbytes in sizes]
+        for _, addr in reversed(made):
+            self.registries.MemoryAllocationCallbacks.fire_callbacks(addr)
+        return [tensor for tensor, _ in made]
+
+    def _allocate(self, nbytes: int | None, fire: bool) -> tuple[torch.Tensor, int]:
+        self._initialized = True  # CUDA initializes at the first allocation
+        size = self.block_bytes if nbytes is None else nbytes
+        assert 0 < size <= self.block_bytes
+        graph = self._capturing.get(self.stream)
+        pool = self._capture_pools[graph] if graph is not None else self.pool
+        freed = self._freed.get((self.stream, pool))
         block = freed.pop() if freed else self._unused.pop(0)
         tensor = self._blocks[block]
         addr = tensor.data_ptr()
-        self._owner[addr] = (block, self.stream)
-        self._live[addr] = (self.block_bytes, self.stream)
+        self._owner[addr] = (block, self.stream, pool)
+        self._live[addr] = (size, self.stream, pool)
+        self.truth.append((addr, size, self.stream, pool))
+        for tracker in self._trackers:  # inside the allocator, before the hook
+            tracker(0, addr, size, self.stream, *(pool or (0, 0)))
         if self._history_on:
-            self._history.append({"action": "alloc", "addr": addr, "size": self.block_bytes, "stream": self.stream})
-        self.registries.MemoryAllocationCallbacks.fire_callbacks(addr)
-        return tensor
+            if len(self._history) == self._history_entries:
+                del self._history[0]
+                self._history_lost = True
+            entry = {"action": "alloc", "addr": addr, "size": size, "stream": self.stream, "pool_id": pool or (0, 0)}
+            self._history.append(entry)
+        if fire:
+            self.registries.MemoryAllocationCallbacks.fire_callbacks(addr)
+        return tensor, addr
 
     def free(self, tensor: torch.Tensor) -> None:
         addr = tensor.data_ptr()
-        block, stream = self._owner.pop(addr)
+        block, stream, pool = self._owner.pop(addr)
         del self._live[addr]
-        self._freed.setdefault(stream, []).append(block)
+        self._freed.setdefault((stream, pool), []).append(block)
         self.registries.MemoryDeallocationCallbacks.fire_callbacks(addr)
+        for tracker in self._trackers:  # the allocator frees after the hook
+            tracker(1, addr, 0, 0, 0, 0)
+
+    def empty_cache(self) -> None:
+        """``torch.cuda.empty_cache()`` (``torch.cuda.graph`` calls it before capturing): the
+        freed blocks go back to the device, for any stream or pool to get again."""
+        for blocks in self._freed.values():
+            self._unused += blocks
+        self._freed.clear()
+        self._unused.sort()
 
     def event(self) -> int:
         event = next(self._handles)
@@ -244,11 +328,12 @@ class FakeCuda:
         g.edges += [(dep, handle) for dep in self._frontier[self.stream]]
         self._frontier[self.stream] = (handle,)
 
-    def begin_capture(self) -> None:
+    def begin_capture(self, pool: tuple[int, int]) -> None:
         if self.stream in self._capturing:
             raise RuntimeError("cudaErrorIllegalState: the stream is capturing already")
         graph = next(self._handles)
         self._graphs[graph] = _Graph(graph)
+        self._capture_pools[graph] = pool
         self._capturing[self.stream] = graph
         self._frontier[self.stream] = ()
 
@@ -353,7 +438,7 @@ class FakeGraph:
 
     def capture_begin(self, pool: Any = None, capture_error_mode: str = "global") -> None:
         self._pool = tuple(pool) if pool else self._fake.implicit_pool()
-        self._fake.begin_capture()
+        self._fake.begin_capture(self._pool)
 
     def capture_end(self) -> None:
         self._fake.end_capture()

@@ -45,6 +45,33 @@ def test_the_native_hooks_compile_without_warnings(tmp_path):
     assert errors == "", errors
 
 
+def test_the_allocator_trace_tracker_compiles_without_warnings(tmp_path):
+    """The part built only where CUDA headers are found (STREAMRACE_ALLOCATOR_TRACKER), against
+    this torch's c10 headers; a CPU wheel lacks c10's generated CUDA macros header, which says
+    only how c10_cuda was linked, so a stand-in is given."""
+    pytest.importorskip("torch")
+    from torch.utils import cpp_extension
+
+    from streamrace.record import native
+    from streamrace.record.hook_tables import cpp_header
+
+    cuda = native.cuda_include_dir()
+    if cuda is None:
+        pytest.skip("no CUDA headers here")
+    (tmp_path / "hook_tables.h").write_text(cpp_header())
+    system = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"], str(cuda)]
+    if not any((pathlib.Path(p) / "c10/cuda/impl/cuda_cmake_macros.h").is_file() for p in system):
+        stand_in = tmp_path / "stand_in" / "c10" / "cuda" / "impl"
+        stand_in.mkdir(parents=True)
+        (stand_in / "cuda_cmake_macros.h").write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+        system.append(str(tmp_path / "stand_in"))
+    defines = ["-DTORCH_EXTENSION_NAME=streamrace_native_hooks", "-DTORCH_API_INCLUDE_EXTENSION_H", "-fPIC"]
+    defines.append("-DSTREAMRACE_ALLOCATOR_TRACKER")
+    sources = ROOT / "csrc" / "recorder"
+    errors = _warnings(sources / "recorder.cpp", [*defines, *native.CFLAGS], [str(sources), str(tmp_path)], system)
+    assert errors == "", errors
+
+
 def test_the_analysis_core_compiles_without_warnings():
     pybind11 = pytest.importorskip("pybind11")
     assert '"-Wall", "-Wextra"' in (ROOT / "setup.py").read_text(), "the flags setup.py builds _core with"

@@ -9,6 +9,9 @@ be the same, event for event. tests/gpu/test_hooks_gpu.py does the same on real 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -22,6 +25,7 @@ from streamrace.record.recorder import Recorder, name_stream  # noqa: E402
 from streamrace.trace.io import Trace  # noqa: E402
 
 MAIN, SIDE, COPY = 0x1000, 0x2000, 0x3000
+KINDS = ("native", "python")
 
 
 def scripted_capture(fake: FakeCuda) -> None:
@@ -66,18 +70,42 @@ def scripted_capture(fake: FakeCuda) -> None:
 
 def record(kind: str) -> Recorder:
     """The scripted capture, recorded with one set of hooks on a fresh fake."""
+    return record_program(kind, scripted_capture)[0]
+
+
+def record_program(
+    kind: str, program: Callable[[FakeCuda], None], eager_ops: bool = False, **fake_options: Any
+) -> tuple[Recorder, FakeCuda]:
+    """A scripted program, recorded with one set of hooks on a fresh fake."""
     if kind == "native":
         native_module()  # or a skip saying why not (CI insists they build: .ci/run)
-    fake = FakeCuda()
+    fake = FakeCuda(**fake_options)
     with Kernels(fake):
-        recorder = Recorder(hooks=kind, runtime=fake)
+        recorder = Recorder(hooks=kind, runtime=fake, eager_ops=eager_ops)
         recorder.start()
         try:
-            scripted_capture(fake)
+            program(fake)
         finally:
             recorder.stop()
     assert recorder.hooks_kind == kind
-    return recorder
+    return recorder, fake
+
+
+def allocation_facts(events: list[dict[str, Any]]) -> dict[int, list[tuple[int, int, tuple[int, ...] | None]]]:
+    """Each address's allocations in the trace, in order: (size, stream, pool)."""
+    facts: dict[int, list[tuple[int, int, tuple[int, ...] | None]]] = {}
+    for e in events:
+        if e["ev"] == "alloc":
+            facts.setdefault(e["addr"], []).append((e["size"], e["stream"], tuple(e["pool"]) if "pool" in e else None))
+    return facts
+
+
+def true_facts(fake: FakeCuda) -> dict[int, list[tuple[int, int, tuple[int, ...] | None]]]:
+    """Each address's allocations as the fake allocator really made them, in order."""
+    facts: dict[int, list[tuple[int, int, tuple[int, ...] | None]]] = {}
+    for addr, size, stream, pool in fake.truth:
+        facts.setdefault(addr, []).append((size, stream, pool))
+    return facts
 
 
 def record_both() -> tuple[Recorder, Recorder]:
@@ -123,8 +151,56 @@ def test_both_hook_sets_record_the_scripted_capture_alike():
     kernels = [e for e in events if e["ev"] == "kernel"]
     assert [k["inferred"] for k in kernels] == [True, False], "parameter words; the memset's exact bytes"
     assert all(k["writes"] for k in kernels)
-    assert sum(e["ev"] == "alloc" for e in events) == 5, "the allocation freed before the history is left out"
-    assert native.dropped_allocations == python.dropped_allocations == 1
+    assert sum(e["ev"] == "alloc" for e in events) == 6, "the first allocation, freed at once, has its facts too"
+    assert native.dropped_allocations == python.dropped_allocations == 0
+
+
+def eager_program(fake: FakeCuda) -> None:
+    """Eager work before any capture, as PyTorch's documented warm-up does it: allocations on a
+    side stream, freed and handed out again; the cache emptied (as ``torch.cuda.graph`` does)
+    so that the warm-up's addresses come back on another stream with other sizes; a capture;
+    allocations whose hooks run in another order than the allocator made them; an eager
+    allocation from a private pool."""
+    with fake.on(SIDE):
+        for step in range(3):
+            a, b = fake.alloc(64), fake.alloc(200 - step)
+            torch.add(a[:4], 1.0, out=b[:4])
+            fake.free(a)
+            fake.free(b)
+    fake.empty_cache()
+    with fake.on(MAIN):
+        small = fake.alloc(8)  # at the warm-up's first address: an 8-byte block on MAIN
+        small.fill_(2.0)
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        out = fake.alloc(100)
+        torch.mul(small[:2], 3.0, out=out[:2])
+        graph.capture_end()
+        racing = fake.alloc_racing([16, 32, 48])
+        for tensor in racing:
+            fake.free(tensor)  # gone before the recording ends: no live block to lean on
+        with fake.use_pool((7, 0)):
+            pooled = fake.alloc(40)
+        fake.free(pooled)
+
+
+@pytest.mark.parametrize("tracker", [True, False], ids=["tracker", "history"])
+def test_both_hook_sets_give_eager_allocations_their_exact_facts(tracker):
+    # From one line, so that their stacks are the same.
+    (native, fake_n), (python, fake_p) = [record_program(k, eager_program, True, tracker=tracker) for k in KINDS]
+    assert native.errors == [] and python.errors == []
+    events = native.trace_events()
+    difference = first_difference(canonical(events), canonical(python.trace_events()))
+    assert difference is None, difference
+    assert native.dropped_allocations == python.dropped_allocations == 0
+    assert allocation_facts(events) == true_facts(fake_n), "every allocation's own size, stream and pool"
+    assert allocation_facts(python.trace_events()) == true_facts(fake_p)
+    assert native.allocation_facts["source"] == ("allocator trace tracker" if tracker else "allocator history")
+    assert python.allocation_facts["source"] == "allocator history"
+    # The premises: addresses really were handed out again with other facts.
+    reused = [facts for facts in true_facts(fake_n).values() if len(set(facts)) > 1]
+    assert any(len({stream for _, stream, _ in facts}) > 1 for facts in reused), "an address on two streams"
+    assert any((40, MAIN, (7, 0)) in facts for facts in true_facts(fake_n).values()), "the private pool's block"
 
 
 def test_the_comparison_catches_a_hook_set_that_drops_a_field(monkeypatch):

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "allocator_facts.h"
 #include "hook_tables.h"
 #include "tensor_range.h"
 #include "user_stacks.h"
@@ -40,6 +41,7 @@ struct Record {
     int32_t where = -1;
     uint32_t ranges = 0;  // reads then writes, from ranges_[ranges]
     uint32_t reads = 0, writes = 0;
+    int32_t fact = -1;  // an alloc's exact facts (the allocator's tracker), from facts_[fact]
 };
 
 inline Record simple(Kind kind, int64_t value, int64_t stream = -1, int32_t device = -1, int32_t stack = -1) {
@@ -110,6 +112,12 @@ class EventLog {
         ranges_.insert(ranges_.end(), writes.begin(), writes.end());
     }
 
+    // An alloc's exact facts, for the record that follows.
+    void add_fact(const Locked&, Record& r, const AllocFact& fact) {
+        r.fact = static_cast<int32_t>(facts_.size());
+        facts_.push_back(fact);
+    }
+
     int32_t text(const Locked&, const std::string& s) {
         auto it = text_ids_.find(s);
         if (it != text_ids_.end()) return it->second;
@@ -124,13 +132,15 @@ class EventLog {
     py::list drain() {
         std::vector<Record> records;
         std::vector<ByteRange> ranges;
+        std::vector<AllocFact> facts;
         {
             Locked held = lock();
             records.swap(records_);
             ranges.swap(ranges_);
+            facts.swap(facts_);
         }
         py::list out;
-        for (const Record& r : records) out.append(to_dict(r, ranges));
+        for (const Record& r : records) out.append(to_dict(r, ranges, facts));
         return out;
     }
 
@@ -166,7 +176,7 @@ class EventLog {
         return out;
     }
 
-    py::dict to_dict(const Record& r, const std::vector<ByteRange>& ranges) {
+    py::dict to_dict(const Record& r, const std::vector<ByteRange>& ranges, const std::vector<AllocFact>& facts) {
         py::dict d;
         d["seq"] = r.seq;
         d["ev"] = tables::kKindNames[static_cast<int>(r.kind)];
@@ -193,9 +203,23 @@ class EventLog {
             }
             case Kind::Alloc:
                 d["addr"] = r.value;
-                d["size"] = 1;  // the allocator's history gives the size, after the capture
-                d["stream"] = r.stream;
-                d["device"] = r.device;
+                if (r.fact >= 0) {  // exact: the allocator's own facts ("_exact" for the recorder)
+                    const AllocFact& f = facts[static_cast<size_t>(r.fact)];
+                    d["size"] = f.size;
+                    d["stream"] = f.stream;
+                    d["device"] = r.device;
+                    if (f.pool_first != 0 || f.pool_second != 0) {
+                        py::list pool;
+                        pool.append(f.pool_first);
+                        pool.append(f.pool_second);
+                        d["pool"] = pool;
+                    }
+                    d["_exact"] = true;
+                } else {
+                    d["size"] = 1;  // the allocator's history gives the size, later
+                    d["stream"] = r.stream;
+                    d["device"] = r.device;
+                }
                 stack();
                 if (r.graph != 0) d["_graph"] = r.graph;
                 break;
@@ -248,6 +272,7 @@ class EventLog {
     int errors_ = 0;
     std::vector<Record> records_;
     std::vector<ByteRange> ranges_;
+    std::vector<AllocFact> facts_;
     std::unordered_map<int, std::vector<UserFrame>> stack_frames_;
     std::vector<std::string> texts_;
     std::unordered_map<std::string, int32_t> text_ids_;

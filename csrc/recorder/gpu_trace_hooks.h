@@ -1,9 +1,12 @@
 // torch.cuda._gpu_trace callbacks (GIL held): allocations, frees, CUDA event create, record,
-// wait and delete, synchronizations. The C++ twin of PythonHooks' _on_* callbacks.
+// wait and delete, synchronizations. The C++ twin of PythonHooks' _on_* callbacks; an
+// allocation takes its exact size, stream and pool from the allocator's tracker where it runs
+// (allocator_facts.h), else the recorder settles them from the allocator's history.
 #pragma once
 
 #include <cstdint>
 
+#include "allocator_facts.h"
 #include "capture_tracker.h"
 #include "event_log.h"
 #include "hook_stacks.h"
@@ -22,11 +25,15 @@ class GpuTraceHooks {
     void on_alloc(int64_t ptr) {
         int32_t device = streams_.current_device();
         int64_t stream = streams_.current_stream(device);
+        AllocFact fact;
+        bool exact = allocator_facts().take(ptr, fact);
         log_.see_stream(stream, device);
+        if (exact && fact.stream != stream) log_.see_stream(fact.stream, device);  // raw_alloc_with_stream
         int32_t stack = stacks_.op_stack();
         Locked held = log_.lock();
         Record r = simple(Kind::Alloc, ptr, stream, device, stack);
         r.graph = captures_.graph_of(held, stream);
+        if (exact) log_.add_fact(held, r, fact);
         log_.append(held, r);
     }
 

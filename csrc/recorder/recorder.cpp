@@ -9,6 +9,8 @@
 // * op_hooks.h: the RecordFunction callback for every operator, and Triton's bracket;
 // * gpu_trace_hooks.h: torch.cuda._gpu_trace callbacks (allocations, frees, CUDA events,
 //   synchronizations);
+// * allocator_facts.h: each allocation's exact size, stream and pool, from the caching
+//   allocator's trace tracker (where CUDA headers were found at build time);
 // * unseen_launches.h: noticing launches the dispatcher never saw (the recorder catches up);
 // * streams.h, hook_stacks.h, thread_state.h: the current stream, the user's stack, what
 //   each thread has in flight;
@@ -35,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "allocator_facts.h"
 #include "capture_tracker.h"
 #include "driver.h"
 #include "event_log.h"
@@ -297,7 +300,17 @@ class Hooks {
         if (g_active.load() != state_.get()) return;
         at::removeCallback(g_callback);
         g_callback = 0;
+        allocator_facts().set_active(false);
         g_active.store(nullptr, std::memory_order_release);
+    }
+
+    // Allocations take their facts from the allocator's trace tracker from now on: "" when
+    // they do, else why not. ``scripted``: a scripted allocator feeds allocator_trace itself.
+    std::string use_allocator_facts(bool scripted) {
+        if (g_active.load() != state_.get()) return "the hooks are not recording";
+        std::string why = scripted ? "" : attach_allocator_tracker();
+        if (why.empty()) allocator_facts().set_active(true);
+        return why;
     }
 
     State& state() { return *state_; }
@@ -339,6 +352,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         .def("end_launch", [](Hooks& h) { h.state().ops.end_launch(); })
         .def("drain", [](Hooks& h) { return h.state().drain(); })
         .def("release_python", [](Hooks& h) { h.state().release_python(); })
+        .def("use_allocator_facts", &Hooks::use_allocator_facts, py::arg("scripted") = false)
         // Graph reads at a capture's end and at a catch-up (GraphReadback does the same in
         // Python): every node, types and kernel names, the nodes created since the last claim.
         .def("node_handles", [](Hooks& h, int64_t graph) { return h.state().node_handles(graph); })
@@ -366,6 +380,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
             }
         });
     });
+    // What an allocator trace tracker is told (allocator_facts.h), for a scripted allocator.
+    m.def("allocator_trace", &streamrace::allocator_trace, py::arg("action"), py::arg("addr"), py::arg("size"),
+          py::arg("stream"), py::arg("pool_first") = 0, py::arg("pool_second") = 0);
+#ifdef STREAMRACE_ALLOCATOR_TRACKER
+    m.attr("allocator_tracker_built") = true;
+#else
+    m.attr("allocator_tracker_built") = false;
+#endif
 #define STREAMRACE_DEF_HOOK(name, text, direct) m.def(#name, &streamrace::hook::name);
     STREAMRACE_GPU_TRACE_HOOKS(STREAMRACE_DEF_HOOK)
 #undef STREAMRACE_DEF_HOOK

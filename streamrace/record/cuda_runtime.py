@@ -14,6 +14,8 @@ None, the real runtime's, they look libcuda up themselves) and the current strea
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -22,6 +24,34 @@ import torch
 
 from streamrace.record import graph_readback
 from streamrace.record.kernel_params import NodeAccess, node_access
+
+# An allocation's facts: the size asked for, the stream owning the block, the private pool it
+# came from (None: the default pools).
+AllocationFact = tuple[int, int, tuple[int, int] | None]
+
+# The allocator's history while recording: at most this many entries per device between two
+# reads (the recorder reads and restarts it at every resolve); past it, the reads say so.
+HISTORY_MAX_ENTRIES = 1 << 18
+# What the history need not keep: only allocations are matched.
+_HISTORY_SKIPS = ["free_requested", "free_completed", "segment_alloc", "segment_free", "snapshot"]
+
+
+@functools.cache
+def _history_options() -> dict[str, Any]:
+    """Keyword arguments of ``_record_memory_history`` that this torch takes."""
+    accepted = inspect.signature(torch.cuda.memory._record_memory_history).parameters
+    options: dict[str, Any] = {"context": None, "stacks": "python", "max_entries": HISTORY_MAX_ENTRIES}
+    if "clear_history" in accepted:
+        options["clear_history"] = True
+    if "skip_actions" in accepted:
+        options["skip_actions"] = _HISTORY_SKIPS
+    return options
+
+
+def _segments() -> list[dict[str, Any]]:
+    if "include_traces" in inspect.signature(torch.cuda.memory.memory_snapshot).parameters:
+        return torch.cuda.memory.memory_snapshot(include_traces=False)
+    return torch.cuda.memory.memory_snapshot()
 
 
 class CudaRuntime:
@@ -89,28 +119,51 @@ class CudaRuntime:
         return torch.cuda.is_initialized()
 
     @staticmethod
+    def history_enabled() -> bool:
+        """Whether the allocator's history is on already (the program records its own)."""
+        query = getattr(torch._C, "_cuda_isHistoryEnabled", None)
+        return bool(query()) if query is not None and torch.cuda.is_initialized() else False
+
+    @staticmethod
     def record_history(enabled: bool) -> None:
-        """The allocator's own history (CPU only): each block's size and stream."""
+        """The allocator's own history (CPU only): each allocation's size, stream and pool,
+        from empty, bounded (HISTORY_MAX_ENTRIES)."""
         if enabled:
-            torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python")
+            torch.cuda.memory._record_memory_history(enabled="all", **_history_options())
         else:
             torch.cuda.memory._record_memory_history(enabled=None)
 
     @staticmethod
-    def allocation_history() -> list[dict[str, Any]]:
-        """The history's allocations in order, as {addr, size, stream}."""
+    def take_history() -> tuple[list[dict[str, Any]], bool]:
+        """The history's allocations since the last take, in order ({addr, size, stream,
+        pool_id where torch gives it}), and whether none was lost (no device's history
+        filled up); the history starts again from empty."""
         traces = torch.cuda.memory._snapshot()["device_traces"]
-        return [e for dev in traces for e in dev if e["action"] == "alloc"]
+        torch.cuda.memory._record_memory_history(enabled="all", **_history_options())
+        complete = all(len(device) < HISTORY_MAX_ENTRIES for device in traces)
+        if "clear_history" not in _history_options():
+            complete = False  # a torch that cannot restart it: entries would be read twice
+        return [e for device in traces for e in device if e["action"] == "alloc"], complete
 
     @staticmethod
-    def live_blocks() -> dict[int, tuple[int, int]]:
-        """The allocator's live blocks right now: address -> (requested size, owning stream)."""
-        live = {}
-        for segment in torch.cuda.memory.memory_snapshot() if torch.cuda.is_initialized() else []:
+    def live_blocks() -> dict[int, AllocationFact]:
+        """The allocator's live blocks right now: address -> (requested size, owning stream,
+        private pool or None)."""
+        live: dict[int, AllocationFact] = {}
+        for segment in _segments() if torch.cuda.is_initialized() else []:
+            pool = tuple(segment.get("segment_pool_id") or (0, 0))
             for block in segment["blocks"]:
                 if block["state"] == "active_allocated":
-                    live[block["address"]] = (block.get("requested_size") or block["size"], segment["stream"])
+                    size = block.get("requested_size") or block["size"]
+                    live[block["address"]] = (size, segment["stream"], pool if any(pool) else None)
         return live
+
+    @staticmethod
+    def attach_allocator_tracker(native_hooks: Any, module: ModuleType) -> str:
+        """The native hooks' allocator trace tracker on torch's caching allocator: "" when
+        allocations now come with their facts, else why not."""
+        del module  # the tracker is C++'s own
+        return native_hooks.use_allocator_facts(False)
 
     # -- graph nodes ----------------------------------------------------------------------
     @staticmethod

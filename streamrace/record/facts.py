@@ -8,11 +8,13 @@ from typing import Any
 
 import torch
 
-from streamrace.record import graph_readback
+from streamrace.record import graph_readback, installation
 
 
-def process_facts() -> dict[str, Any]:
-    """Header facts that make a trace reproducible: versions, devices, allocator settings."""
+def process_facts(recorder: Any = None) -> dict[str, Any]:
+    """Header facts that make a trace reproducible: versions, devices, allocator settings, and
+    where the recording's allocation facts came from (``recorder``: default, the one running
+    or that ran last)."""
     facts: dict[str, Any] = {
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
@@ -33,6 +35,10 @@ def process_facts() -> dict[str, Any]:
         facts["allocator"]["backend"] = torch.cuda.get_allocator_backend()
     except Exception:  # not initialised or no CUDA
         facts["allocator"]["backend"] = None
+    recorder = recorder if recorder is not None else installation.latest()
+    if recorder is not None:
+        # "allocator trace tracker", "allocator history", "live blocks", or None (no allocation)
+        facts["allocator"]["facts"] = recorder.allocation_facts
     try:
         from cuda import bindings
 

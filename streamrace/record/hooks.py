@@ -76,6 +76,7 @@ class Hooks(Protocol):
     def end_launch(self) -> None: ...
     def drain(self) -> list[dict[str, Any]]: ...
     def release_python(self) -> None: ...
+    def use_allocator_facts(self) -> str: ...  # "" when allocs now come exact, else why not
     # Graph reads (graph_readback.py, or the same in C++), and the registries whose
     # fire_callbacks a hook replaces instead of joining their callback list.
     def node_handles(self, graph: int) -> list[int]: ...
@@ -281,6 +282,9 @@ class PythonHooks:
 
     def release_python(self) -> None:
         self._catch_up = _nothing
+
+    def use_allocator_facts(self) -> str:
+        return "the Python hooks have no allocator trace tracker"
 
     def guard(self, where: str, hook: Callable[..., Any], *args: Any) -> Any:
         """Run a hook; its failure becomes a recorder_error, never the program's exception."""
@@ -505,6 +509,7 @@ class NativeHooks:
             runtime.driver.addresses if runtime.driver is not None else None,
             runtime.native_current_stream,
         )
+        self._runtime = runtime
         self.callbacks = {h.registry: getattr(module, h.hook) for h in GPU_TRACE_HOOKS}
         for name in (
             "start",
@@ -531,6 +536,12 @@ class NativeHooks:
         ):
             setattr(self, name, getattr(self._native, name))
         self._module = module
+
+    def use_allocator_facts(self) -> str:
+        """Allocations take their exact facts from the allocator's trace tracker from now on
+        (attached through the runtime: torch's allocator, or a scripted one): "" when they
+        do, else why not."""
+        return self._runtime.attach_allocator_tracker(self._native, self._module)
 
     def fire_overrides(self, gpu_trace: Any) -> dict[str, Callable[..., None]]:
         """The busiest registries call the native hooks directly (callbacks others add to them

@@ -9,12 +9,14 @@ method adds a MethodPatch of its own; the wrapper finds the recording through ``
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 from streamrace.record.hook_tables import GPU_TRACE_HOOKS
 
 _ACTIVE: Any = None  # the Recorder running in this process
+_LATEST: Callable[[], Any] = type(None)  # the Recorder that ran last, as a weak reference
 _LOCK = threading.Lock()
 _PATCHED: list[MethodPatch] = []
 _GPU_TRACE: list[tuple[Any, Any, dict[str, Callable[..., None]]]] = []  # (registries, hooks, overrides)
@@ -23,6 +25,11 @@ _GPU_TRACE: list[tuple[Any, Any, dict[str, Callable[..., None]]]] = []  # (regis
 def active() -> Any:
     """The Recorder running in this process, or None."""
     return _ACTIVE
+
+
+def latest() -> Any:
+    """The Recorder running in this process, else the one that ran last (while it is alive)."""
+    return _ACTIVE if _ACTIVE is not None else _LATEST()
 
 
 class MethodPatch:
@@ -55,10 +62,11 @@ def patch(method: MethodPatch) -> None:
 def activate(recorder: Any, hooks: Any, runtime: Any, patches: list[MethodPatch]) -> None:
     """Make ``recorder`` the process's recording: its hooks join the gpu-trace registries
     and its patches are installed. Refused while another one runs."""
-    global _ACTIVE
+    global _ACTIVE, _LATEST
     with _LOCK:
         if _ACTIVE is not None:
             raise RuntimeError("a streamrace recorder is already active in this process")
+        _LATEST = weakref.ref(recorder)
         recorder.hooks = hooks
         registries = runtime.gpu_trace()
         overrides = hooks.fire_overrides(registries)

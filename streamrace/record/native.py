@@ -2,10 +2,18 @@
 
 A torch extension must match its torch exactly (C++ ABI, headers), and pip cannot know which
 torch a recording process will import, so the hooks are compiled the first time they are
-needed (``torch.utils.cpp_extension``: a C++17 compiler and ninja; no CUDA toolkit, since
-nothing here includes a CUDA header) into a cache directory keyed by the torch and Python
-versions and the sources. Later processes load the cached build in milliseconds. The tables
-both sets of hooks keep (hook_tables.py) are written into the build as ``hook_tables.h``.
+needed (``torch.utils.cpp_extension``: a C++17 compiler and ninja; no CUDA toolkit) into a
+cache directory keyed by the torch and Python versions and the sources. Later processes load
+the cached build in milliseconds. The tables both sets of hooks keep (hook_tables.py) are
+written into the build as ``hook_tables.h``.
+
+The allocator trace tracker (csrc/recorder/allocator_facts.h: each allocation's exact size,
+stream and pool) includes c10's CUDA allocator header, which needs the CUDA runtime's headers:
+it is built (``-DSTREAMRACE_ALLOCATOR_TRACKER``, linked to ``libc10_cuda``) where torch is a
+CUDA build and those headers are found (``CUDA_HOME``/``CUDA_PATH``, /usr/local/cuda, or the
+``nvidia`` wheels a CUDA torch depends on: ``nvidia/cu13/include``, ``nvidia/cuda_runtime/
+include``); elsewhere, or when that build fails, the hooks are built without it and the
+recorder takes allocation facts from the allocator's history (``tracker_unavailable`` says why).
 
 ``STREAMRACE_HOOKS`` picks the hooks: ``auto`` (the default: native, or the Python hooks with
 a warning when they cannot be built), ``native`` (an error when they cannot), ``python``.
@@ -48,7 +56,7 @@ def source_dir() -> pathlib.Path:
     raise NativeUnavailable("the native recorder's sources are not installed")
 
 
-def _build_dir(torch_version: str, sources: pathlib.Path, tables: str) -> pathlib.Path:
+def _build_dir(torch_version: str, sources: pathlib.Path, tables: str, flags: list[str]) -> pathlib.Path:
     root = os.environ.get(ENV_BUILD_DIR)
     if not root:
         cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -58,13 +66,44 @@ def _build_dir(torch_version: str, sources: pathlib.Path, tables: str) -> pathli
         if path.suffix in (".cpp", ".h"):
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
     digest.update(tables.encode())
-    digest.update(" ".join(CFLAGS).encode())
+    digest.update(" ".join([*CFLAGS, *flags]).encode())
     tag = f"torch{torch_version}-{sys.implementation.cache_tag}-{digest.hexdigest()[:12]}".replace("+", "_")
     return pathlib.Path(root) / tag
 
 
+def cuda_include_dir() -> pathlib.Path | None:
+    """Where ``cuda_runtime_api.h`` is: a CUDA toolkit's, or the nvidia wheels' own."""
+    candidates = [pathlib.Path(os.environ[v]) / "include" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    candidates.append(pathlib.Path("/usr/local/cuda/include"))
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        spec = None
+    for root in (spec.submodule_search_locations or []) if spec is not None else []:
+        candidates += [pathlib.Path(root) / sub / "include" for sub in ("cu13", "cu12", "cuda_runtime")]
+    return next((c for c in candidates if (c / "cuda_runtime_api.h").is_file()), None)
+
+
+def tracker_build() -> tuple[list[str], list[str], list[str]] | str:
+    """(cflags, include dirs, ldflags) that build the allocator trace tracker, or why it is not."""
+    import torch
+
+    if torch.version.cuda is None:
+        return "torch is not a CUDA build"
+    torch_lib = pathlib.Path(torch.__file__).resolve().parent / "lib"
+    if not any(torch_lib.glob("libc10_cuda.*")):
+        return "torch has no libc10_cuda"
+    include = cuda_include_dir()
+    if include is None:
+        return "no CUDA headers (cuda_runtime_api.h) found"
+    return ["-DSTREAMRACE_ALLOCATOR_TRACKER"], [str(include)], ["-lc10_cuda"]
+
+
 _MODULE: ModuleType | None = None
 _FAILURE: str | None = None
+tracker_unavailable: str | None = None  # why the loaded hooks have no allocator trace tracker
 
 
 def load() -> ModuleType:
@@ -86,14 +125,49 @@ def load() -> ModuleType:
 
 
 def _build_and_import() -> ModuleType:
+    global tracker_unavailable
+    tracker = tracker_build()
+    if isinstance(tracker, str):
+        tracker_unavailable = tracker
+        return _build(None)
+    # A build of the tracker that failed once is not tried again in every process.
+    failed = _build_dir_for(tracker) / "tracker_failed.txt"
+    if failed.is_file():
+        tracker_unavailable = failed.read_text().strip()
+        return _build(None)
+    try:
+        return _build(tracker)
+    except Exception as exc:  # a torch whose allocator header differs: the hooks without it
+        last = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        tracker_unavailable = f"the allocator trace tracker did not build ({last})"
+        print(f"streamrace: {tracker_unavailable}; allocation facts come from the allocator's history", file=sys.stderr)
+        failed.parent.mkdir(parents=True, exist_ok=True)
+        failed.write_text(tracker_unavailable + "\n")
+        return _build(None)
+
+
+Tracker = tuple[list[str], list[str], list[str]]  # tracker_build's (cflags, include dirs, ldflags)
+
+
+def _build_dir_for(tracker: Tracker | None) -> pathlib.Path:
+    import torch
+
+    from streamrace.record.hook_tables import cpp_header
+
+    cflags, includes, ldflags = tracker if tracker is not None else ([], [], [])
+    return _build_dir(torch.__version__, source_dir(), cpp_header(), [*cflags, *includes, *ldflags])
+
+
+def _build(tracker: Tracker | None) -> ModuleType:
     import torch
     from torch.utils import cpp_extension
 
     from streamrace.record.hook_tables import cpp_header
 
+    cflags, includes, ldflags = tracker if tracker is not None else ([], [], [])
     sources = source_dir()
     tables = cpp_header()
-    build_dir = _build_dir(torch.__version__, sources, tables)
+    build_dir = _build_dir_for(tracker)
     generated = build_dir / "include"
     generated.mkdir(parents=True, exist_ok=True)
     header = generated / "hook_tables.h"
@@ -109,7 +183,8 @@ def _build_and_import() -> ModuleType:
     return cpp_extension.load(
         name=name,
         sources=[str(sources / "recorder.cpp")],
-        extra_cflags=list(CFLAGS),
+        extra_cflags=[*CFLAGS, *cflags, *(f"-isystem{path}" for path in includes)],
+        extra_ldflags=ldflags,
         extra_include_paths=[str(sources), str(generated)],
         build_directory=str(build_dir),
         with_cuda=False,

@@ -6,7 +6,8 @@ It is made of parts, one job each, over one event log (host program order):
   byte ranges and its stream; allocations, frees, CUDA event create, record, wait and delete,
   and synchronizations (``torch.cuda._gpu_trace``); they draw every seq;
 * the event log (event_log.py): the events in order, the hooks' drained and settled;
-* the allocator history (allocations.py): each block's size and stream, lifetimes;
+* the allocations (allocations.py): each block's exact size, stream and pool (the allocator's
+  trace tracker, else its history), lifetimes;
 * the capture lifecycle (captures.py): capture boundaries, pools, the graph read back;
 * catching up (unseen_launches.py): kernel events for launches the dispatcher never saw;
 * Triton (triton_launches.py): Triton's launches, with directions from their IR.
@@ -21,8 +22,10 @@ into ``recorder_error`` events so the user's capture always completes.
 
 from __future__ import annotations
 
+from typing import Any
+
 from streamrace.record import installation
-from streamrace.record.allocations import AllocatorHistory
+from streamrace.record.allocations import TRACKER, AllocatorHistory
 from streamrace.record.capture_nodes import KernelStats
 from streamrace.record.captures import CaptureLifecycle
 from streamrace.record.cuda_runtime import CudaRuntime
@@ -124,9 +127,12 @@ class Recorder:
         hooks, self.native_unavailable = make_hooks(self.hooks_choice, options)
         self.log.hooks = hooks
         installation.activate(self, hooks, self.runtime, self.captures.patches())
-        if self.runtime.initialized():
-            self.enable_history()
         hooks.start()
+        if self.runtime.initialized():
+            self.enable_allocation_facts()
+        else:  # a fresh process: the facts go on at its first allocation
+            self._first_alloc_callbacks = self.runtime.gpu_trace().MemoryAllocationCallbacks
+            self._first_alloc_callbacks.add_callback(self._first_allocation)
 
     def stop(self) -> None:
         hooks = self.started_hooks
@@ -141,27 +147,73 @@ class Recorder:
             self.log.fail("finalize", exc)
         hooks.release_python()
         self.allocations.stop_history()
+        self._forget_first_allocation()
 
     def before_capture_begin(self) -> None:
-        """Before the first capture: the allocator's history on; Triton's launches wrapped."""
-        self.enable_history()
+        """Before the first capture: allocation facts on (CUDA is initialized by now);
+        Triton's launches wrapped."""
+        self.enable_allocation_facts()
+        if self.allocations.facts_on:
+            self._forget_first_allocation()
         self.triton.install()
 
-    def enable_history(self) -> None:
-        """Size and stream of every block come from the allocator's own history (CPU only)."""
-        if self.allocations.history_on:
+    def enable_allocation_facts(self) -> None:
+        """From now on every allocation comes with its exact size, stream and pool: from the
+        allocator's trace tracker (native hooks built with CUDA headers), else from the
+        allocator's own history (CPU only)."""
+        if self.allocations.facts_on:
             return
-        self.log.ingest()
-        self.allocations.start_history()
+        hooks = self.started_hooks
+        why_not = hooks.use_allocator_facts()
+        if why_not and hooks.kind == "native":
+            from streamrace.record import native
+
+            why_not = native.tracker_unavailable or why_not  # the build's reason says more
+        self.allocations.turn_on(hooks.peek_seq(), why_not)
+
+    def _first_allocation(self, addr: int) -> None:
+        """The recording's first allocation, in a process whose CUDA was not initialized when
+        recording began (a ``torch.cuda._gpu_trace`` callback, after the hooks' own): the
+        facts go on now, and this block's are the allocator's live block right now."""
+        if self.allocations.facts_on:
+            return
+        try:
+            bound = self.position()  # the hooks' event for this allocation is just before
+            fact = self.runtime.live_blocks().get(addr)
+            self.enable_allocation_facts()
+            self.allocations.first_allocation(addr, bound, fact)
+        except Exception as exc:  # the program must go on
+            self.log.fail("allocation facts", exc)
+
+    _first_alloc_callbacks: Any = None  # the registry _first_allocation is in, until it is taken out
+
+    def _forget_first_allocation(self) -> None:
+        # Not from inside the callback: the registry may be iterating its list then.
+        registry, self._first_alloc_callbacks = self._first_alloc_callbacks, None
+        if registry is not None and self._first_allocation in registry.callback_list:
+            registry.callback_list.remove(self._first_allocation)
+
+    @property
+    def allocation_facts(self) -> dict[str, Any]:
+        """Where allocation facts came from, for the trace header."""
+        facts: dict[str, Any] = {"source": self.allocations.source}
+        if self.allocations.source != TRACKER and self.allocations.tracker_unavailable:
+            facts["tracker_unavailable"] = self.allocations.tracker_unavailable
+        return facts
 
     def resolve_allocations(self) -> None:
+        """After it returns, every allocation recorded so far has its exact size, stream and
+        pool, or is listed unknown (``allocations.unknown``, left out of the trace)."""
+        if self.allocations.facts_on:
+            self._forget_first_allocation()
+        self.log.ingest()
         if self.allocations.resolve(self.started_hooks.see_stream):
             self.log.ingest()  # the streams seen only now
 
     def trace_events(self, since: int = 0) -> list[Event]:
         """The events from seq ``since`` on, ready for a trace: stacks and streams defined
-        earlier are kept, and allocations of unknown size (allocated and freed before the
-        history was on) are left out, since they cannot take part in lifetime checks."""
+        earlier are kept, and allocations of unknown size are left out, since they cannot
+        take part in lifetime checks."""
         self.log.ingest()
         self.resolve_allocations()
         self.unseen.finish()
