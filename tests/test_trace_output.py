@@ -199,6 +199,7 @@ def test_watch_with_a_path_writes_as_it_goes_and_analyses_the_file(tmp_path):
         assert session.recorder.output.flushes > 0
         assert (tmp_path / "w.jsonl.gz.partial").exists()
     assert session.result is not None and session.result.summary["ops"] == 2 + 3 * 30
+    assert "w.jsonl.gz" in session.report() and session._trace is None, "reported without reading the file back"
     assert sum(e["ev"] == "replay" for e in session.trace.events) == 30, "read back from the file"
     assert not (tmp_path / "w.jsonl.gz.partial").exists()
 

@@ -88,7 +88,7 @@ class Session:
 
     def report(self, format: str = "text") -> str:
         """The report as ``analyze`` prints it (``format``: "text" or "json")."""
-        if self.result is None or self.trace is None:
+        if self.result is None:  # (the trace itself is not needed: a file's is not read back for this)
             raise RuntimeError("the watch() block has not ended yet")
         from streamrace.report import REPORTERS, ReportOptions, TraceResult
 
