@@ -100,9 +100,9 @@ class Session:
         if self._owned:
             self.recorder.stop()
         if self._owned and self.recorder.output.incremental:
-            finish_trace(self.recorder)
+            path = finish_trace(self.recorder)
             self._in_file = True
-            events = iter_trace(self.recorder.output.path)  # streaming: never the whole trace
+            events = iter_trace(path)  # streaming: never the whole trace
             header = next(events)
             self.result = analyze(header, events, sources=source_reader(header))
             return
