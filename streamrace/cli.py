@@ -223,6 +223,20 @@ def _run_analyze(args: argparse.Namespace) -> int:
 
 
 # -- run -------------------------------------------------------------------------------------
+def _configure_recording(parser: argparse.ArgumentParser) -> None:
+    """What is recorded, shared by run and env."""
+    parser.add_argument(
+        "--capture-only",
+        action="store_true",
+        help="record only CUDA graph captures (no eager op, no replay); by default the whole program is recorded",
+    )
+    parser.add_argument(
+        "--eager-ops",
+        action="store_true",
+        help="no effect: ops outside captures are recorded by default (accepted so that older scripts run)",
+    )
+
+
 def _configure_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-o", "--output", metavar="TRACE", help="keep the trace here (several processes: TRACE with each pid inserted)"
@@ -230,7 +244,7 @@ def _configure_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=list(REPORTERS), default="text", help=f"on stdout: {FORMAT_HELP}")
     parser.add_argument("--json", metavar="FILE", help="also write the JSON report to FILE")
     parser.add_argument("--sarif", metavar="FILE", help="also write the SARIF report to FILE")
-    parser.add_argument("--eager-ops", action="store_true", help="also record ops outside captures")
+    _configure_recording(parser)
     _configure_report(parser)
     parser.add_argument("program", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...", help="the program to run")
 
@@ -245,7 +259,7 @@ def _run_run(args: argparse.Namespace) -> int:
     command = args.program[1:] if args.program[:1] == ["--"] else args.program
     _check_source_roots(args)
     gate = _gate(args)
-    returncode, traces = record_program(command, args.eager_ops)
+    returncode, traces = record_program(command, args.capture_only)
     if args.output and traces:
         traces = keep_traces(traces, args.output)
     results = _apply_gate(gate, _analyze_files(traces, args.source_root))
@@ -290,7 +304,7 @@ def _emit(report: str, output: str | None) -> None:
 # -- env -------------------------------------------------------------------------------------
 def _configure_env(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace-dir", default=".", metavar="DIR", help="where each process writes its trace")
-    parser.add_argument("--eager-ops", action="store_true", help="also record ops outside captures")
+    _configure_recording(parser)
 
 
 def _run_env(args: argparse.Namespace) -> int:
@@ -298,18 +312,18 @@ def _run_env(args: argparse.Namespace) -> int:
     a launcher that ``streamrace run`` cannot wrap (``eval "$(streamrace env)"``)."""
     import shlex
 
-    from streamrace.record.autostart import ENV_DIR, ENV_EAGER, ENV_ENABLE
+    from streamrace.record.autostart import ENV_CAPTURE_ONLY, ENV_DIR, ENV_ENABLE
     from streamrace.run_program import child_environment
 
-    env = child_environment(os.path.abspath(args.trace_dir), args.eager_ops)
-    names = [ENV_ENABLE, ENV_DIR, "PYTHONPATH"] + ([ENV_EAGER] if args.eager_ops else [])
+    env = child_environment(os.path.abspath(args.trace_dir), args.capture_only)
+    names = [ENV_ENABLE, ENV_DIR, "PYTHONPATH"] + ([ENV_CAPTURE_ONLY] if args.capture_only else [])
     _emit("".join(f"export {name}={shlex.quote(env[name])}\n" for name in names), None)
     return EXIT_CLEAN
 
 
 COMMANDS: tuple[Command, ...] = (
     Command("analyze", "Find races and unsafe frees in recorded traces.", _configure_analyze, _run_analyze),
-    Command("run", "Run a program with every CUDA graph capture recorded, then analyse.", _configure_run, _run_run),
+    Command("run", "Run a program with its CUDA work recorded, then analyse.", _configure_run, _run_run),
     Command("env", "Print shell exports that record every Python process started later.", _configure_env, _run_env),
 )
 

@@ -1,5 +1,6 @@
-"""``pytest --streamrace``: every test's CUDA graph captures recorded and analysed; a test
-whose captures have findings fails, with the text report as its failure (docs/ci.md).
+"""``pytest --streamrace``: every test's CUDA work recorded (its captures, replays and eager
+ops; ``--streamrace-capture-only``: the captures alone) and analysed; a test with findings
+fails, with the text report as its failure (docs/ci.md).
 
 Markers::
 
@@ -97,6 +98,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="instead of recording, every test 'records' TRACE (implies --streamrace; for checking a gate)",
     )
     group.addoption(
+        "--streamrace-capture-only",
+        action="store_true",
+        help="record only each test's CUDA graph captures (no eager op, no replay)",
+    )
+    group.addoption(
         "--streamrace-suppressions",
         metavar="FILE",
         help="accept the findings listed in FILE (TOML, as streamrace analyze --suppressions)",
@@ -190,7 +196,7 @@ class _StreamracePlugin:
             return replay(self.replay_path)
         import streamrace
 
-        return streamrace.watch()
+        return streamrace.watch(capture_only=self.config.getoption("streamrace_capture_only"))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:

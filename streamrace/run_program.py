@@ -1,4 +1,4 @@
-"""``streamrace run -- CMD ARGS...``: record every capture of an unmodified program, then analyse.
+"""``streamrace run -- CMD ARGS...``: record an unmodified program, then analyse.
 
 The program runs with ``STREAMRACE=1`` and ``streamrace/record/_site`` first on PYTHONPATH, so
 every Python process it starts (a launcher's workers too) records itself and leaves one trace
@@ -19,31 +19,34 @@ from collections.abc import Sequence
 
 import streamrace
 from streamrace.errors import UsageError
-from streamrace.record.autostart import ENV_DIR, ENV_EAGER, ENV_ENABLE
+from streamrace.record.autostart import ENV_CAPTURE_ONLY, ENV_DIR, ENV_ENABLE
 
 _SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "record", "_site")
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(streamrace.__file__)))
 
 
-def child_environment(trace_dir: str, eager_ops: bool) -> dict[str, str]:
+def child_environment(trace_dir: str, capture_only: bool = False) -> dict[str, str]:
+    """The environment that makes every Python process record itself into ``trace_dir``."""
     env = dict(os.environ)
     env[ENV_ENABLE] = "1"
     env[ENV_DIR] = trace_dir
-    if eager_ops:
-        env[ENV_EAGER] = "1"
+    if capture_only:
+        env[ENV_CAPTURE_ONLY] = "1"
+    else:
+        env.pop(ENV_CAPTURE_ONLY, None)
     paths = [_SITE_DIR, _PACKAGE_PARENT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     return env
 
 
-def record_program(command: Sequence[str], eager_ops: bool = False) -> tuple[int, list[str]]:
+def record_program(command: Sequence[str], capture_only: bool = False) -> tuple[int, list[str]]:
     """Run ``command`` with recording on; (its exit code, the traces). The traces stay in a
     fresh temporary directory; it is removed only when the program left none there."""
     if not command:
         raise UsageError("no program to run: give it after '--', e.g. streamrace run -- python serve.py")
     trace_dir = tempfile.mkdtemp(prefix="streamrace-run-")
     try:
-        returncode = subprocess.call(list(command), env=child_environment(trace_dir, eager_ops))
+        returncode = subprocess.call(list(command), env=child_environment(trace_dir, capture_only))
     except FileNotFoundError:
         shutil.rmtree(trace_dir, ignore_errors=True)
         raise UsageError(f"{command[0]}: no such program") from None

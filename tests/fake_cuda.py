@@ -9,12 +9,17 @@ what CUDA and torch.cuda play in a capture:
 * a kernel node for every op that touches bytes (a dispatch mode under the hooks' own, so the
   node appears inside the op, as a launch would), and launches no op made (``launch``: a
   library kernel, a memset), with parameter words that point into blocks;
+* a captured graph's replay (``FakeGraph.replay``: what it does to memory is a function the
+  program gives, run with ``memcopy``, which no dispatcher sees, as a GPU runs a graph), its
+  reset, and its object's collection; a replay into a capturing stream nests the graph as a
+  child node of that capture, as CUDA does;
 * a caching allocator over fixed-size blocks of one CPU buffer (``alloc``, ``free``: reuse on
   the same stream and pool, ``empty_cache`` handing freed blocks to any stream again, private
   pools for captures and ``use_pool``), initialized by its first allocation as CUDA is; its
   history (bounded, restarted when read), its live blocks, its trace trackers (told of each
-  allocation before the allocation hook runs, of each free after), and every allocation as
-  it was really made (``truth``), which the recorder's facts are held to;
+  allocation before the allocation hook runs, of each free after), every allocation as
+  it was really made (``truth``), which the recorder's facts are held to, and the blocks
+  handed out in order (``handed_out``);
 * the ``torch.cuda._gpu_trace`` registries the hooks join, fired as torch fires them.
 
 The driver's queries are C functions with libcuda's signatures (ctypes callbacks), given to
@@ -118,6 +123,8 @@ class FakeCuda:
         self._kept: dict[int, ctypes.Array] = {}  # per stream: the frontier array last handed out
         self._pools = itertools.count(1)  # implicit graph pools, as torch numbers them
         self.hidden_pointers: dict[str, list[int]] = {}  # op -> words its kernel holds besides its tensors
+        self.graph_launches: list[tuple[int, int]] = []  # (graph, stream) of each replay, in order
+        self.handed_out: list[tuple[int, int]] = []  # (block, stream) of each allocation, in order
         self.registries = SimpleNamespace(**{h.registry: CallbackRegistry(h.registry) for h in GPU_TRACE_HOOKS})
         self._callbacks = {
             attr: graph_readback.prototype(attr)(getattr(self, f"_c_{attr}")) for attr in graph_readback.SIGNATURES
@@ -239,6 +246,7 @@ class FakeCuda:
         self._owner[addr] = (block, self.stream, pool)
         self._live[addr] = (size, self.stream, pool)
         self.truth.append((addr, size, self.stream, pool))
+        self.handed_out.append((block, self.stream))
         for tracker in self._trackers:  # inside the allocator, before the hook
             tracker(0, addr, size, self.stream, *(pool or (0, 0)))
         if self._history_on:
@@ -337,8 +345,18 @@ class FakeCuda:
         self._capturing[self.stream] = graph
         self._frontier[self.stream] = ()
 
-    def end_capture(self) -> None:
-        """Every stream the capture forked must have joined the capturing one again."""
+    def launch_graph(self, graph: int, work: Callable[[], None] | None) -> None:
+        """``cudaGraphLaunch`` on the current stream: the graph's work runs (eagerly), or, on a
+        capturing stream, the graph becomes a child-graph node of that capture."""
+        if self._capturing.get(self.stream) is not None:
+            self.launch("graph")
+            return
+        if work is not None:
+            work()
+        self.graph_launches.append((graph, self.stream))
+
+    def end_capture(self) -> int:
+        """Every stream the capture forked must have joined the capturing one again; the graph."""
         graph = self._capturing[self.stream]
         joined = self._ancestors(graph, self._frontier[self.stream])
         for stream, g in list(self._capturing.items()):
@@ -347,6 +365,7 @@ class FakeCuda:
             if not set(self._frontier[stream]) <= joined:
                 raise RuntimeError("cudaErrorStreamCaptureUnjoined: a forked stream did not join")
             del self._capturing[stream], self._frontier[stream]
+        return graph
 
     def _ancestors(self, graph: int, nodes: tuple[int, ...]) -> set[int]:
         parents: dict[int, list[int]] = {}
@@ -430,21 +449,40 @@ class FakeCuda:
 
 
 class FakeGraph:
-    """``torch.cuda.CUDAGraph`` on a FakeCuda: the recorder wraps its capture_begin/capture_end."""
+    """``torch.cuda.CUDAGraph`` on a FakeCuda: the recorder wraps its capture_begin/capture_end,
+    replay and reset. ``work``: what a replay does to memory (use ``memcopy``: a GPU running a
+    graph dispatches no op), settable until the first replay."""
 
-    def __init__(self, fake: FakeCuda) -> None:
+    def __init__(self, fake: FakeCuda, work: Callable[[], None] | None = None) -> None:
         self._fake = fake
         self._pool: tuple[int, int] | None = None
+        self._graph: int | None = None  # the captured graph, once its capture has ended
+        self.work = work
 
     def capture_begin(self, pool: Any = None, capture_error_mode: str = "global") -> None:
+        if self._graph is not None:
+            raise RuntimeError("this CUDAGraph instance already owns a captured graph: reset() it first")
         self._pool = tuple(pool) if pool else self._fake.implicit_pool()
         self._fake.begin_capture(self._pool)
 
     def capture_end(self) -> None:
-        self._fake.end_capture()
+        self._graph = self._fake.end_capture()
+
+    def replay(self) -> None:
+        if self._graph is None:
+            raise RuntimeError("replay of a CUDAGraph that holds no captured graph")
+        self._fake.launch_graph(self._graph, self.work)
+
+    def reset(self) -> None:
+        self._graph = None
 
     def pool(self) -> tuple[int, int]:
         return self._pool
+
+
+def memcopy(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """Copy ``src``'s bytes into ``dst`` where no dispatcher sees it: a replayed graph's work."""
+    ctypes.memmove(dst.data_ptr(), src.data_ptr(), min(dst.nbytes, src.nbytes))
 
 
 class Kernels(TorchDispatchMode):

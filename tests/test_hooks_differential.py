@@ -1,10 +1,12 @@
-"""The capture path of both sets of hooks, compared on the CPU.
+"""Both sets of hooks, compared on the CPU, over a whole scripted program.
 
 One scripted capture (streams forking from the capture stream and joining it again through
 events, allocations and frees, ops reading and writing, a custom op, a library kernel and a
-memset the dispatcher never sees) runs on a fake CUDA (fake_cuda.py) behind the recorder's
-seam, once recorded with the Python hooks and once with the native ones; the two traces must
-be the same, event for event. tests/gpu/test_hooks_gpu.py does the same on real captures.
+memset the dispatcher never sees), and the program around it (eager ops staging the next
+input on a copy stream, replays on two streams, a graph reset and captured again, one
+collected) run on a fake CUDA (fake_cuda.py) behind the recorder's seam, once recorded with
+the Python hooks and once with the native ones; the two traces must be the same, event for
+event. tests/gpu/test_hooks_gpu.py does the same on real captures.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fake_cuda import FakeCuda, FakeGraph, Kernels  # noqa: E402
+from fake_cuda import FakeCuda, FakeGraph, Kernels, memcopy  # noqa: E402
 from hook_traces import canonical, first_difference  # noqa: E402
 from op_engines import native_module  # noqa: E402
 
@@ -28,8 +30,9 @@ MAIN, SIDE, COPY = 0x1000, 0x2000, 0x3000
 KINDS = ("native", "python")
 
 
-def scripted_capture(fake: FakeCuda) -> None:
-    """A capture on MAIN that forks SIDE and COPY off with one event and joins both back."""
+def scripted_capture(fake: FakeCuda) -> tuple[FakeGraph, torch.Tensor]:
+    """A capture on MAIN that forks SIDE and COPY off with one event and joins both back: the
+    graph, and its input (which it also writes)."""
     name_stream(SIDE, "side")
     with fake.on(COPY):
         early = fake.alloc()
@@ -37,7 +40,7 @@ def scripted_capture(fake: FakeCuda) -> None:
     x, w, workspace = fake.alloc(), fake.alloc(), fake.alloc()
     # The custom op's kernel also holds a pointer its schema does not mention.
     fake.hidden_pointers["streamrace_fake::scale_"] = [workspace.data_ptr() + 64]
-    x.fill_(1.0)  # eager: nothing records it
+    x.fill_(1.0)  # eager, on the default stream
     graph = FakeGraph(fake)
     fork, side_done, copy_done = fake.event(), fake.event(), fake.event()
     with fake.on(MAIN):
@@ -66,22 +69,56 @@ def scripted_capture(fake: FakeCuda) -> None:
     fake.synchronize(side_done)
     fake.device_synchronize()
     fake.delete_event(fork)
+    graph.work = lambda: memcopy(x, y)
+    return graph, x
+
+
+def scripted_program(fake: FakeCuda) -> None:
+    """The scripted capture, and the program around it: the next input staged on COPY while
+    MAIN waits for it, replays on MAIN, a second graph replayed on SIDE, reset and captured
+    again, a third collected while recording."""
+    graph, x = scripted_capture(fake)
+    staged_ready = fake.event()
+    for step in range(2):
+        with fake.on(COPY):
+            staged = fake.alloc()
+            staged.fill_(float(step))  # eager, on the copy stream
+            fake.record(staged_ready)
+        with fake.on(MAIN):
+            fake.wait(staged_ready)
+            x.copy_(staged)  # eager, on MAIN
+            graph.replay()
+        fake.free(staged)
+    with fake.on(SIDE):
+        out = fake.alloc()
+        second = FakeGraph(fake, work=lambda: memcopy(out, x))
+        for _ in range(2):
+            second.capture_begin()
+            out.add_(x)
+            second.capture_end()
+            second.replay()
+            second.reset()
+        third = FakeGraph(fake)
+        third.capture_begin()
+        out.mul_(2.0)
+        third.capture_end()
+        third.replay()
+        del third  # collected here: its graph_destroy comes before what follows
+        out.zero_()
 
 
 def record(kind: str) -> Recorder:
-    """The scripted capture, recorded with one set of hooks on a fresh fake."""
-    return record_program(kind, scripted_capture)[0]
+    """The scripted program, recorded with one set of hooks on a fresh fake."""
+    return record_program(kind, scripted_program)[0]
 
 
-def record_program(
-    kind: str, program: Callable[[FakeCuda], None], eager_ops: bool = False, **fake_options: Any
-) -> tuple[Recorder, FakeCuda]:
+def record_program(kind: str, program: Callable[[FakeCuda], None], **fake_options: Any) -> tuple[Recorder, FakeCuda]:
     """A scripted program, recorded with one set of hooks on a fresh fake."""
     if kind == "native":
         native_module()  # or a skip saying why not (CI insists they build: .ci/run)
     fake = FakeCuda(**fake_options)
     with Kernels(fake):
-        recorder = Recorder(hooks=kind, runtime=fake, eager_ops=eager_ops)
+        recorder = Recorder(hooks=kind, runtime=fake)
         recorder.start()
         try:
             program(fake)
@@ -131,7 +168,7 @@ def test_both_hook_sets_record_the_scripted_capture_alike():
     kinds = [e["ev"] for e in events]
     for kind in ("capture_begin", "capture_end", "graph", "op", "kernel", "alloc", "free", "event_wait"):
         assert kind in kinds, kind
-    [graph] = [e for e in events if e["ev"] == "graph"]
+    graph = next(e for e in events if e["ev"] == "graph")
     ops = {e["seq"]: e for e in events if e["ev"] in ("op", "kernel")}
     assert len(graph["nodes"]) == 7 and all("op" in n for n in graph["nodes"]), "every node has its launch"
     assert [ops[n["op"]].get("op") or ops[n["op"]]["name"] for n in graph["nodes"]] == [
@@ -151,8 +188,41 @@ def test_both_hook_sets_record_the_scripted_capture_alike():
     kernels = [e for e in events if e["ev"] == "kernel"]
     assert [k["inferred"] for k in kernels] == [True, False], "parameter words; the memset's exact bytes"
     assert all(k["writes"] for k in kernels)
-    assert sum(e["ev"] == "alloc" for e in events) == 6, "the first allocation, freed at once, has its facts too"
+    assert sum(e["ev"] == "alloc" for e in events) == 9, "the first allocation, freed at once, has its facts too"
     assert native.dropped_allocations == python.dropped_allocations == 0
+
+    # ... and what the program around it had to get right: eager ops, replays, lifetimes.
+    captured = _captured_seqs(events)
+    eager = [e["op"] for e in events if e["ev"] == "op" and e["seq"] not in captured]
+    assert eager == ["aten::fill_.Scalar", *["aten::fill_.Scalar", "aten::copy_"] * 2, "aten::zero_"]
+    lifetime = [(e["ev"], e["graph"]) for e in events if e["ev"] in ("replay", "graph_reset", "graph_destroy")]
+    assert lifetime == [
+        ("replay", 1),
+        ("replay", 1),
+        ("replay", 2),
+        ("graph_reset", 2),
+        ("replay", 3),
+        ("graph_reset", 3),
+        ("replay", 4),
+        ("graph_destroy", 4),
+        ("graph_destroy", 1),  # the program's function returned: the first graph goes; the second was reset
+    ]
+    begins = {e["graph"]: e["stream"] for e in events if e["ev"] == "capture_begin"}
+    assert all(e["stream"] == begins[e["graph"]] for e in events if e["ev"] == "replay"), "each on its stream"
+    zero = next(e["seq"] for e in events if e.get("op") == "aten::zero_")
+    destroy = next(e["seq"] for e in events if e["ev"] == "graph_destroy")
+    assert destroy < zero, "the destruction where the object was collected"
+
+
+def _captured_seqs(events: list[dict]) -> set[int]:
+    """The seqs of events between a capture's begin and end (one capture at a time here)."""
+    captured, inside = set(), False
+    for e in events:
+        inside = inside or e["ev"] == "capture_begin"
+        if inside:
+            captured.add(e["seq"])
+        inside = inside and e["ev"] != "capture_end"
+    return captured
 
 
 def eager_program(fake: FakeCuda) -> None:
@@ -187,7 +257,7 @@ def eager_program(fake: FakeCuda) -> None:
 @pytest.mark.parametrize("tracker", [True, False], ids=["tracker", "history"])
 def test_both_hook_sets_give_eager_allocations_their_exact_facts(tracker):
     # From one line, so that their stacks are the same.
-    (native, fake_n), (python, fake_p) = [record_program(k, eager_program, True, tracker=tracker) for k in KINDS]
+    (native, fake_n), (python, fake_p) = [record_program(k, eager_program, tracker=tracker) for k in KINDS]
     assert native.errors == [] and python.errors == []
     events = native.trace_events()
     difference = first_difference(canonical(events), canonical(python.trace_events()))
@@ -230,7 +300,7 @@ def test_the_comparison_catches_diverging_tables(monkeypatch):
     assert difference is not None and "streamrace_fake::scale_" in difference
 
 
-def test_the_scripted_capture_analyses_the_same_from_either_set():
+def test_the_scripted_program_analyses_the_same_from_either_set():
     traces = {}
     for kind, recorder in zip(("native", "python"), record_both(), strict=True):
         events = recorder.trace_events()

@@ -25,6 +25,12 @@ def test_recorder_errors_and_dropped_allocations():
     assert notes[1].message.startswith("3 allocations were left out")
 
 
+def test_replays_the_recorder_could_not_record():
+    (note,) = header_notes(_header(replays_unrecorded=3, replays_in_capture=0))
+    assert note.code == "replays-unrecorded" and note.message.startswith("3 replays of CUDA graphs captured before")
+    assert header_notes(_header(replays_unrecorded=0)) == []
+
+
 @pytest.mark.parametrize(
     ("allocator", "why"),
     [

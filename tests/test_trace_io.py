@@ -430,6 +430,7 @@ def test_refused_messages_do_not_depend_on_the_parser(tmp_path: Path, monkeypatc
         ({"allocations_dropped": "3"}, "trace header field 'allocations_dropped' must be a non-negative integer"),
         ({"graph_readback": 1}, "trace header field 'graph_readback' must be true or false"),
         ({"minor": -1}, "trace header field 'minor' must be a non-negative integer"),
+        ({"replays_unrecorded": -2}, "trace header field 'replays_unrecorded' must be a non-negative integer"),
     ],
 )
 def test_header_facts_of_the_wrong_type(tmp_path: Path, facts: dict[str, Any], problem: str) -> None:

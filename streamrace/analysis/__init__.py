@@ -32,7 +32,7 @@ class Note:
     allocations are missing, or the allocator is one the lifetime model does not describe.
     Notes come from the header; they are not findings and do not change the exit code."""
 
-    code: str  # "recorder-errors", "allocations-dropped", "allocator-model", "unknown-events", "replays-unrecorded"
+    code: str  # "recorder-errors", "allocations-dropped", "replays-unrecorded", "allocator-model", "unknown-events"
     message: str
 
     def to_dict(self) -> dict[str, str]:
@@ -59,6 +59,16 @@ def header_notes(header: Mapping[str, Any]) -> list[Note]:
                 "allocations-dropped",
                 f"{dropped} allocation{'s were' if dropped != 1 else ' was'} left out of the trace "
                 "(size unknown to the recorder); their lifetimes were not checked",
+            )
+        )
+    unrecorded = header.get("replays_unrecorded") or 0
+    if unrecorded:
+        notes.append(
+            Note(
+                "replays-unrecorded",
+                f"{unrecorded} replay{'s' if unrecorded != 1 else ''} of CUDA graphs captured before recording "
+                f"started {'were' if unrecorded != 1 else 'was'} not recorded; what they did was not analysed "
+                "(start recording before the captures to see them)",
             )
         )
     allocator = header.get("allocator") or {}
@@ -157,7 +167,10 @@ def analyze(
     }
     findings = deduplicate(raw)
     summary["findings"] = len(findings)
-    notes = header_notes(header) + engine_notes(engine.unknown_replays)
+    notes = header_notes(header)
+    if engine.unknown_replays:  # one note for both: the recorder's count and the engine's
+        notes = [n for n in notes if n.code != "replays-unrecorded"]
+        notes += engine_notes(engine.unknown_replays + (header.get("replays_unrecorded") or 0))
     return AnalysisResult(findings=findings, raw_findings=raw, summary=summary, notes=notes)
 
 

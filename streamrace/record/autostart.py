@@ -2,8 +2,11 @@
 
 ``streamrace run`` puts ``_site/`` on PYTHONPATH; its ``sitecustomize`` calls
 ``install_from_env()`` in every Python process. The recorder starts when the program first
-imports torch (a process that never does costs nothing) and writes its trace at exit into
-``STREAMRACE_TRACE_DIR``, named by pid and rank.
+imports torch (a process that never does costs nothing) and writes its trace into
+``STREAMRACE_TRACE_DIR``, named by pid and rank: as the program runs (``NAME.partial``, a
+valid trace of what has been flushed), and whole at exit. It records the whole program;
+``STREAMRACE_CAPTURE_ONLY=1`` records the captures alone. ``STREAMRACE_EAGER_OPS``, which
+asked for eager ops, is ignored: they are recorded by default.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 
 ENV_ENABLE = "STREAMRACE"
 ENV_DIR = "STREAMRACE_TRACE_DIR"
-ENV_EAGER = "STREAMRACE_EAGER_OPS"
+ENV_CAPTURE_ONLY = "STREAMRACE_CAPTURE_ONLY"
 
 
 def trace_file_name(pid: int, rank: str | None) -> str:
@@ -26,22 +29,21 @@ def trace_file_name(pid: int, rank: str | None) -> str:
 
 def _start() -> None:
     from streamrace.record.recorder import Recorder
-    from streamrace.record.session import build_trace
-    from streamrace.trace.io import write_trace
+    from streamrace.record.session import finish_trace
 
-    recorder = Recorder(eager_ops=os.environ.get(ENV_EAGER) == "1")
-    recorder.start()
     pid = os.getpid()
+    directory = os.environ.get(ENV_DIR) or "."
+    rank = os.environ.get("RANK") or os.environ.get("LOCAL_RANK")
+    path = os.path.join(directory, trace_file_name(pid, rank))
+    recorder = Recorder(capture_only=os.environ.get(ENV_CAPTURE_ONLY) == "1", trace=path)
+    recorder.start()
 
     def finish() -> None:
         if os.getpid() != pid:  # a forked child inherited the handler, not the recording
             return
         try:
             recorder.stop()
-            trace = build_trace(recorder)
-            directory = os.environ.get(ENV_DIR) or "."
-            rank = os.environ.get("RANK") or os.environ.get("LOCAL_RANK")
-            write_trace(os.path.join(directory, trace_file_name(pid, rank)), trace.header, trace.events)
+            finish_trace(recorder)
         except Exception as exc:  # the program has finished; never turn its exit into a crash
             print(f"streamrace: could not write the trace: {exc}", file=sys.stderr)
 

@@ -8,8 +8,8 @@ launch that created it (capture_nodes.py); at its end come the pool, the capture
 (marked aborted if the capture failed, so what it recorded can still be analysed) and the
 graph. Allocations made in a capture take its pool when the hooks' events are settled.
 
-A part that follows graphs further (replays, resets) wraps more CUDAGraph methods the same
-way and finds a graph's capture with ``of_graph``.
+A part that follows graphs further (replays.py: replays, resets, destruction) wraps more
+CUDAGraph methods the same way and finds a graph's capture with ``of_graph``.
 """
 
 from __future__ import annotations
@@ -58,6 +58,17 @@ class CaptureLifecycle:
     def of_graph(self, cuda_graph: Any) -> Capture | None:
         """The capture a CUDAGraph object is making now."""
         return self._running.get(id(cuda_graph))
+
+    def running(self) -> bool:
+        """Whether a capture is in progress (its events are not settled yet)."""
+        return bool(self._running)
+
+    def capturing(self, stream: int) -> bool:
+        """Whether ``stream`` captures now (the capture's own stream, or one that joined it)."""
+        if not self._running:
+            return False
+        hooks = self._rec.started_hooks
+        return any(stream in hooks.capture_streams(capture.graph) for capture in self._running.values())
 
     def patches(self) -> list[MethodPatch]:
         graph_class = self._rec.runtime.graph_class
@@ -119,6 +130,7 @@ class CaptureLifecycle:
         capture = self._running.pop(id(cuda_graph), None)
         if capture is not None:
             self._end(capture, None if aborted else list(cuda_graph.pool()), graph_data, aborted)
+            self._rec.output.after_event(self._rec.position())
 
     def abort_running(self) -> None:
         """End the captures the program never ended (it raised), at the recording's stop."""

@@ -1,15 +1,20 @@
 """The recording's events in host program order: the Recorder's own and the hooks'.
 
 Every event's ``seq`` comes from the hooks' one counter (emit takes the next). The hooks keep
-their events until they are drained (``ingest``: at each capture's end and when recording
-stops); what does not need the moment it happened is settled then, off the hot path: stream
-names and recorder errors here, the rest by the part that owns it (``settle``: the allocator
-history for allocations and frees, the capture lifecycle for an allocation's pool).
+their events until they are drained (``ingest``: at each capture's end, before a flush and when
+recording stops); what does not need the moment it happened is settled then, off the hot path:
+stream names and recorder errors here, the rest by the part that owns it (``settle``: the
+allocator history for allocations and frees, the capture lifecycle for an allocation's pool).
+
+A recording that writes its trace as it goes (trace_output.py) takes the settled events after
+the ones already written (``after``) and lets them go (``forget``): the stack and stream
+definitions stay, since a later view of the recording (a nested ``watch()``) needs them.
 """
 
 from __future__ import annotations
 
 import operator
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +24,7 @@ from streamrace.record.hooks import Hooks
 Event = dict[str, Any]
 
 _STREAM_NAMES: dict[int, str] = {}
+DEFINITIONS = ("stack", "stream")  # events that define what later events refer to
 
 
 def name_stream(stream: Any, name: str) -> None:
@@ -35,6 +41,10 @@ class EventLog:
         self.hooks: Hooks | None = None  # set when recording starts
         self._sorted = True
         self._settlers: dict[str, list[Callable[[Event], Event]]] = {}
+        self._detached: list[Event] = []  # emitted from a garbage collection, joined at the next ingest
+        # Taken by emit and by a flush's taking of events: a Recorder event numbered on one
+        # thread is in the log before another thread's flush takes the events around it.
+        self.lock = threading.RLock()
 
     def settle(self, ev: str, settler: Callable[[Event], Event]) -> None:
         """Run ``settler`` on every drained hook event of kind ``ev``; it returns the event to
@@ -47,11 +57,20 @@ class EventLog:
 
     def emit(self, ev: str, **fields: Any) -> Event:
         """A Recorder event, numbered now: fields that are None are left out."""
+        with self.lock:
+            event = {"seq": self._started().next_seq(), "ev": ev}
+            event.update((k, v) for k, v in fields.items() if v is not None)
+            self.events.append(event)
+            self._sorted = False
+        return event
+
+    def emit_detached(self, ev: str, **fields: Any) -> None:
+        """A Recorder event from a callback that may run inside the log's own bookkeeping (a
+        weakref callback, in a garbage collection): numbered now, so in program order, and
+        joined to the events at the next ingest."""
         event = {"seq": self._started().next_seq(), "ev": ev}
         event.update((k, v) for k, v in fields.items() if v is not None)
-        self.events.append(event)
-        self._sorted = False
-        return event
+        self._detached.append(event)
 
     def stack(self) -> int | None:
         """The user stack here, as an event's ``stack`` field."""
@@ -71,6 +90,10 @@ class EventLog:
 
     def ingest(self) -> None:
         """Take the hooks' events, settled, and keep them."""
+        if self._detached:
+            detached, self._detached = self._detached, []
+            self.events.extend(detached)
+            self._sorted = False
         if self.hooks is None:
             return
         for event in self.hooks.drain():
@@ -86,12 +109,23 @@ class EventLog:
             self.events.append(event)
             self._sorted = False
 
-    def in_order(self, since: int, left_out: set[int]) -> list[Event]:
-        """The events from seq ``since`` on, in seq order, with the stacks and streams defined
-        earlier, less the seqs in ``left_out``."""
+    def _sort(self) -> None:
         if not self._sorted:
             self.events.sort(key=operator.itemgetter("seq"))
             self._sorted = True
-        return [
-            e for e in self.events if e["seq"] not in left_out and (e["seq"] >= since or e["ev"] in ("stack", "stream"))
-        ]
+
+    def in_order(self, since: int, left_out: set[int]) -> list[Event]:
+        """The events from seq ``since`` on, in seq order, with the stacks and streams defined
+        earlier, less the seqs in ``left_out``."""
+        self._sort()
+        return [e for e in self.events if e["seq"] not in left_out and (e["seq"] >= since or e["ev"] in DEFINITIONS)]
+
+    def after(self, written: int, left_out: set[int]) -> list[Event]:
+        """The events after seq ``written`` (the last one a trace file holds), in seq order,
+        less the seqs in ``left_out``: what a flush writes next."""
+        self._sort()
+        return [e for e in self.events if e["seq"] > written and e["seq"] not in left_out]
+
+    def forget(self, before: int) -> None:
+        """Let go of the events before seq ``before`` (written out), but for the definitions."""
+        self.events = [e for e in self.events if e["seq"] >= before or e["ev"] in DEFINITIONS]

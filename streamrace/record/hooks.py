@@ -175,8 +175,9 @@ class PythonHooks:
 
     # -- shared bookkeeping --------------------------------------------------------------------
     def _emit(self, ev: str, **fields: Any) -> dict[str, Any]:
-        event = {"seq": self._seq, "ev": ev}
-        self._seq += 1
+        # The seq is drawn before anything is allocated: a garbage collection here may run a
+        # weakref callback that draws one too (replays.py, a graph's destruction).
+        event = {"seq": self.next_seq(), "ev": ev}
         event.update((k, v) for k, v in fields.items() if v is not None)
         self._records.append(event)
         return event

@@ -2,8 +2,10 @@
 
 One recording at a time: the active Recorder, its hooks' ``torch.cuda._gpu_trace`` callbacks,
 and the library methods the Recorder's parts wrap (``MethodPatch``: CUDAGraph's capture in
-captures.py, Triton's launch in triton_launches.py). A part that watches another library
-method adds a MethodPatch of its own; the wrapper finds the recording through ``active()``.
+captures.py, its replay, reset and capture end again in replays.py, Triton's launch in
+triton_launches.py). A part that watches another library method adds a MethodPatch of its
+own; the wrapper finds the recording through ``active()``. Two parts may wrap one method: the
+later wraps the earlier's wrapper, and they come off in the reverse order.
 """
 
 from __future__ import annotations
@@ -96,5 +98,5 @@ def deactivate() -> None:
                         del target.fire_callbacks  # the class's own again
                 elif hooks.callbacks[hook.registry] in target.callback_list:
                     target.callback_list.remove(hooks.callbacks[hook.registry])
-        while _PATCHED:
-            _PATCHED.pop(0).uninstall()
+        while _PATCHED:  # last in, first out: a wrapper of a wrapper comes off first
+            _PATCHED.pop().uninstall()

@@ -9,6 +9,8 @@ It is made of parts, one job each, over one event log (host program order):
 * the allocations (allocations.py): each block's exact size, stream and pool (the allocator's
   trace tracker, else its history), lifetimes;
 * the capture lifecycle (captures.py): capture boundaries, pools, the graph read back;
+* replays (replays.py): each CUDAGraph's replays, reset and destruction;
+* the trace output (trace_output.py): settled events written to the trace file as it goes;
 * catching up (unseen_launches.py): kernel events for launches the dispatcher never saw;
 * Triton (triton_launches.py): Triton's launches, with directions from their IR.
 
@@ -32,7 +34,9 @@ from streamrace.record.cuda_runtime import CudaRuntime
 from streamrace.record.event_log import Event, EventLog, name_stream
 from streamrace.record.hooks import HookOptions, Hooks, make_hooks
 from streamrace.record.native import hooks_choice
+from streamrace.record.replays import GraphReplays
 from streamrace.record.stacks import UserCode
+from streamrace.record.trace_output import FLUSH_EVENTS, TraceOutput
 from streamrace.record.triton_launches import TritonLaunches
 from streamrace.record.unseen_launches import UnseenLaunches
 
@@ -42,25 +46,34 @@ _MAX_WALK = 48  # frames a stack walk looks at, user or not: deep framework stac
 
 
 class Recorder:
-    """Collects trace events in memory; ``start``/``stop`` install and remove the hooks.
+    """Collects trace events; ``start``/``stop`` install and remove the hooks.
 
-    ``eager_ops``: also record ops outside captures (the eager domain); by default only
-    captured ops are recorded, which is what graph races need and what keeps eager runs fast.
-    ``hooks``: "native", "python" or "auto" (default: ``STREAMRACE_HOOKS``, else auto).
-    ``runtime``: what CUDA is asked through (tests pass a fake).
+    By default the whole program is recorded: ops outside captures (the eager domain), every
+    replay of a graph captured while recording, resets and destructions, besides the captures.
+    ``capture_only``: record the captures alone (no eager op, no replay), as streamrace did
+    before it recorded the whole program. ``eager_ops`` is accepted and ignored: eager ops are
+    recorded unless ``capture_only``. ``trace``: the trace file, written as the program runs
+    (the settled events, whenever ``flush_events`` more have come: trace_output.py) and
+    finished by ``session.finish_trace``; without one the events stay in memory. ``hooks``:
+    "native", "python" or "auto" (default: ``STREAMRACE_HOOKS``, else auto). ``runtime``: what
+    CUDA is asked through (tests pass a fake).
     """
 
     def __init__(
         self,
         *,
-        eager_ops: bool = False,
+        capture_only: bool = False,
+        eager_ops: bool | None = None,
         stack_depth: int = 6,
         read_graphs: bool = True,
         hooks: str | None = None,
         runtime: CudaRuntime | None = None,
+        trace: str | None = None,
+        flush_events: int = FLUSH_EVENTS,
     ) -> None:
+        del eager_ops  # it asked for eager ops, which are now recorded unless capture_only
         self.runtime = runtime if runtime is not None else CudaRuntime()
-        self.eager_ops = eager_ops
+        self.capture_only = capture_only
         self.read_graphs = read_graphs and self.runtime.reads_graphs
         self.stack_depth = stack_depth
         self.hooks_choice = hooks or hooks_choice()
@@ -69,6 +82,8 @@ class Recorder:
         self.log = EventLog()
         self.allocations = AllocatorHistory(self.runtime)
         self.captures = CaptureLifecycle(self)
+        self.replays = GraphReplays(self)
+        self.output = TraceOutput(self, trace, flush_events)
         self.unseen = UnseenLaunches(self)
         self.triton = TritonLaunches(self)
         self.log.settle("alloc", self.allocations.settle_alloc)
@@ -77,7 +92,14 @@ class Recorder:
 
     @property
     def events(self) -> list[Event]:
+        """The events in memory: all of them, or, when the trace is written as the program
+        runs, those not flushed yet (and the stack and stream definitions)."""
         return self.log.events
+
+    @property
+    def recording(self) -> str:
+        """What is recorded, as the trace header says: "program" or "captures"."""
+        return "captures" if self.capture_only else "program"
 
     @property
     def errors(self) -> list[str]:
@@ -120,13 +142,19 @@ class Recorder:
         return installation.active()
 
     def start(self) -> None:
+        from streamrace import __version__
+        from streamrace.trace.io import make_header
+
+        # The trace file first: a path that cannot be written fails before anything is installed.
+        self.output.open(make_header(streamrace=__version__, recording=self.recording, incomplete=True))
         shown_path = UserCode().shown_path
         options = HookOptions(
-            self.eager_ops, self.stack_depth, _MAX_WALK, shown_path, self.unseen.guarded_catch_up, self.runtime
+            not self.capture_only, self.stack_depth, _MAX_WALK, shown_path, self.unseen.guarded_catch_up, self.runtime
         )
         hooks, self.native_unavailable = make_hooks(self.hooks_choice, options)
         self.log.hooks = hooks
-        installation.activate(self, hooks, self.runtime, self.captures.patches())
+        patches = self.captures.patches() + ([] if self.capture_only else self.replays.patches())
+        installation.activate(self, hooks, self.runtime, patches)
         hooks.start()
         if self.runtime.initialized():
             self.enable_allocation_facts()
@@ -139,15 +167,26 @@ class Recorder:
         self.captures.abort_running()
         hooks.stop()
         installation.deactivate()
+        self.replays.stop()
         try:
-            self.log.ingest()
-            self.resolve_allocations()
-            self.unseen.finish()
+            self.settle()
         except Exception as exc:
             self.log.fail("finalize", exc)
         hooks.release_python()
         self.allocations.stop_history()
         self._forget_first_allocation()
+
+    def settle(self) -> None:
+        """Every event so far settled: the hooks' drained, allocations resolved, the kernel
+        events of captures read back completed."""
+        self.log.ingest()
+        self.resolve_allocations()
+        self.unseen.finish()
+
+    def flush(self) -> bool:
+        """Write the settled events to the trace file now (trace_output.py); False where it
+        has to wait (no trace path, or a capture is open)."""
+        return self.output.flush()
 
     def before_capture_begin(self) -> None:
         """Before the first capture: allocation facts on (CUDA is initialized by now);
@@ -214,7 +253,5 @@ class Recorder:
         """The events from seq ``since`` on, ready for a trace: stacks and streams defined
         earlier are kept, and allocations of unknown size are left out, since they cannot
         take part in lifetime checks."""
-        self.log.ingest()
-        self.resolve_allocations()
-        self.unseen.finish()
+        self.settle()
         return self.log.in_order(since, self.allocations.unknown)

@@ -1,4 +1,4 @@
-"""``streamrace.watch()``: record every capture inside a ``with`` block, then analyse it."""
+"""``streamrace.watch()``: record the program inside a ``with`` block, then analyse it."""
 
 from __future__ import annotations
 
@@ -12,24 +12,43 @@ from streamrace.analysis import AnalysisResult, analyze
 from streamrace.analysis.findings import Finding
 from streamrace.record.facts import process_facts
 from streamrace.record.recorder import Recorder
-from streamrace.trace.io import Trace, make_header, write_trace
+from streamrace.trace.io import Trace, iter_trace, load_trace, make_header, write_trace
 
 
-def build_trace(recorder: Recorder, since: int = 0) -> Trace:
-    """The recorder's events (from seq ``since``) as a trace, with a header describing this
-    process and machine."""
+def trace_header(recorder: Recorder) -> dict[str, Any]:
+    """The header of the recorder's trace: this process and machine, and what the recording
+    saw of itself (its errors, the allocations it left out, replays it could not record). The
+    recorder's events must have been settled (``Recorder.settle``), since that can fail too."""
     from streamrace import __version__
 
     header = make_header(streamrace=__version__, **process_facts())
-    events = recorder.trace_events(since)
+    header["recording"] = recorder.recording
     header["recorder_errors"] = list(recorder.errors)
     header["hooks"] = recorder.hooks_kind
     if recorder.native_unavailable is not None:
         header["native_hooks_unavailable"] = recorder.native_unavailable
     header["allocations_dropped"] = recorder.dropped_allocations
     header["kernel_nodes"] = asdict(recorder.kernel_stats)
+    if not recorder.capture_only:
+        header["replays_unrecorded"] = recorder.replays.unrecorded
+        header["replays_in_capture"] = recorder.replays.in_capture
+    return header
+
+
+def build_trace(recorder: Recorder, since: int = 0) -> Trace:
+    """The recorder's events in memory (from seq ``since``) as a trace, with its header."""
+    events = recorder.trace_events(since)
     stacks = {e["id"]: e["frames"] for e in events if e["ev"] == "stack"}
-    return Trace(header=header, events=events, stacks=stacks)
+    return Trace(header=trace_header(recorder), events=events, stacks=stacks)
+
+
+def finish_trace(recorder: Recorder) -> str:
+    """Finish the trace file of a recorder that writes it as the program runs (a stopped one,
+    with a ``trace`` path): the final header, then every event. Its path."""
+    recorder.settle()
+    recorder.output.finish(trace_header(recorder))
+    assert recorder.output.path is not None
+    return recorder.output.path
 
 
 class Session:
@@ -40,8 +59,23 @@ class Session:
         self.path = path
         self._since = since  # a nested session sees the process recorder's events from here
         self._owned = owned
-        self.trace: Trace | None = None
+        # A view of a recording that flushes its events keeps them in memory from its start.
+        self._hold = recorder.output.hold(since) if not owned else None
+        self._trace: Trace | None = None
+        self._in_file = False  # the trace is in the file only (written as the program ran)
         self.result: AnalysisResult | None = None
+
+    @property
+    def trace(self) -> Trace | None:
+        """The recorded trace, once the block has ended. A recording written to its file as
+        the program ran is read back from it on first use (the whole trace, in memory)."""
+        if self._trace is None and self._in_file and self.path is not None:
+            self._trace = load_trace(self.path)
+        return self._trace
+
+    @trace.setter
+    def trace(self, trace: Trace | None) -> None:
+        self._trace = trace
 
     @property
     def findings(self) -> list[Finding]:
@@ -54,31 +88,53 @@ class Session:
 
     def report(self, format: str = "text") -> str:
         """The report as ``analyze`` prints it (``format``: "text" or "json")."""
-        if self.result is None or self.trace is None:
+        if self.result is None:  # (the trace itself is not needed: a file's is not read back for this)
             raise RuntimeError("the watch() block has not ended yet")
         from streamrace.report import REPORTERS, ReportOptions, TraceResult
 
         return REPORTERS[format]([TraceResult(self.path or "<watch>", self.result)], ReportOptions())
 
     def _finish(self) -> None:
-        if self._owned:
-            self.recorder.stop()
-        self.trace = build_trace(self.recorder, self._since)
-        if self.path:
-            write_trace(self.path, self.trace.header, self.trace.events)
-            self.trace.path = self.path
         from streamrace.report.sources import source_reader
 
-        self.result = analyze(self.trace, sources=source_reader(self.trace.header))
+        if self._owned:
+            self.recorder.stop()
+        if self._owned and self.recorder.output.incremental:
+            path = finish_trace(self.recorder)
+            self._in_file = True
+            events = iter_trace(path)  # streaming: never the whole trace
+            header = next(events)
+            self.result = analyze(header, events, sources=source_reader(header))
+            return
+        try:
+            trace = self._trace = build_trace(self.recorder, self._since)
+        finally:
+            if self._hold is not None:
+                self.recorder.output.release(self._hold)
+        if self.path:
+            write_trace(self.path, trace.header, trace.events)
+            trace.path = self.path
+        self.result = analyze(trace, sources=source_reader(trace.header))
 
 
 @contextmanager
-def watch(trace: str | os.PathLike[str] | None = None, *, eager_ops: bool = False, **options: Any) -> Iterator[Session]:
-    """Record the CUDA graph captures made inside the block and analyse them at its end.
+def watch(
+    trace: str | os.PathLike[str] | None = None,
+    *,
+    capture_only: bool = False,
+    eager_ops: bool | None = None,
+    **options: Any,
+) -> Iterator[Session]:
+    """Record the program inside the block (its captures, replays and eager work) and analyse
+    it at the block's end.
 
-    ``trace``: also write the trace there (``.gz`` compresses). ``eager_ops``: record ops
-    outside captures too. The block's own exceptions propagate unchanged, after recording.
+    ``trace``: also write the trace there (``.gz`` compresses), as the program runs, so a long
+    block keeps bounded memory (docs/recording.md). ``capture_only``: record the captures
+    alone, as streamrace did before it recorded the whole program. ``eager_ops`` is accepted
+    and ignored (eager ops are recorded by default). The block's own exceptions propagate
+    unchanged, after recording.
     """
+    del eager_ops  # it asked for eager ops, which are now recorded unless capture_only
     path = os.fspath(trace) if trace is not None else None
     running = Recorder.active()
     if running is not None:
@@ -86,7 +142,7 @@ def watch(trace: str | os.PathLike[str] | None = None, *, eager_ops: bool = Fals
         # gets its own view of that recording instead of a second set of hooks.
         session = Session(running, path, since=running.position(), owned=False)
     else:
-        recorder = Recorder(eager_ops=eager_ops, **options)
+        recorder = Recorder(capture_only=capture_only, trace=path, **options)
         session = Session(recorder, path)
         recorder.start()
     try:

@@ -455,6 +455,8 @@ _HEADER_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "graph_readback": (lambda v: isinstance(v, bool), "true or false"),
     # 1.1: what was recorded: the whole program (eager work and replays too) or captures only
     "recording": (lambda v: v in ("program", "captures"), "'program' or 'captures'"),
+    # 1.1: replays the recorder counted but could not record (graphs captured before it started)
+    "replays_unrecorded": (lambda v: _is_int64(v) and v >= 0, "a non-negative integer"),
 }
 
 

@@ -1,6 +1,6 @@
-"""The recorder on a real GPU: non-perturbation, every way a capture is made, the graph read
-back, and the three front doors (watch, `streamrace run`, STREAMRACE=1). Failure safety and
-the two sets of hooks: test_hooks_gpu.py."""
+"""The recorder on a real GPU: non-perturbation (captures, replays, eager work), every way a
+capture is made, the graph read back, and the three front doors (watch, `streamrace run`,
+STREAMRACE=1). Failure safety and the two sets of hooks: test_hooks_gpu.py."""
 
 from __future__ import annotations
 
@@ -28,9 +28,54 @@ def _layout(record: bool) -> dict:
 
 def test_recorder_does_not_change_the_capture():
     plain, recorded = _layout(False), _layout(True)
-    assert recorded["findings"] == 1, "the recorded run must have seen the bug"
+    assert recorded["findings"] == 1, "the recorded run must have seen the bug in its captures"
     assert plain["layout"] == recorded["layout"], "graph pool block layout differs with the recorder"
     assert plain["outputs"] == recorded["outputs"]
+
+
+def _replay_program(trace: pathlib.Path | None) -> dict:
+    args = [sys.executable, str(HERE / "replay_program.py")] + ([str(trace)] if trace else [])
+    out = subprocess.run(args, check=True, capture_output=True, text=True, cwd=ROOT, timeout=300).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_recorder_does_not_change_replays_or_eager_work(tmp_path):
+    """Warm-up, two captures into one pool, replays with eager staging on a copy stream between
+    them, a reset, a collected graph: the same outputs, bit for bit, and the same allocator
+    layout with and without the recorder; the trace holds every replay, on its stream."""
+    trace = tmp_path / "replays.jsonl.gz"
+    plain, recorded = _replay_program(None), _replay_program(trace)
+    assert recorded["errors"] == []
+    assert plain["digest"] == recorded["digest"], "the program computed something else with the recorder"
+    assert plain["layout"] == recorded["layout"], "block layout differs with the recorder"
+
+    events = load_trace(trace).events
+    graphs = [e["graph"] for e in events if e["ev"] == "capture_begin"]
+    assert len(graphs) == 2
+    step, sample = graphs
+    streams = recorded["streams"]
+    replays = [(e["graph"], e["stream"]) for e in events if e["ev"] == "replay"]
+    assert replays == [(step, streams["main"]), (sample, streams["main"])] * 12
+    assert all("stack" in e for e in events if e["ev"] == "replay"), "each replay has its line"
+    declared = {e["stream"] for e in events if e["ev"] == "stream"}
+    assert streams["main"] in declared and streams["copy"] in declared
+    lifetime = [(e["ev"], e["graph"]) for e in events if e["ev"] in ("graph_reset", "graph_destroy")]
+    assert lifetime == [("graph_reset", sample), ("graph_destroy", step)]
+    captured = _captured_seqs(events)
+    eager = [e for e in events if e["ev"] == "op" and e["seq"] not in captured]
+    assert {e["stream"] for e in eager} >= {streams["main"], streams["copy"], streams["side"]}, "eager work"
+    assert load_trace(trace).header["recording"] == "program"
+
+
+def _captured_seqs(events: list[dict]) -> set[int]:
+    """The seqs of the events inside a capture (these programs capture one graph at a time)."""
+    captured, inside = set(), False
+    for e in events:
+        inside = inside or e["ev"] == "capture_begin"
+        if inside:
+            captured.add(e["seq"])
+        inside = inside and e["ev"] != "capture_end"
+    return captured
 
 
 def test_graph_read_back_ties_nodes_to_ops(tmp_path):
@@ -39,7 +84,8 @@ def test_graph_read_back_ties_nodes_to_ops(tmp_path):
     trace = load_trace(tmp_path / "t.jsonl.gz")
     graphs = [e for e in trace.events if e["ev"] == "graph"]
     assert len(graphs) == 3
-    captured_ops = {e["seq"] for e in trace.events if e["ev"] == "op"}  # captured ops only (eager_ops=False)
+    inside = _captured_seqs(trace.events)
+    captured_ops = {e["seq"] for e in trace.events if e["ev"] == "op" and e["seq"] in inside}  # not the warm-ups
     launches = {e["seq"] for e in trace.events if e["ev"] == "kernel"}
     attributed = {n["op"] for g in graphs for n in g["nodes"] if "op" in n}
     assert attributed <= captured_ops | launches
@@ -140,7 +186,7 @@ def test_environment_variable_records_every_process(tmp_path):
     )
     trace_dir = tmp_path / "traces"
     trace_dir.mkdir()
-    env = child_environment(str(trace_dir), eager_ops=False)  # STREAMRACE=1 and the site hook
+    env = child_environment(str(trace_dir))  # STREAMRACE=1 and the site hook
     subprocess.run([sys.executable, str(script)], check=True, env=env, cwd=ROOT, timeout=300)
     traces = sorted(p.name for p in trace_dir.iterdir())
     assert len(traces) == 2 and all("-rank" in name for name in traces), traces

@@ -1,0 +1,213 @@
+"""A trace written as the program runs: bounded recorder memory over a long loop, and a file
+that is a valid trace all along and whole at the end (streamrace/record/trace_output.py,
+streamrace/trace/incremental.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fake_cuda import FakeCuda, FakeGraph, Kernels, memcopy  # noqa: E402
+from hook_traces import canonical, first_difference  # noqa: E402
+from op_engines import native_module  # noqa: E402
+
+from streamrace.record.recorder import Recorder  # noqa: E402
+from streamrace.record.session import finish_trace, watch  # noqa: E402
+from streamrace.trace.incremental import IncrementalTraceWriter  # noqa: E402
+from streamrace.trace.io import iter_trace, load_trace, make_header  # noqa: E402
+
+MAIN, COPY = 0x1000, 0x3000
+HOOKS = pytest.mark.parametrize("kind", ["native", "python"])
+
+
+def _events(n: int, start: int = 0) -> list[dict]:
+    return [{"seq": start + i, "ev": "device_sync", "device": 0} for i in range(n)]
+
+
+@pytest.mark.parametrize("name", ["t.jsonl", "t.jsonl.gz"])
+def test_the_partial_file_is_a_trace_all_along_and_the_final_one_has_the_final_header(tmp_path, name):
+    path = tmp_path / name
+    writer = IncrementalTraceWriter(path, make_header(incomplete=True))
+    partial = tmp_path / (name + ".partial")
+    for chunk in range(3):
+        writer.write(_events(5, 5 * chunk))
+        header, *events = list(iter_trace(partial))
+        assert header["incomplete"] is True and [e["seq"] for e in events] == list(range(5 * chunk + 5))
+    writer.finish(make_header(final=True), _events(2, 15))
+    assert not partial.exists()
+    header, *events = list(iter_trace(path))
+    assert header["final"] is True and "incomplete" not in header
+    assert [e["seq"] for e in events] == list(range(17))
+    assert writer.events_written == 17
+
+
+def test_a_forked_child_writes_nothing_into_its_parents_file(tmp_path):
+    path = tmp_path / "t.jsonl.gz"
+    writer = IncrementalTraceWriter(path, make_header())
+    writer.write(_events(3))
+    size = os.path.getsize(writer.partial_path)
+    writer._pid = os.getpid() + 1  # as the parent's writer looks from a forked child
+    writer.write(_events(3, 3))
+    writer.finish(make_header(), _events(1, 6))
+    assert os.path.getsize(writer.partial_path) == size and not path.exists()
+
+
+def serving_loop(fake: FakeCuda, steps: int) -> None:
+    """A decode-shaped loop: each step stages the next input on COPY (a fresh block, filled),
+    MAIN waits for it, copies it into the static input, replays, and samples the output."""
+    static_in, static_out, sample = fake.alloc(), fake.alloc(), fake.alloc()
+    graph = FakeGraph(fake, work=lambda: memcopy(static_out, static_in))
+    with fake.on(MAIN):
+        torch.add(static_in, 1.0, out=static_out)  # warm-up
+        graph.capture_begin()
+        torch.add(static_in, 1.0, out=static_out)
+        graph.capture_end()
+    ready = fake.event()
+    for step in range(steps):
+        with fake.on(COPY):
+            staged = fake.alloc()
+            staged.fill_(float(step))
+            fake.record(ready)
+        with fake.on(MAIN):
+            fake.wait(ready)
+            static_in.copy_(staged)
+            graph.replay()
+            torch.mul(static_out, 0.5, out=sample)
+        fake.free(staged)
+
+
+def _record(kind: str, steps: int, trace: str | None, flush_events: int = 400, watch_memory: bool = False):
+    if kind == "native":
+        native_module()
+    fake = FakeCuda()
+    retained: list[int] = []
+    unflushed: list[int] = []
+    with Kernels(fake):
+        recorder = Recorder(hooks=kind, runtime=fake, trace=trace, flush_events=flush_events)
+        recorder.start()
+        if watch_memory:
+            # Measured at every replay: the recorder's own wrapper runs first, then this one.
+            replay = FakeGraph.replay
+
+            def measured(graph):
+                replay(graph)
+                retained.append(len(recorder.events))
+                unflushed.append(recorder.position() - 1 - recorder.output.written_through)
+
+            FakeGraph.replay = measured
+        try:
+            serving_loop(fake, steps)
+        finally:
+            if watch_memory:
+                FakeGraph.replay = replay
+            recorder.stop()
+    assert recorder.errors == []
+    return recorder, retained, unflushed
+
+
+@HOOKS
+def test_a_long_loop_keeps_bounded_recorder_memory_and_writes_the_whole_trace(kind, tmp_path):
+    steps, flush_events = 2000, 400
+    path = str(tmp_path / "loop.jsonl.gz")
+    # Recorded twice from one line (so that their stacks are the same): to the file, and in memory.
+    (recorder, retained, unflushed), (kept, _, _) = [_record(kind, steps, p, flush_events, True) for p in (path, None)]
+    finish_trace(recorder)
+    assert recorder.output.flushes >= steps * 8 // flush_events // 2, "flushed all along"
+    per_step = 12  # events one step numbers, at most
+    assert max(unflushed) <= flush_events + per_step, "events waiting for a flush"
+    assert max(retained) <= flush_events + per_step + 16, "events in the recorder's memory"
+    assert max(retained[steps // 2 :]) <= max(retained[: steps // 2]) + per_step, "no growth with the run"
+
+    # The file is complete and valid: the same events, one for one, as a recording that kept
+    # everything in memory.
+    header, *written = list(iter_trace(path))
+    assert header["recording"] == "program" and "incomplete" not in header
+    assert sum(e["ev"] == "replay" for e in written) == steps
+    assert sum(e["ev"] == "op" for e in written) == 2 + 3 * steps
+    difference = first_difference(canonical(written), canonical(kept.trace_events()))
+    assert difference is None, difference
+    assert not os.path.exists(path + ".partial")
+
+
+@HOOKS
+def test_no_flush_while_a_capture_is_open(kind, tmp_path):
+    if kind == "native":
+        native_module()
+    fake = FakeCuda()
+    path = str(tmp_path / "t.jsonl")
+    with Kernels(fake):
+        recorder = Recorder(hooks=kind, runtime=fake, trace=path, flush_events=1)
+        recorder.start()
+        try:
+            x, y = fake.alloc(), fake.alloc()
+            graph = FakeGraph(fake)
+            with fake.on(MAIN):
+                graph.capture_begin()
+                torch.add(x, 1.0, out=y)
+                assert recorder.flush() is False, "a capture's events settle only at its end"
+                graph.capture_end()  # a flush point: everything settled is written
+            assert recorder.output.written_through >= 0
+            assert not [e for e in recorder.events if e["ev"] not in ("stack", "stream")]
+            header, *partial = list(iter_trace(path + ".partial"))
+            assert header["incomplete"] is True
+            assert [e["ev"] for e in partial if e["ev"] in ("capture_begin", "capture_end", "graph")] == [
+                "capture_begin",
+                "capture_end",
+                "graph",
+            ]
+            assert all(e["size"] > 1 for e in partial if e["ev"] == "alloc"), "allocations resolved before"
+        finally:
+            recorder.stop()
+    finish_trace(recorder)
+    assert load_trace(path).header["recording"] == "program"
+
+
+def test_a_nested_watch_keeps_its_events_through_the_process_recordings_flushes(tmp_path):
+    fake = FakeCuda()
+    process_trace = str(tmp_path / "process.jsonl")
+    with Kernels(fake):
+        recorder = Recorder(hooks="python", runtime=fake, trace=process_trace, flush_events=50)
+        recorder.start()
+        try:
+            serving_loop(fake, 20)  # flushed already
+            with watch(str(tmp_path / "block.jsonl")) as session:
+                serving_loop(fake, 40)  # flushed meanwhile, kept for the block
+            assert recorder.output.flushes >= 2
+            block_end = recorder.position()
+            serving_loop(fake, 20)  # the next flushes let the block's events go
+            retained = [e["seq"] for e in recorder.events if e["ev"] not in ("stack", "stream")]
+            assert retained and min(retained) >= block_end, "the hold went with the block"
+        finally:
+            recorder.stop()
+    finish_trace(recorder)
+    block = session.trace
+    assert block is not None and sum(e["ev"] == "replay" for e in block.events) == 40
+    used = {e["stack"] for e in block.events if "stack" in e}
+    assert used <= set(block.stacks), "every stack it uses is defined in it"
+    whole = load_trace(process_trace)
+    assert sum(e["ev"] == "replay" for e in whole.events) == 80
+
+
+def test_watch_with_a_path_writes_as_it_goes_and_analyses_the_file(tmp_path):
+    fake = FakeCuda()
+    path = tmp_path / "w.jsonl.gz"
+    with Kernels(fake), watch(str(path), hooks="python", runtime=fake, flush_events=30) as session:
+        serving_loop(fake, 30)
+        assert session.recorder.output.flushes > 0
+        assert (tmp_path / "w.jsonl.gz.partial").exists()
+    assert session.result is not None and session.result.summary["ops"] == 2 + 3 * 30
+    assert "w.jsonl.gz" in session.report() and session._trace is None, "reported without reading the file back"
+    assert sum(e["ev"] == "replay" for e in session.trace.events) == 30, "read back from the file"
+    assert not (tmp_path / "w.jsonl.gz.partial").exists()
+
+
+def test_an_unwritable_trace_path_fails_before_recording_starts(tmp_path):
+    from streamrace.record.installation import active
+
+    recorder = Recorder(hooks="python", runtime=FakeCuda(), trace=str(tmp_path / "missing" / "t.jsonl"))
+    with pytest.raises(FileNotFoundError):
+        recorder.start()
+    assert active() is None
