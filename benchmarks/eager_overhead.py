@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     x = torch.randn(args.batch, dsv4.HIDDEN, device="cuda")
     loc = torch.arange(args.batch, device="cuda")
     stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())  # the inputs and weights are made on this one
     eager_time(model, x, loc, stream, 2)  # warm-up: cuBLAS handles, workspaces, allocator segments
 
     configs = {"streamrace": {"hooks": "native"}, "python hooks": {"hooks": "python"}}

@@ -163,6 +163,9 @@ def capture(layer: MiniDecodeLayer, batch_sizes: tuple[int, ...] = BATCH_SIZES) 
     pool = torch.cuda.graph_pool_handle()
     capture_stream = torch.cuda.Stream()
     streamrace.name_stream(capture_stream, "main")
+    # The warm-up runs on the capture stream: order it after the inputs and weights made on the
+    # current stream, as PyTorch's CUDA-graph recipe does (a pool stream does not wait by itself).
+    capture_stream.wait_stream(torch.cuda.current_stream())
     graphs = {}
     for bs in sorted(batch_sizes, reverse=True):
         with torch.cuda.stream(capture_stream):
