@@ -85,6 +85,7 @@ def _record(kind: str, steps: int, trace: str | None, flush_events: int = 400, w
     fake = FakeCuda()
     retained: list[int] = []
     unflushed: list[int] = []
+    allocations: list[int] = []
     with Kernels(fake):
         recorder = Recorder(hooks=kind, runtime=fake, trace=trace, flush_events=flush_events)
         recorder.start()
@@ -95,6 +96,7 @@ def _record(kind: str, steps: int, trace: str | None, flush_events: int = 400, w
             def measured(graph):
                 replay(graph)
                 retained.append(len(recorder.events))
+                allocations.append(len(recorder.allocations._allocs))
                 unflushed.append(recorder.position() - 1 - recorder.output.written_through)
 
             FakeGraph.replay = measured
@@ -105,6 +107,9 @@ def _record(kind: str, steps: int, trace: str | None, flush_events: int = 400, w
                 FakeGraph.replay = replay
             recorder.stop()
     assert recorder.errors == []
+    if trace is not None and watch_memory:
+        # The allocator bookkeeping lets freed, written-out allocations go too.
+        assert max(allocations[steps // 2 :]) <= max(allocations[: steps // 2]), "no allocation kept per step"
     return recorder, retained, unflushed
 
 

@@ -50,6 +50,7 @@ class AllocatorHistory:
         self._frees: dict[int, Event] = {}  # alloc seq -> its free event
         self._free_seq: dict[int, int] = {}  # alloc seq -> free seq
         self.unknown: set[int] = set()  # seqs of allocs whose facts nothing recorded
+        self.dropped = 0  # how many there were in all (``forget`` lets old seqs go)
         self.source: str | None = None  # TRACKER, HISTORY or LIVE_ONLY, once facts are on
         self.tracker_unavailable: str | None = None  # why the tracker gave no facts
         self.history_on = False  # the allocator's history is on, and ours
@@ -140,6 +141,7 @@ class AllocatorHistory:
                 fact = live.get(event["addr"])
             if fact is None:
                 self.unknown.add(event["seq"])
+                self.dropped += 1
                 continue
             self._apply(event, fact)
             see_stream(event["stream"], event.get("device", 0))
@@ -165,6 +167,22 @@ class AllocatorHistory:
         free = self._frees.pop(event["seq"], None)
         if free is not None:
             free["stream"] = event["stream"]
+
+    def forget(self, before: int) -> None:
+        """Let go of the allocations before seq ``before`` that are freed and have their facts:
+        once their events are written out nothing asks for them again, so a long run's
+        memory stays bounded by what is live."""
+        pending = {event["seq"] for event in self._pending}
+        kept = []
+        for event in self._allocs:
+            seq = event["seq"]
+            if seq < before and seq in self._free_seq and seq not in pending:
+                del self._free_seq[seq]
+                self._frees.pop(seq, None)
+            else:
+                kept.append(event)
+        self._allocs = kept
+        self.unknown = {seq for seq in self.unknown if seq >= before}
 
     def live_blocks(self) -> LiveBlocks:
         """Every recorded lifetime, plus the blocks that were live before recording began

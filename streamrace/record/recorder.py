@@ -123,7 +123,7 @@ class Recorder:
 
     @property
     def dropped_allocations(self) -> int:
-        return len(self.allocations.unknown)
+        return self.allocations.dropped
 
     def position(self) -> int:
         """The seq the next event will have: a session started now sees from here."""

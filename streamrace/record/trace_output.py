@@ -83,7 +83,9 @@ class TraceOutput:
                 self._writer.write(events)
                 if events:
                     self.written_through = events[-1]["seq"]
-                rec.log.forget(min([self.written_through + 1, *self._holds.values()]))
+                kept_from = min([self.written_through + 1, *self._holds.values()])
+                rec.log.forget(kept_from)
+                rec.allocations.forget(kept_from)
         except Exception as exc:  # a full disk: the events stay, the program goes on
             rec.log.fail("trace output", exc)
             return False
