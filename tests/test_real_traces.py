@@ -14,7 +14,7 @@ import networkx as nx
 import pytest
 
 from streamrace.analysis import analyze
-from streamrace.analysis.detectors import DATA_RACE, RECORD_STREAM_NOOP, UNSAFE_FREE
+from streamrace.analysis.detectors import DATA_RACE, GRAPH_INPUT_FREED, RECORD_STREAM_NOOP, STALE_READ, UNSAFE_FREE
 from streamrace.analysis.ranges import Overlap, normalize, overlaps
 from streamrace.trace import load_trace
 
@@ -168,3 +168,48 @@ def test_parameter_words_resolve_to_live_blocks():
     trace, _ = _analyze("cupy_buggy")
     stats = trace.header["kernel_nodes"]
     assert stats["invisible_kernels"] >= 1 and stats["resolved_words"] >= 2
+
+
+# -- the execution view: whole programs recorded on the H200 (examples/execution_gallery.py) ----
+GALLERY = "examples/execution_gallery.py"
+EXECUTION = {  # the buggy program: its kind, hazard, aliasing, and the replay sides' graphs
+    "X1": (DATA_RACE, "WAR", False),
+    "X2": (DATA_RACE, "RAW", False),
+    "X3": (DATA_RACE, None, True),
+    "X4": (STALE_READ, "RAW", True),
+    "X5": (GRAPH_INPUT_FREED, None, True),
+    "X6": (UNSAFE_FREE, "WAR", True),
+}
+
+
+@pytest.mark.parametrize("key", sorted(EXECUTION))
+def test_execution_view_buggy_programs(key):
+    """Each buggy program, recorded whole (it corrupted at replay on the H200), is reported as
+    its kind, in the eager domain or at the graph, with the replay sides placed at the replay."""
+    kind, hazard, aliasing = EXECUTION[key]
+    trace, result = _analyze(f"execution_{key}_buggy")
+    assert trace.header["recording"] == "program" and trace.header["allocations_dropped"] == 0
+    assert result.summary["replays"] >= 4 or key == "X6"
+    assert {f.kind for f in result.findings} == {kind}, [f.message for f in result.findings]
+    finding = result.findings[0]
+    assert hazard is None or finding.hazard == hazard
+    assert finding.aliasing == aliasing
+    assert all(a.location and a.location.startswith(f"{GALLERY}:") for a in finding.accesses)
+    replay_sides = [a for a in finding.accesses if a.captured is not None]
+    if key in ("X1", "X2", "X3", "X4"):
+        assert replay_sides, "a replay's access, placed at the replay"
+        assert all(a.captured["location"].startswith(f"{GALLERY}:") for a in replay_sides)
+    if key == "X3":
+        assert len({a.captured["graph"] for a in replay_sides}) == 2, "both graphs of the pool"
+    if key == "X5":
+        use, free = finding.accesses
+        assert free.access == "free" and "replayed after the free" in finding.message
+
+
+@pytest.mark.parametrize("name", [f"execution_{k}_fixed" for k in [*sorted(EXECUTION), "E1", "E2"]])
+def test_execution_view_fixed_and_correct_programs_are_clean(name):
+    """The fixed twins, PyTorch's documented side-stream warm-up (E1) and capturable Adam with
+    a side branch (E2), recorded whole: no finding, and every eager allocation's size known."""
+    trace, result = _analyze(name)
+    assert trace.header["allocations_dropped"] == 0
+    assert result.findings == [], [f.message for f in result.findings]
