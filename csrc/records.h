@@ -23,10 +23,15 @@ struct Rec {
     unsigned stream_index = 0;  // dense stream number (clocks)
     i64 order = 0;              // global position among all accesses
     i64 stream = 0, tick = 0, domain = 0, device = 0;
+    i64 seq = 0;     // the op event's seq
+    i64 issued = 0;  // the seq at which the program issued it: its replay's, else its op's
+    i64 replay_graph = 0;  // a replay's access: the graph replayed
     ByteRange rng;
-    PyObject* event = nullptr;  // the op (or kernel) event, owned
-    PyObject* raw = nullptr;    // the range as written in the trace, owned
-    std::vector<Lifetime*> lifetimes;  // the live lifetimes it touched, owned
+    PyObject* event = nullptr;   // the op (or kernel) event, owned; a replay's: the captured op's
+    PyObject* raw = nullptr;     // the range as written in the trace, owned
+    PyObject* replay = nullptr;  // a replay's access: the replay event, owned; else null
+    // The live lifetimes it touched, owned (a replay's: those its captured access touched).
+    std::vector<Lifetime*> lifetimes;
     static inline i64 alive = 0;       // for the tests of bounded memory
 
     Rec() { ++alive; }
@@ -36,6 +41,10 @@ struct Rec {
 struct Lifetime {
     int refs = 0;
     i64 id = 0, addr = 0, size = 0, owner = 0, device = 0;
+    i64 domain = -1;       // where it was allocated: EAGER (clocks.h) or a capture
+    i64 alloc_seq = 0;     // the alloc event's seq
+    bool pooled = false;   // the alloc event names a pool (a graph's): not a graph input
+    bool ended = false;    // ended silently by an overlapping allocation (a malformed trace)
     PyObject* alloc = nullptr;  // the alloc event, owned
     PyObject* free = nullptr;   // the free event, once freed, owned
     std::vector<i64> recorded;  // streams named by record_stream
@@ -110,6 +119,7 @@ inline Rec::~Rec() {
     --alive;
     Py_XDECREF(event);
     Py_XDECREF(raw);
+    Py_XDECREF(replay);
     for (Lifetime* l : lifetimes) release(l);
 }
 
