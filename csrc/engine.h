@@ -205,6 +205,7 @@ class Engine {
         op_clock_ = &hb.op(op_index_, op_domain_, op_tick_);
         op_host_ = &hb.host_clock(op_domain_);
         op_shadow_ = &shadow(op_domain_, device);
+        op_writes_ = op_domain_ == EAGER ? &last_writes_[device] : nullptr;
         auto program = op_domain_ == EAGER ? programs_.end() : programs_.find(op_domain_);
         op_program_ = program == programs_.end() ? nullptr : &program->second;
     }
@@ -227,7 +228,7 @@ class Engine {
         rec->raw = raw;
         lifetimes_.touched(*rec);
         if (op_domain_ == EAGER)
-            execute(rec);
+            execute(rec, *op_writes_);
         else if (op_program_ != nullptr)
             capture_into(*op_program_, rec);
         check(rec, *op_shadow_, *op_clock_, *op_host_);
@@ -255,7 +256,15 @@ class Engine {
             for (GraphInputFreed* d : freed->second)
                 if (!d->replay.get()) d->replay = PyRef(event);
         // The program is not changed while it runs: no event comes in between.
+        i64 device = 0;
+        ShadowMemory* memory = nullptr;
+        LastWrites* writes = nullptr;
         for (const Ref<Rec>& captured : found->second) {
+            if (memory == nullptr || captured->device != device) {  // a program's accesses are of one device, mostly
+                device = captured->device;
+                memory = &shadow(EAGER, device);
+                writes = &last_writes_[device];
+            }
             Rec* rec = new Rec();
             retain(rec);
             rec->order = order_++;
@@ -277,8 +286,8 @@ class Engine {
             rec->replay = event;
             rec->lifetimes = captured->lifetimes;
             for (Lifetime* l : rec->lifetimes) retain(l);
-            execute(rec);
-            check(rec, shadow(EAGER, rec->device), clock, host);
+            execute(rec, *writes);
+            check(rec, *memory, clock, host);
             release(rec);
         }
     }
@@ -376,8 +385,7 @@ class Engine {
 
     // An access that runs (eager, or a replay's): a write becomes the last write of its bytes,
     // through the lifetimes it went through; a read is checked against them.
-    void execute(Rec* rec) {
-        LastWrites& writes = last_writes_[rec->device];
+    void execute(Rec* rec, LastWrites& writes) {
         const i64 lo = rec->rng.lo, hi = rec->rng.hi;
         if (rec->write) {
             const auto& through = rec->lifetimes;
@@ -550,6 +558,7 @@ class Engine {
     VectorClock* op_clock_ = nullptr;
     const VectorClock* op_host_ = nullptr;
     ShadowMemory* op_shadow_ = nullptr;
+    LastWrites* op_writes_ = nullptr;  // the device's last writes, for an eager op
     std::vector<Ref<Rec>>* op_program_ = nullptr;  // the program the op's capture is adding to, if any
 };
 

@@ -8,6 +8,7 @@
 
 #include <Python.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -16,6 +17,47 @@
 namespace streamrace {
 
 struct Lifetime;
+
+// The lifetimes an access touched: nearly always one, so up to two are held in place (no
+// allocation per access: a replay makes one access per captured access).
+class LifetimeList {
+   public:
+    LifetimeList() = default;
+    LifetimeList(const LifetimeList& o) { *this = o; }
+    LifetimeList& operator=(const LifetimeList& o) {
+        if (this != &o) {
+            size_ = 0;
+            for (Lifetime* l : o) push_back(l);
+        }
+        return *this;
+    }
+    ~LifetimeList() {
+        if (data_ != inline_) delete[] data_;
+    }
+
+    void push_back(Lifetime* l) {
+        if (size_ == capacity_) {
+            capacity_ *= 2;
+            Lifetime** grown = new Lifetime*[capacity_];
+            std::copy(data_, data_ + size_, grown);
+            if (data_ != inline_) delete[] data_;
+            data_ = grown;
+        }
+        data_[size_++] = l;
+    }
+    size_t size() const { return size_; }
+    bool empty() const { return size_ == 0; }
+    Lifetime* operator[](size_t i) const { return data_[i]; }
+    Lifetime** begin() { return data_; }
+    Lifetime** end() { return data_ + size_; }
+    Lifetime* const* begin() const { return data_; }
+    Lifetime* const* end() const { return data_ + size_; }
+
+   private:
+    Lifetime* inline_[2];
+    Lifetime** data_ = inline_;
+    size_t size_ = 0, capacity_ = 2;
+};
 
 struct Rec {
     int refs = 0;
@@ -31,11 +73,36 @@ struct Rec {
     PyObject* raw = nullptr;     // the range as written in the trace, owned
     PyObject* replay = nullptr;  // a replay's access: the replay event, owned; else null
     // The live lifetimes it touched, owned (a replay's: those its captured access touched).
-    std::vector<Lifetime*> lifetimes;
-    static inline i64 alive = 0;       // for the tests of bounded memory
+    LifetimeList lifetimes;
+    static inline i64 alive = 0;  // for the tests of bounded memory
 
     Rec() { ++alive; }
     ~Rec();
+
+    // Records come and go by the million (a replay makes one per captured access): freed ones
+    // are kept for the next, up to a bound.
+    static void* operator new(size_t size) {
+        if (size == sizeof(Rec) && !spare().empty()) {
+            void* p = spare().back();
+            spare().pop_back();
+            return p;
+        }
+        return ::operator new(size);
+    }
+    static void operator delete(void* p, size_t size) {
+        if (size == sizeof(Rec) && spare().size() < SPARE) {
+            spare().push_back(p);
+            return;
+        }
+        ::operator delete(p);
+    }
+
+   private:
+    static constexpr size_t SPARE = 1 << 16;
+    static std::vector<void*>& spare() {
+        static std::vector<void*>* kept = new std::vector<void*>();  // never destroyed: records may outlive it
+        return *kept;
+    }
 };
 
 struct Lifetime {
