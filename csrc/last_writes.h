@@ -4,15 +4,16 @@
 // went through). A write assigns its span, splitting what it partly covers; a read visits the
 // spans under it, by address. Memory is bounded by the distinct spans the program writes.
 //
-// A sorted vector, not a std::map: in a serving loop nearly every write assigns a span exactly
-// as the previous write of those bytes did, which is a binary search and a value swap in place
-// here, and the visits of a read walk adjacent memory. benchmarks/replay_loop.py measured the
-// two (docs/performance.md): the vector was the faster on the replay loop and on the suite.
+// A std::map, not a sorted vector: measured on benchmarks/replay_loop.py's serving loop the
+// vector ran 2% fewer instructions a replay (nearly every write assigns a span exactly as the
+// last write of those bytes did, a value swap in place either way), but a write below every
+// span shifts the whole vector, and 100,000 blocks written at descending addresses took 13 s
+// against the map's 0.24 s (docs/performance.md).
 #pragma once
 
 #include <algorithm>
+#include <map>
 #include <utility>
-#include <vector>
 
 #include "records.h"
 
@@ -30,26 +31,27 @@ class LastWrites {
     // [lo, hi) was last written with `value`; null forgets what wrote it.
     void assign(i64 lo, i64 hi, const LastWrite* value) {
         if (lo >= hi) return;
-        size_t j = first_after(lo);
-        size_t k = j;
-        while (k < spans_.size() && spans_[k].start < hi) ++k;
-        if (value != nullptr && k == j + 1 && spans_[j].start == lo && spans_[j].end == hi) {
-            spans_[j].value = *value;  // the same span as the last write of these bytes
+        auto it = first_after(lo);
+        if (value != nullptr && it != spans_.end() && it->first == lo && it->second.end == hi) {
+            it->second.value = *value;  // the same span as the last write of these bytes
             return;
         }
-        Span made[3];
-        int m = 0;
-        if (j < k && spans_[j].start < lo) made[m++] = {spans_[j].start, lo, spans_[j].value};  // before lo
-        if (value != nullptr) made[m++] = {lo, hi, *value};
-        if (j < k && spans_[k - 1].end > hi) made[m++] = {hi, spans_[k - 1].end, spans_[k - 1].value};  // after hi
-        const size_t old = k - j;
-        if (size_t(m) <= old) {
-            for (int i = 0; i < m; ++i) spans_[j + i] = std::move(made[i]);
-            spans_.erase(spans_.begin() + long(j) + m, spans_.begin() + long(k));
-        } else {
-            for (size_t i = 0; i < old; ++i) spans_[j + i] = std::move(made[i]);
-            spans_.insert(spans_.begin() + long(k), std::make_move_iterator(made + old), std::make_move_iterator(made + m));
+        if (it != spans_.end() && it->first < lo) {  // the part of the first span before lo stays
+            Span& first = it->second;
+            if (first.end > hi) spans_.emplace_hint(std::next(it), hi, Span{first.end, first.value});
+            first.end = lo;
+            ++it;
         }
+        while (it != spans_.end() && it->first < hi) {
+            if (it->second.end > hi) {  // and the part of the last one after hi
+                Span rest{it->second.end, std::move(it->second.value)};
+                it = spans_.erase(it);
+                spans_.emplace_hint(it, hi, std::move(rest));
+                break;
+            }
+            it = spans_.erase(it);
+        }
+        if (value != nullptr) spans_.emplace(lo, Span{hi, *value});
     }
 
     // visit(start, end, value) for each written span inside [lo, hi), clipped to it, by
@@ -57,24 +59,26 @@ class LastWrites {
     template <class Visit>
     void under(i64 lo, i64 hi, Visit&& visit) const {
         if (lo >= hi) return;
-        for (size_t i = first_after(lo); i < spans_.size() && spans_[i].start < hi; ++i)
-            if (visit(std::max(spans_[i].start, lo), std::min(spans_[i].end, hi), spans_[i].value)) return;
+        for (auto it = first_after(lo); it != spans_.end() && it->first < hi; ++it)
+            if (visit(std::max(it->first, lo), std::min(it->second.end, hi), it->second.value)) return;
     }
 
    private:
     struct Span {
-        i64 start = 0, end = 0;
+        i64 end;
         LastWrite value;
     };
+    using Spans = std::map<i64, Span>;  // disjoint, by start
 
     // The first span that ends after lo.
-    size_t first_after(i64 lo) const {
-        auto it = std::upper_bound(spans_.begin(), spans_.end(), lo, [](i64 at, const Span& s) { return at < s.start; });
-        if (it != spans_.begin() && std::prev(it)->end > lo) --it;
-        return size_t(it - spans_.begin());
+    Spans::iterator first_after(i64 lo) {
+        auto it = spans_.upper_bound(lo);
+        if (it != spans_.begin() && std::prev(it)->second.end > lo) --it;
+        return it;
     }
+    Spans::const_iterator first_after(i64 lo) const { return const_cast<LastWrites*>(this)->first_after(lo); }
 
-    std::vector<Span> spans_;  // disjoint, by start
+    Spans spans_;
 };
 
 }  // namespace streamrace
