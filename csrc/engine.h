@@ -406,9 +406,11 @@ class Engine {
             bool found = false;
             writes.under(std::max(lo, l->addr), std::min(hi, l->end()), [&](i64 start, i64 end, const LastWrite& last) {
                 // Only a write made while the reader's allocation held the bytes clobbers them;
-                // before it, they are just a fresh allocation's uninitialised bytes.
+                // before it, they are just a fresh allocation's uninitialised bytes. A replay
+                // reading what it wrote itself reads its graph's own data, as at capture.
                 const Rec* writer = last.writer.get();
                 if (last.through.get() != l && born < writer->issued &&
+                    (rec->replay == nullptr || writer->replay != rec->replay) &&
                     overlaps(writer->rng, rec->rng, true, start, end) != NONE) {
                     stale_read(rec, last.writer.get(), l, last.through.get());
                     found = true;

@@ -384,6 +384,27 @@ def test_reading_a_fresh_allocation_is_not_a_stale_read() -> None:
     assert kinds(fresh_allocation_read()) == []
 
 
+def block_rewritten_inside_one_capture() -> TraceBuilder:
+    """A capture writes a scratch block, frees it, and reads the next allocation of the block
+    before writing it: uninitialised bytes (the capture's own data), at capture and at replay."""
+    tb = TraceBuilder()
+    main = tb.stream("main")
+    x = tb.alloc(N, main)
+    with tb.capture(main) as graph:
+        scratch = tb.alloc(N, main, pool=(graph, 0))
+        tb.op("aten::mul", main, [tb.span(x, N)], [tb.span(scratch, N)])
+        tb.free(scratch)
+        again = tb.alloc(N, main, addr=scratch, pool=(graph, 0))
+        tb.op("aten::sum", main, [tb.span(again, N)], [tb.span(x, 8)])
+    for _ in range(ROUNDS):
+        tb.replay(graph, main)
+    return tb
+
+
+def test_a_replay_reading_what_it_wrote_itself_through_another_allocation_is_clean() -> None:
+    assert kinds(block_rewritten_inside_one_capture()) == []
+
+
 def test_replays_of_a_graph_the_trace_never_captured_are_counted() -> None:
     from streamrace.analysis.core import new_engine
 
@@ -406,4 +427,5 @@ PROGRAMS: dict[str, Callable[[], TraceBuilder]] = {
     "one graph on two streams": one_graph_on_two_streams,
     "an output block reused by a later graph": output_block_reused_by_a_later_graph,
     "a fresh allocation read": fresh_allocation_read,
+    "a block rewritten inside one capture": block_rewritten_inside_one_capture,
 }

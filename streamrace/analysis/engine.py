@@ -416,12 +416,19 @@ class Engine:
             for lifetime in rec.lifetimes:
                 writes.assign(max(lo, lifetime.addr), min(hi, lifetime.end), (rec, lifetime))
             return
+        replay = rec.replay
         for lifetime in rec.lifetimes:
             born = lifetime.alloc["seq"]
             for start, end, (writer, through) in writes.under(max(lo, lifetime.addr), min(hi, lifetime.end)):
                 # Only a write made while the reader's allocation held the bytes clobbers them;
-                # before it, they are just a fresh allocation's uninitialised bytes.
-                if through is not lifetime and born < _issued(writer) and overlaps(writer.rng, rec.rng, (start, end)):
+                # before it, they are just a fresh allocation's uninitialised bytes. A replay
+                # reading what it wrote itself reads its graph's own data, as at capture.
+                if (
+                    through is not lifetime
+                    and born < _issued(writer)
+                    and (replay is None or writer.replay is not replay)
+                    and overlaps(writer.rng, rec.rng, (start, end))
+                ):
                     self._stale_read(rec, writer, lifetime, through)
                     return
 
