@@ -139,6 +139,19 @@ class HappensBefore {
         return c;
     }
 
+    // Order eager stream's next work after `after` (an implicit record and wait: the previous
+    // launch of the graph it replays, since launches of one graph are serialized).
+    void order_after(unsigned stream, const VectorClock& after) {
+        clock(EAGER, stream).join(after);
+        unsynced_.insert(stream);
+    }
+
+    // Is some stream capturing into graph now (the capture has begun and not ended)?
+    bool capturing(i64 graph) const {
+        auto m = members_.find(graph);
+        return m != members_.end() && !m->second.empty();
+    }
+
     // What host synchronizations ordered before all later work in domain (nothing, in a capture).
     const VectorClock& host_clock(i64 domain) const { return domain == EAGER ? host_ : NO_HOST; }
 

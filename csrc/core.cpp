@@ -10,6 +10,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <climits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -27,7 +28,7 @@ namespace {
 
 struct Keys {
     PyObject *ev, *stream, *device, *name, *id, *frames, *graph, *addr, *size, *event, *reads, *writes, *nbytes,
-        *shape, *stride, *itemsize, *seq, *nodes, *edges, *op;
+        *shape, *stride, *itemsize, *seq, *nodes, *edges, *op, *pool, *aborted;
 } K;
 
 PyObject* intern(const char* s) { return PyUnicode_InternFromString(s); }
@@ -67,6 +68,27 @@ i64 as_int(PyObject* value) {
     if (overflow) throw std::overflow_error("an integer of the trace does not fit 64 bits");
     if (v == -1 && PyErr_Occurred()) fail();
     return v;
+}
+
+// The event's seq, for the execution view's order of issue (the reader checked it is an int
+// below 2^63; an event handed over in memory without one counts as seq 0).
+i64 seq_of(PyObject* ev) {
+    PyObject* value = get(ev, K.seq);
+    if (value == nullptr || !PyLong_Check(value)) return 0;
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow) return overflow > 0 ? LLONG_MAX : LLONG_MIN;
+    if (v == -1 && PyErr_Occurred()) fail();
+    return v;
+}
+
+// Is the field there and true, as Python's `if ev.get(key)` has it?
+bool truthy(PyObject* ev, PyObject* key) {
+    PyObject* value = get(ev, key);
+    if (value == nullptr) return false;
+    int yes = PyObject_IsTrue(value);
+    if (yes < 0) fail();
+    return yes != 0;
 }
 
 // A number of a byte range or a block: one beyond 64 bits makes a range outside [0, 2^62).
@@ -144,7 +166,7 @@ class Core {
             op(ev, kind == "op", stream_obj != nullptr, stream);
         } else if (kind == "alloc") {
             engine_.alloc(ev, as_range_int(need(ev, K.addr)), as_range_int(need(ev, K.size)), need_stream(stream_obj, stream),
-                          device(ev, stream_obj != nullptr, stream));
+                          device(ev, stream_obj != nullptr, stream), seq_of(ev), truthy(ev, K.pool));
         } else if (kind == "free") {
             engine_.free(ev, as_int(need(ev, K.addr)), device(ev, stream_obj != nullptr, stream));
         } else if (kind == "event_record") {
@@ -172,7 +194,12 @@ class Core {
             if (PyObject* dev = get(ev, K.device)) engine_.set_device(s, as_int(dev), true);
             engine_.capture_begin(as_int(need(ev, K.graph)), s);
         } else if (kind == "capture_end") {
-            engine_.capture_end(as_int(need(ev, K.graph)));
+            engine_.capture_end(as_int(need(ev, K.graph)), truthy(ev, K.aborted));
+        } else if (kind == "replay") {
+            i64 graph = as_int(need(ev, K.graph));
+            engine_.replay(ev, graph, need_stream(stream_obj, stream), seq_of(ev));
+        } else if (kind == "graph_reset" || kind == "graph_destroy") {
+            engine_.graph_gone(as_int(need(ev, K.graph)));
         } else if (kind == "stream_sync") {
             engine_.hb.stream_sync(engine_.appear(need_stream(stream_obj, stream)));
         } else if (kind == "event_sync") {
@@ -202,7 +229,9 @@ class Core {
         if (PyErr_Occurred()) fail();
     }
 
-    void report(py::object& progress) { progress(events_, engine_.ops, engine_.accesses, engine_.graphs); }
+    void report(py::object& progress) {
+        progress(events_, engine_.ops, engine_.accesses, engine_.graphs, engine_.replays);
+    }
 
     // The detections, in detection order (the classes bound below).
     py::list detections() {
@@ -225,6 +254,8 @@ class Core {
     i64 graphs() const { return engine_.graphs; }
     i64 ops() const { return engine_.ops; }
     i64 accesses() const { return engine_.accesses; }
+    i64 replays() const { return engine_.replays; }
+    i64 unknown_replays() const { return engine_.unknown_replays; }
     size_t remembered() const { return engine_.remembered(); }
 
    private:
@@ -243,7 +274,7 @@ class Core {
         py::object hold1 = py::reinterpret_steal<py::object>(fast[1]);
         engine_.accesses += PySequence_Fast_GET_SIZE(fast[0]) + PySequence_Fast_GET_SIZE(fast[1]);
         if (!has_stream) return;  // a kernel node nobody placed on a stream: nothing to order it by
-        engine_.begin_op(stream, device(ev, true, stream));
+        engine_.begin_op(stream, device(ev, true, stream), seq_of(ev));
         for (int w = 0; w < 2; ++w) {
             Py_ssize_t n = PySequence_Fast_GET_SIZE(fast[w]);
             PyObject** items = PySequence_Fast_ITEMS(fast[w]);
@@ -303,7 +334,8 @@ void bind_records(py::module_& m) {
         .def_property_readonly("domain", [](const Rec& r) { return domain(r.domain); })
         .def_readonly("device", &Rec::device)
         .def_property_readonly("event", [](const Rec& r) { return object(r.event); })
-        .def_property_readonly("raw", [](const Rec& r) { return object(r.raw); });
+        .def_property_readonly("raw", [](const Rec& r) { return object(r.raw); })
+        .def_property_readonly("replay", [](const Rec& r) { return object(r.replay); });
     py::class_<Lifetime, Ref<Lifetime>>(m, "Lifetime", "Mirrors streamrace.analysis.lifetimes.Lifetime.")
         .def_readonly("id", &Lifetime::id)
         .def_readonly("addr", &Lifetime::addr)
@@ -312,6 +344,7 @@ void bind_records(py::module_& m) {
         .def_readonly("device", &Lifetime::device)
         .def_property_readonly("alloc", [](const Lifetime& l) { return object(l.alloc); })
         .def_property_readonly("free", [](const Lifetime& l) { return object(l.free); })
+        .def_property_readonly("domain", [](const Lifetime& l) { return domain(l.domain); })
         .def_property_readonly("end", &Lifetime::end);
     py::class_<Race, std::shared_ptr<Race>>(m, "Race", "Mirrors streamrace.analysis.engine.Race.")
         .def_readonly("earlier", &Race::earlier)
@@ -333,6 +366,20 @@ void bind_records(py::module_& m) {
         .def_readonly("lifetime", &RecordStreamNoop::lifetime)
         .def_property_readonly("domain", [](const RecordStreamNoop& d) { return domain(d.domain); })
         .def_readonly("users", &RecordStreamNoop::users);
+    py::class_<StaleRead, std::shared_ptr<StaleRead>>(m, "StaleRead", "Mirrors streamrace.analysis.engine.StaleRead.")
+        .def_readonly("reader", &StaleRead::reader)
+        .def_readonly("writer", &StaleRead::writer)
+        .def_readonly("read_lifetime", &StaleRead::read_lifetime)
+        .def_readonly("write_lifetime", &StaleRead::write_lifetime)
+        .def_readonly("count", &StaleRead::count);
+    py::class_<GraphInputFreed, std::shared_ptr<GraphInputFreed>>(
+        m, "GraphInputFreed", "Mirrors streamrace.analysis.engine.GraphInputFreed.")
+        .def_readonly("graph", &GraphInputFreed::graph)
+        .def_readonly("use", &GraphInputFreed::use)
+        .def_readonly("lifetime", &GraphInputFreed::lifetime)
+        .def_property_readonly("replay", [](const GraphInputFreed& d) { return object(d.replay.get()); })
+        .def_readonly("clobbered", &GraphInputFreed::clobbered)
+        .def_readonly("count", &GraphInputFreed::count);
 }
 
 // The graph check's node index: launch seq -> the ids of its nodes, in creation order (what
@@ -680,7 +727,8 @@ PYBIND11_MODULE(_core, m) {
     K = {intern("ev"),    intern("stream"), intern("device"), intern("name"),   intern("id"),
          intern("frames"), intern("graph"), intern("addr"),   intern("size"),   intern("event"),
          intern("reads"), intern("writes"), intern("nbytes"), intern("shape"),  intern("stride"),
-         intern("itemsize"), intern("seq"),   intern("nodes"),  intern("edges"),  intern("op")};
+         intern("itemsize"), intern("seq"),   intern("nodes"),  intern("edges"),  intern("op"),
+         intern("pool"),  intern("aborted")};
     bind_records(m);
     py::class_<Core>(m, "Core")
         .def(py::init<py::dict>(), py::arg("stacks"))
@@ -695,6 +743,8 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("graphs", &Core::graphs)
         .def_property_readonly("ops", &Core::ops)
         .def_property_readonly("accesses", &Core::accesses)
+        .def_property_readonly("replays", &Core::replays)
+        .def_property_readonly("unknown_replays", &Core::unknown_replays)
         .def("remembered", &Core::remembered);
     py::class_<NodeIndex>(m, "NodeIndex")
         .def("__contains__", &NodeIndex::contains, py::arg("seq"))

@@ -9,11 +9,13 @@
 #include <map>
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <variant>
 #include <vector>
 
 #include "clocks.h"
+#include "last_writes.h"
 #include "lifetimes.h"
 #include "records.h"
 #include "shadow.h"
@@ -46,18 +48,43 @@ struct RecordStreamNoop {
     std::vector<i64> users;  // other streams that used the block so far
 };
 
-using Detection = std::variant<std::shared_ptr<Race>, std::shared_ptr<UnsafeFree>, std::shared_ptr<RecordStreamNoop>>;
+// reader read bytes of read_lifetime whose last write, writer, went through another allocation
+// of them, write_lifetime, made while read_lifetime held them (docs/analysis.md §8.4).
+struct StaleRead {
+    Ref<Rec> reader, writer;
+    Ref<Lifetime> read_lifetime, write_lifetime;
+    i64 count = 1;  // the same reader and writer, again (every replay of a loop)
+};
+
+// lifetime, allocated outside any capture, was freed while graph, whose program `use` touches
+// it, could still be replayed (docs/analysis.md §8.5).
+struct GraphInputFreed {
+    i64 graph = 0;
+    Ref<Rec> use;  // the first captured access of the graph through the block
+    Ref<Lifetime> lifetime;
+    PyRef replay;                          // the first replay after the free; null: latent
+    std::shared_ptr<StaleRead> clobbered;  // the first read of another allocation's data it led to
+    i64 count = 1;
+};
+
+using Detection = std::variant<std::shared_ptr<Race>, std::shared_ptr<UnsafeFree>, std::shared_ptr<RecordStreamNoop>,
+                               std::shared_ptr<StaleRead>, std::shared_ptr<GraphInputFreed>>;
 
 class Engine {
    public:
     i64 graphs = 0, ops = 0, accesses = 0;
+    i64 replays = 0;          // replays of recorded captures
+    i64 unknown_replays = 0;  // replays of graphs the trace has no capture of
     std::vector<Detection> detections;
 
     ~Engine() {
-        // Detections and shadows hold accesses that hold lifetimes: drop them before the
-        // lifetimes break their cycles.
+        // Detections, shadows and the execution view hold accesses that hold lifetimes: drop
+        // them before the lifetimes break their cycles.
         detections.clear();
         shadows_.clear();
+        programs_.clear();
+        last_writes_.clear();
+        graph_users_.clear();
     }
 
     // The stream's number in order of first appearance (docs: `stream#K` labels).
@@ -83,10 +110,13 @@ class Engine {
 
     void capture_begin(i64 graph, i64 stream) {
         ++graphs;
+        graph_gone(graph);  // a graph id captured again: the old program is gone
+        programs_[graph].clear();
         hb.capture_begin(graph, appear(stream));
     }
 
-    void capture_end(i64 graph) {
+    void capture_end(i64 graph, bool aborted) {
+        if (aborted) graph_gone(graph);  // a failed capture has no graph to replay
         hb.capture_end(graph);
         // Nothing later is in this domain: its accesses can never race again.
         for (auto it = shadows_.begin(); it != shadows_.end();) {
@@ -104,7 +134,7 @@ class Engine {
         lifetimes_.end_domain(graph);
     }
 
-    void alloc(PyObject* event, i64 addr, i64 size, i64 owner, i64 device) {
+    void alloc(PyObject* event, i64 addr, i64 size, i64 owner, i64 device, i64 seq, bool pooled) {
         Lifetimes::check_block(addr, size);  // before anything changes, as the Python engine
         i64 domain;
         const VectorClock& clock = hb.current(appear(owner), domain);
@@ -120,12 +150,30 @@ class Engine {
                 detections.emplace_back(std::move(d));
             }
         }
-        lifetimes_.alloc(addr, size, owner, device, event);
+        lifetimes_.alloc(addr, size, owner, device, event, domain, seq, pooled);
     }
 
     void free(PyObject* event, i64 addr, i64 device) {
         Lifetime* lifetime = lifetimes_.free(addr, device, event);
-        if (lifetime != nullptr) lifetimes_.await_reuse(lifetime, hb.domain(appear(lifetime->owner)));
+        if (lifetime == nullptr) return;
+        Ref<Lifetime> block(lifetime);
+        lifetimes_.await_reuse(lifetime, hb.domain(appear(lifetime->owner)));  // takes free's reference
+        // Latent until the graph is replayed or outlives the trace; gone with the graph (§8.5).
+        auto users = graph_users_.find(block->id);
+        if (users == graph_users_.end()) return;
+        std::vector<std::pair<i64, Ref<Rec>>> uses;
+        uses.swap(users->second);
+        graph_users_.erase(users);
+        for (auto& [graph, use] : uses) {
+            graph_inputs_[graph].erase(block->id);
+            auto d = std::make_shared<GraphInputFreed>();
+            d->graph = graph;
+            d->use = std::move(use);
+            d->lifetime = block;
+            inputs_freed_[graph].push_back(d.get());
+            input_freed_[{block->id, graph}] = d.get();
+            detections.emplace_back(std::move(d));
+        }
     }
 
     void record_stream(PyObject* event, i64 addr, i64 stream, i64 device) {
@@ -149,15 +197,17 @@ class Engine {
     }
 
     // One op (or kernel) on stream: begin it, then hand over each of its non-empty ranges.
-    void begin_op(i64 stream, i64 device) {
+    void begin_op(i64 stream, i64 device, i64 seq) {
         op_stream_ = stream;
         op_index_ = appear(stream);
         op_device_ = device;
+        op_seq_ = seq;
         op_clock_ = &hb.op(op_index_, op_domain_, op_tick_);
         op_host_ = &hb.host_clock(op_domain_);
-        auto& shadow = shadows_[{op_domain_, device}];
-        if (!shadow) shadow = std::make_unique<ShadowMemory>();
-        op_shadow_ = shadow.get();
+        op_shadow_ = &shadow(op_domain_, device);
+        op_writes_ = op_domain_ == EAGER ? &last_writes_[device] : nullptr;
+        auto program = op_domain_ == EAGER ? programs_.end() : programs_.find(op_domain_);
+        op_program_ = program == programs_.end() ? nullptr : &program->second;
     }
 
     void access(PyObject* event, PyObject* raw, ByteRange&& rng, bool write) {
@@ -171,27 +221,114 @@ class Engine {
         rec->rng = std::move(rng);
         rec->domain = op_domain_;
         rec->device = op_device_;
+        rec->seq = rec->issued = op_seq_;
         Py_INCREF(event);
         rec->event = event;
         Py_INCREF(raw);
         rec->raw = raw;
         lifetimes_.touched(*rec);
-        lifetimes_.note_use(rec);
-        Overlap how;
-        Rec* racer = op_shadow_->check(*rec, *op_clock_, *op_host_, how);
-        std::vector<const UnsafeFree*> folded;
-        auto unfolded = unfolded_.find({op_domain_, op_device_});
-        if (unfolded != unfolded_.end()) fold(rec, unfolded, folded);
-        // The race folded into an unsafe free is not reported twice; a later race with the
-        // same use is reported as an aliasing race of its own.
-        bool twice = false;
-        for (const UnsafeFree* unsafe : folded) {
-            const Rec* use = unsafe->use.get();
-            twice = twice || (racer != nullptr && racer->stream == use->stream && racer->tick == use->tick);
-        }
-        if (racer != nullptr && !twice) race(racer, rec, how);
-        op_shadow_->insert(rec);
+        if (op_domain_ == EAGER)
+            execute(rec, *op_writes_);
+        else if (op_program_ != nullptr)
+            capture_into(*op_program_, rec);
+        check(rec, *op_shadow_, *op_clock_, *op_host_);
         release(rec);
+    }
+
+    // -- the execution view (docs/analysis.md §8) --------------------------------------------
+    // Run graph's program as one op on the replay's stream (§8.2); `event` is the replay.
+    void replay(PyObject* event, i64 graph, i64 stream, i64 seq) {
+        auto found = programs_.find(graph);
+        const unsigned index = appear(stream);
+        if (found == programs_.end() || hb.capturing(graph) || hb.domain(index) != EAGER) {
+            unknown_replays += found == programs_.end();
+            return;  // a graph captured before the trace began (or still capturing)
+        }
+        ++replays;
+        auto previous = replayed_.find(graph);
+        if (previous != replayed_.end()) hb.order_after(index, previous->second);  // launches of one graph are serialized
+        i64 domain, tick;
+        const VectorClock& clock = hb.op(index, domain, tick);
+        const VectorClock& host = hb.host_clock(domain);
+        replayed_[graph] = clock;
+        auto freed = inputs_freed_.find(graph);
+        if (freed != inputs_freed_.end())
+            for (GraphInputFreed* d : freed->second)
+                if (!d->replay.get()) d->replay = PyRef(event);
+        // The program is not changed while it runs: no event comes in between.
+        i64 device = 0;
+        ShadowMemory* memory = nullptr;
+        LastWrites* writes = nullptr;
+        for (const Ref<Rec>& captured : found->second) {
+            if (memory == nullptr || captured->device != device) {  // a program's accesses are of one device, mostly
+                device = captured->device;
+                memory = &shadow(EAGER, device);
+                writes = &last_writes_[device];
+            }
+            Rec* rec = new Rec();
+            retain(rec);
+            rec->order = order_++;
+            rec->stream = stream;
+            rec->stream_index = index;
+            rec->tick = tick;
+            rec->write = captured->write;
+            rec->rng = captured->rng;
+            rec->domain = EAGER;
+            rec->device = captured->device;
+            rec->seq = captured->seq;
+            rec->issued = seq;
+            rec->replay_graph = graph;
+            Py_INCREF(captured->event);
+            rec->event = captured->event;
+            Py_INCREF(captured->raw);
+            rec->raw = captured->raw;
+            Py_INCREF(event);
+            rec->replay = event;
+            rec->lifetimes = captured->lifetimes;
+            for (Lifetime* l : rec->lifetimes) retain(l);
+            execute(rec, *writes);
+            check(rec, *memory, clock, host);
+            release(rec);
+        }
+    }
+
+    // The graph was reset or destroyed (or its capture failed): it replays no more, so a free
+    // of what it used, not yet followed by a replay, was harmless after all.
+    void graph_gone(i64 graph) {
+        programs_.erase(graph);
+        replayed_.erase(graph);
+        auto inputs = graph_inputs_.find(graph);
+        if (inputs != graph_inputs_.end()) {
+            for (i64 id : inputs->second) {
+                auto users = graph_users_.find(id);
+                if (users == graph_users_.end()) continue;
+                auto& list = users->second;
+                for (auto it = list.begin(); it != list.end(); ++it)
+                    if (it->first == graph) {
+                        list.erase(it);
+                        break;
+                    }
+                if (list.empty()) graph_users_.erase(users);
+            }
+            graph_inputs_.erase(inputs);
+        }
+        auto freed = inputs_freed_.find(graph);
+        if (freed == inputs_freed_.end()) return;
+        std::vector<GraphInputFreed*> gone;
+        gone.swap(freed->second);
+        inputs_freed_.erase(freed);
+        for (GraphInputFreed* d : gone) {
+            input_freed_.erase({d->lifetime->id, graph});
+            if (d->replay.get()) continue;
+            // Latent, and harmless now: no longer a detection. Recent ones are near the end.
+            for (size_t i = detections.size(); i-- > 0;) {
+                auto* held = std::get_if<std::shared_ptr<GraphInputFreed>>(&detections[i]);
+                if (held != nullptr && held->get() == d) {
+                    detections.erase(detections.begin() + long(i));
+                    break;
+                }
+            }
+        }
     }
 
     // Accesses remembered by the shadows (not yet forgotten); for the tests.
@@ -204,18 +341,129 @@ class Engine {
    private:
     using Unfolded = std::map<std::pair<i64, i64>, std::vector<UnsafeFree*>>;
 
-    // Fold rec into every unsafe free whose pending use it races with through bytes a later
-    // allocation reuses (docs/analysis.md §5); `folded` gets them.
-    void fold(Rec* rec, Unfolded::iterator it, std::vector<const UnsafeFree*>& folded) {
+    ShadowMemory& shadow(i64 domain, i64 device) {
+        auto& shadow = shadows_[{domain, device}];
+        if (!shadow) shadow = std::make_unique<ShadowMemory>();
+        return *shadow;
+    }
+
+    // The happens-before checks of one access (issued at clock after host): races, unsafe
+    // frees, then remember it.
+    void check(Rec* rec, ShadowMemory& shadow, const VectorClock& clock, const VectorClock& host) {
+        lifetimes_.note_use(rec);
+        Overlap how;
+        Rec* racer = shadow.check(*rec, clock, host, how);
+        std::vector<const UnsafeFree*> folded;
+        auto unfolded = unfolded_.find({rec->domain, rec->device});
+        if (unfolded != unfolded_.end()) fold(rec, unfolded, clock, host, folded);
+        // The race folded into an unsafe free is not reported twice; a later race with the
+        // same use is reported as an aliasing race of its own.
+        bool twice = false;
+        for (const UnsafeFree* unsafe : folded) {
+            const Rec* use = unsafe->use.get();
+            twice = twice || (racer != nullptr && racer->stream == use->stream && racer->tick == use->tick);
+        }
+        if (racer != nullptr && !twice) race(racer, rec, how);
+        shadow.insert(rec);
+    }
+
+    // rec is part of its capture's program; note the blocks it uses that were allocated
+    // outside any capture and not into a graph pool (their free is §8.5's).
+    void capture_into(std::vector<Ref<Rec>>& program, Rec* rec) {
+        program.emplace_back(rec);
+        for (Lifetime* l : rec->lifetimes) {
+            if (l->domain != EAGER || l->pooled) continue;
+            auto& users = graph_users_[l->id];
+            bool known = false;
+            for (const auto& user : users) known = known || user.first == rec->domain;
+            if (!known) {
+                users.emplace_back(rec->domain, Ref<Rec>(rec));
+                graph_inputs_[rec->domain].insert(l->id);
+            }
+        }
+    }
+
+    // An access that runs (eager, or a replay's): a write becomes the last write of its bytes,
+    // through the lifetimes it went through; a read is checked against them.
+    void execute(Rec* rec, LastWrites& writes) {
+        const i64 lo = rec->rng.lo, hi = rec->rng.hi;
+        if (rec->write) {
+            const auto& through = rec->lifetimes;
+            if (through.size() == 1 && through[0]->addr <= lo && hi <= through[0]->end()) {
+                const LastWrite value{Ref<Rec>(rec), Ref<Lifetime>(through[0])};
+                writes.assign(lo, hi, &value);  // the common case, at once: the bytes of one block
+                return;
+            }
+            writes.assign(lo, hi, nullptr);  // bytes of no known block: who wrote them says nothing
+            for (Lifetime* l : through) {
+                const LastWrite value{Ref<Rec>(rec), Ref<Lifetime>(l)};
+                writes.assign(std::max(lo, l->addr), std::min(hi, l->end()), &value);
+            }
+            return;
+        }
+        for (Lifetime* l : rec->lifetimes) {
+            const i64 born = l->alloc_seq;
+            bool found = false;
+            writes.under(std::max(lo, l->addr), std::min(hi, l->end()), [&](i64 start, i64 end, const LastWrite& last) {
+                // Only a write made while the reader's allocation held the bytes clobbers them;
+                // before it, they are just a fresh allocation's uninitialised bytes. A replay
+                // reading what it wrote itself reads its graph's own data, as at capture.
+                const Rec* writer = last.writer.get();
+                if (last.through.get() != l && born < writer->issued &&
+                    (rec->replay == nullptr || writer->replay != rec->replay) &&
+                    overlaps(writer->rng, rec->rng, true, start, end) != NONE) {
+                    stale_read(rec, last.writer.get(), l, last.through.get());
+                    found = true;
+                }
+                return found;
+            });
+            if (found) return;
+        }
+    }
+
+    void stale_read(Rec* reader, Rec* writer, Lifetime* read, Lifetime* wrote) {
+        for (const Rec* r : {reader, writer}) {
+            if (r->replay == nullptr) continue;
+            for (const Lifetime* l : {read, wrote}) {
+                auto freed = input_freed_.find({l->id, r->replay_graph});
+                if (freed != input_freed_.end()) {  // the consequence of a freed graph input: reported there
+                    if (!freed->second->clobbered) freed->second->clobbered = made_stale(reader, writer, read, wrote);
+                    return;
+                }
+            }
+        }
+        auto [seen, added] = stale_.try_emplace({reader->seq, writer->seq}, nullptr);
+        if (!added) {
+            ++seen->second->count;
+            return;
+        }
+        auto d = made_stale(reader, writer, read, wrote);
+        seen->second = d.get();
+        detections.emplace_back(std::move(d));
+    }
+
+    static std::shared_ptr<StaleRead> made_stale(Rec* reader, Rec* writer, Lifetime* read, Lifetime* wrote) {
+        auto d = std::make_shared<StaleRead>();
+        d->reader = Ref<Rec>(reader);
+        d->writer = Ref<Rec>(writer);
+        d->read_lifetime = Ref<Lifetime>(read);
+        d->write_lifetime = Ref<Lifetime>(wrote);
+        return d;
+    }
+
+    // Fold rec (issued at clock after host) into every unsafe free whose pending use it races
+    // with through bytes a later allocation reuses (docs/analysis.md §5); `folded` gets them.
+    void fold(Rec* rec, Unfolded::iterator it, const VectorClock& clock, const VectorClock& host,
+              std::vector<const UnsafeFree*>& folded) {
         std::vector<UnsafeFree*> kept;
         for (UnsafeFree* unsafe : it->second) {
             const Rec* use = unsafe->use.get();
             const Lifetime* block = unsafe->lifetime.get();
             // A host synchronization ordered the use before everything later.
-            if (!op_host_->empty() && ordered_before(use->stream_index, use->tick, *op_host_)) continue;
+            if (!host.empty() && ordered_before(use->stream_index, use->tick, host)) continue;
             // The cheap tests first: most pending uses are of other blocks.
             if (use->stream != rec->stream && block->addr < rec->rng.hi && rec->rng.lo < block->end() &&
-                !ordered_before(use->stream_index, use->tick, *op_clock_, *op_host_)) {
+                !ordered_before(use->stream_index, use->tick, clock, host)) {
                 Lifetime* reused = nullptr;
                 Overlap how = reuse_race(*unsafe, *rec, reused);
                 if (how != NONE) {
@@ -294,12 +542,26 @@ class Engine {
     std::vector<i64> handles_;
     std::unordered_map<i64, i64> devices_;  // stream -> device
     i64 order_ = 0;
+    // The execution view (§8): each live graph's program, the clock of its last replay, every
+    // device's last writes, and which graphs use each block allocated outside them.
+    std::unordered_map<i64, std::vector<Ref<Rec>>> programs_;
+    std::unordered_map<i64, VectorClock> replayed_;
+    std::unordered_map<i64, LastWrites> last_writes_;  // device ->
+    // lifetime id -> (graph, its first captured access through the block), in order of use
+    std::unordered_map<i64, std::vector<std::pair<i64, Ref<Rec>>>> graph_users_;
+    std::unordered_map<i64, std::unordered_set<i64>> graph_inputs_;  // graph -> ids of the lifetimes it uses
+    // graph -> its freed inputs, and (lifetime id, graph) -> the one; owned by `detections`
+    std::unordered_map<i64, std::vector<GraphInputFreed*>> inputs_freed_;
+    std::map<std::pair<i64, i64>, GraphInputFreed*> input_freed_;
+    std::map<std::pair<i64, i64>, StaleRead*> stale_;  // (reader seq, writer seq) -> the first; owned by `detections`
     // The op being fed.
-    i64 op_stream_ = 0, op_device_ = 0, op_domain_ = EAGER, op_tick_ = 0;
+    i64 op_stream_ = 0, op_device_ = 0, op_domain_ = EAGER, op_tick_ = 0, op_seq_ = 0;
     unsigned op_index_ = 0;
     VectorClock* op_clock_ = nullptr;
     const VectorClock* op_host_ = nullptr;
     ShadowMemory* op_shadow_ = nullptr;
+    LastWrites* op_writes_ = nullptr;  // the device's last writes, for an eager op
+    std::vector<Ref<Rec>>* op_program_ = nullptr;  // the program the op's capture is adding to, if any
 };
 
 }  // namespace streamrace

@@ -46,7 +46,8 @@ class Lifetimes {
         if (addr < 0 || addr >= LIMIT || size >= LIMIT || addr + size >= LIMIT) too_large();
     }
 
-    Lifetime* alloc(i64 addr, i64 size, i64 owner, i64 device, PyObject* event) {
+    Lifetime* alloc(i64 addr, i64 size, i64 owner, i64 device, PyObject* event, i64 domain = EAGER, i64 seq = 0,
+                    bool pooled = false) {
         check_block(addr, size);
         auto& live = live_[device];
         auto lo = live.lower_bound(addr);
@@ -57,6 +58,7 @@ class Lifetimes {
         while (hi != live.end() && hi->first < addr + size) ++hi;
         for (auto it = lo; it != hi; ++it) {
             it->second->forget_uses();
+            it->second->ended = true;
             release(it->second);
         }
         live.erase(lo, hi);
@@ -66,6 +68,9 @@ class Lifetimes {
         l->size = size;
         l->owner = owner;
         l->device = device;
+        l->domain = domain;
+        l->alloc_seq = seq;
+        l->pooled = pooled;
         Py_INCREF(event);
         l->alloc = event;
         retain(l);
@@ -159,10 +164,13 @@ class Lifetimes {
         std::reverse(rec.lifetimes.begin() + first, rec.lifetimes.end());
     }
 
-    // Remember rec as its stream's last use of every block it touched.
+    // Remember rec as its stream's last use of every live block it touched (a replay's access
+    // may go through lifetimes freed since its capture). One ended by an overlapping
+    // allocation is not live either: the Python engine still notes the use, which nothing
+    // reads; here it would only keep a cycle of references alive.
     void note_use(Rec* rec) {
         for (Lifetime* l : rec->lifetimes) {
-            if (rec->stream == l->owner) continue;
+            if (rec->stream == l->owner || l->free != nullptr || l->ended) continue;
             std::pair<i64, i64> key{rec->domain, rec->stream};
             bool found = false;
             for (auto& use : l->last_use) {

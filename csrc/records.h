@@ -8,6 +8,7 @@
 
 #include <Python.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -17,25 +18,100 @@ namespace streamrace {
 
 struct Lifetime;
 
+// The lifetimes an access touched: nearly always one, so up to two are held in place (no
+// allocation per access: a replay makes one access per captured access).
+class LifetimeList {
+   public:
+    LifetimeList() = default;
+    LifetimeList(const LifetimeList& o) { *this = o; }
+    LifetimeList& operator=(const LifetimeList& o) {
+        if (this != &o) {
+            size_ = 0;
+            for (Lifetime* l : o) push_back(l);
+        }
+        return *this;
+    }
+    ~LifetimeList() {
+        if (data_ != inline_) delete[] data_;
+    }
+
+    void push_back(Lifetime* l) {
+        if (size_ == capacity_) {
+            capacity_ *= 2;
+            Lifetime** grown = new Lifetime*[capacity_];
+            std::copy(data_, data_ + size_, grown);
+            if (data_ != inline_) delete[] data_;
+            data_ = grown;
+        }
+        data_[size_++] = l;
+    }
+    size_t size() const { return size_; }
+    bool empty() const { return size_ == 0; }
+    Lifetime* operator[](size_t i) const { return data_[i]; }
+    Lifetime** begin() { return data_; }
+    Lifetime** end() { return data_ + size_; }
+    Lifetime* const* begin() const { return data_; }
+    Lifetime* const* end() const { return data_ + size_; }
+
+   private:
+    Lifetime* inline_[2];
+    Lifetime** data_ = inline_;
+    size_t size_ = 0, capacity_ = 2;
+};
+
 struct Rec {
     int refs = 0;
     bool write = false;
     unsigned stream_index = 0;  // dense stream number (clocks)
     i64 order = 0;              // global position among all accesses
     i64 stream = 0, tick = 0, domain = 0, device = 0;
+    i64 seq = 0;     // the op event's seq
+    i64 issued = 0;  // the seq at which the program issued it: its replay's, else its op's
+    i64 replay_graph = 0;  // a replay's access: the graph replayed
     ByteRange rng;
-    PyObject* event = nullptr;  // the op (or kernel) event, owned
-    PyObject* raw = nullptr;    // the range as written in the trace, owned
-    std::vector<Lifetime*> lifetimes;  // the live lifetimes it touched, owned
-    static inline i64 alive = 0;       // for the tests of bounded memory
+    PyObject* event = nullptr;   // the op (or kernel) event, owned; a replay's: the captured op's
+    PyObject* raw = nullptr;     // the range as written in the trace, owned
+    PyObject* replay = nullptr;  // a replay's access: the replay event, owned; else null
+    // The live lifetimes it touched, owned (a replay's: those its captured access touched).
+    LifetimeList lifetimes;
+    static inline i64 alive = 0;  // for the tests of bounded memory
 
     Rec() { ++alive; }
     ~Rec();
+
+    // Records come and go by the million (a replay makes one per captured access): freed ones
+    // are kept for the next, up to a bound.
+    static void* operator new(size_t size) {
+        if (size == sizeof(Rec) && !spare().empty()) {
+            void* p = spare().back();
+            spare().pop_back();
+            return p;
+        }
+        return ::operator new(size);
+    }
+    static void operator delete(void* p, size_t size) {
+        if (size == sizeof(Rec) && spare().size() < SPARE) {
+            spare().push_back(p);
+            return;
+        }
+        ::operator delete(p);
+    }
+
+   private:
+    static constexpr size_t SPARE = 1 << 16;
+    static std::vector<void*>& spare() {
+        static std::vector<void*>* kept = new std::vector<void*>();  // never destroyed: records may outlive it
+        return *kept;
+    }
 };
 
 struct Lifetime {
     int refs = 0;
     i64 id = 0, addr = 0, size = 0, owner = 0, device = 0;
+    i64 domain = -1;       // where it was allocated: EAGER (clocks.h) or a capture
+    i64 alloc_seq = 0;     // the alloc event's seq
+    bool pooled = false;   // the alloc event names a pool (a graph's): not a graph input
+    bool ended = false;    // ended silently by an overlapping allocation (a malformed trace)
     PyObject* alloc = nullptr;  // the alloc event, owned
     PyObject* free = nullptr;   // the free event, once freed, owned
     std::vector<i64> recorded;  // streams named by record_stream
@@ -110,6 +186,7 @@ inline Rec::~Rec() {
     --alive;
     Py_XDECREF(event);
     Py_XDECREF(raw);
+    Py_XDECREF(replay);
     for (Lifetime* l : lifetimes) release(l);
 }
 

@@ -42,20 +42,22 @@ class ShadowMemory {
     Rec* check(const Rec& rec, const VectorClock& clock, const VectorClock& host, Overlap& how) {
         Rec* racer = nullptr;
         how = NONE;
-        for (int level = 0; level < LEVELS; ++level) {
+        for (unsigned used = used_; used != 0; used &= used - 1) {
+            const int level = __builtin_ctz(used);
             Level& index = levels_[level];
-            if (index.buckets.empty()) continue;
             // An access of this level starts at most one granule before the one it meets.
             const i64 first = (rec.rng.lo >> bits(level)) - 1, last = (rec.rng.hi - 1) >> bits(level);
+            if (last < *index.keys.begin() || *index.keys.rbegin() < first) continue;  // all elsewhere
             if (last - first < DIRECT_LOOKUPS) {
                 for (i64 g = first; g <= last; ++g) {
                     auto it = index.buckets.find(g);
-                    if (it != index.buckets.end() && scan(it->second, rec, clock, host, racer, how)) index.drop(it);
+                    if (it != index.buckets.end() && scan(it->second, rec, clock, host, racer, how))
+                        emptied_.push_back({level, g});
                 }
             } else {  // a wide access: visit only the granules that exist in its span
-                for (auto key = index.keys.lower_bound(first); key != index.keys.end() && *key <= last;) {
-                    auto it = index.buckets.find(*key++);
-                    if (scan(it->second, rec, clock, host, racer, how)) index.drop(it);
+                for (auto key = index.keys.lower_bound(first); key != index.keys.end() && *key <= last; ++key) {
+                    auto it = index.buckets.find(*key);
+                    if (scan(it->second, rec, clock, host, racer, how)) emptied_.push_back({level, *key});
                 }
             }
         }
@@ -73,6 +75,18 @@ class ShadowMemory {
         if (added) index.keys.insert(key);
         it->second.push_back(rec);
         ++size_;
+        used_ |= 1u << level;
+        // The buckets the check before left empty go now, but for the one rec went to: in a
+        // loop, rec has usually just forgotten its previous iteration, the bucket's only access.
+        for (const auto& [at, g] : emptied_) {
+            Level& emptied = levels_[at];
+            auto e = emptied.buckets.find(g);
+            if (e != emptied.buckets.end() && e->second.empty()) {
+                emptied.drop(e);
+                if (emptied.buckets.empty()) used_ &= ~(1u << at);
+            }
+        }
+        emptied_.clear();
     }
 
    private:
@@ -80,23 +94,30 @@ class ShadowMemory {
     bool scan(std::vector<Rec*>& bucket, const Rec& rec, const VectorClock& clock, const VectorClock& host, Rec*& racer,
               Overlap& how) {
         size_t kept = 0;
-        for (size_t i = 0; i < bucket.size(); ++i) {
+        const i64 lo = rec.rng.lo, hi = rec.rng.hi;
+        const size_t n = bucket.size();
+        for (size_t i = 0; i < n; ++i) {
             Rec* old = bucket[i];
-            if (ordered_before(old->stream_index, old->tick, clock, host)) {
-                if ((rec.write || !old->write) && covers(rec.rng, old->rng)) {
-                    release(old);
-                    --size_;
-                    continue;
-                }
-            } else if ((rec.write || old->write) && old->stream != rec.stream &&
-                       (racer == nullptr || old->order > racer->order)) {
-                Overlap hit = overlaps(old->rng, rec.rng);
-                if (hit != NONE) {
-                    racer = old;
-                    how = hit;
+            // Most of a bucket is elsewhere in its granules: an access rec shares no byte of
+            // span with is neither covered by rec nor racing with it.
+            if (old->rng.lo < hi && lo < old->rng.hi) {
+                if (ordered_before(old->stream_index, old->tick, clock, host)) {
+                    if ((rec.write || !old->write) && covers(rec.rng, old->rng)) {
+                        release(old);
+                        --size_;
+                        continue;
+                    }
+                } else if ((rec.write || old->write) && old->stream != rec.stream &&
+                           (racer == nullptr || old->order > racer->order)) {
+                    Overlap hit = overlaps(old->rng, rec.rng);
+                    if (hit != NONE) {
+                        racer = old;
+                        how = hit;
+                    }
                 }
             }
-            bucket[kept++] = old;
+            if (kept != i) bucket[kept] = old;
+            ++kept;
         }
         bucket.resize(kept);
         return kept == 0;
@@ -115,7 +136,9 @@ class ShadowMemory {
     static constexpr i64 DIRECT_LOOKUPS = 8;
 
     Level levels_[LEVELS];
+    unsigned used_ = 0;  // bit `level`: that level holds some access
     size_t size_ = 0;
+    std::vector<std::pair<int, i64>> emptied_;  // (level, granule) of the buckets the last check emptied
 };
 
 }  // namespace streamrace

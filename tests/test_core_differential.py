@@ -1,7 +1,8 @@
 """The C++ core (csrc/) against the Python reference engine: identical findings, byte for byte.
 
 Both engines analyse the same traces and their JSON (``AnalysisResult.to_dict`` and every raw
-finding) must be equal: on the oracle property test's random programs, on programs whose
+finding) must be equal: on the oracle property test's random programs (replays, resets and
+freed graph inputs among them), on the execution view's programs, on programs whose
 blocks and views are spread over every granule size of the C++ shadow index (and cross its
 boundaries), on every committed real trace, and on the synthetic capture set of the
 benchmark. The engines must also forget the same accesses. Skipped when the extension is not
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_execution_view import PROGRAMS as EXECUTION_VIEW
 from test_oracle_property import programs
 
 from streamrace.analysis import AnalysisResult, analyze
@@ -171,6 +173,15 @@ def wide_programs(draw: st.DrawFn) -> Trace:
 @given(wide_programs())
 def test_cores_agree_across_granules_and_levels(trace):
     agree(trace)
+
+
+# -- the execution view ---------------------------------------------------------------------------
+@needs_cpp
+@pytest.mark.parametrize("name", sorted(EXECUTION_VIEW))
+def test_cores_agree_on_the_execution_view_programs(name):
+    """X1-X6 and their fixed twins, and the correct patterns around captures: replays, stale
+    reads and freed graph inputs alike."""
+    agree(EXECUTION_VIEW[name]().trace())
 
 
 # -- real and synthetic traces ------------------------------------------------------------------

@@ -2,19 +2,33 @@
 lifetimes, one hand-built trace per class of HAZARDS.md's X1-X6 and its fixed twin, each
 modelled on the program of the same name in examples/execution_gallery.py (proven on the H200:
 the buggy variants corrupt at replay, the fixed twins do not), plus correct patterns that must
-stay clean."""
+stay clean. Every test runs on both engines (``PROGRAMS`` are also held to byte-identical
+findings by tests/test_core_differential.py)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import pytest
 
 from streamrace.analysis import analyze
+from streamrace.analysis.core import CORE_ENV, cpp_available
 from streamrace.analysis.detectors import DATA_RACE, GRAPH_INPUT_FREED, STALE_READ, UNSAFE_FREE
 from streamrace.analysis.findings import Finding
 from streamrace.trace.builder import TraceBuilder
 
 N = 4 << 20  # 4 MiB: one large-pool block per tensor
 ROUNDS = 3
+CORES = [
+    "python",
+    pytest.param("cpp", marks=pytest.mark.skipif(not cpp_available(), reason="the C++ core is not built")),
+]
+
+
+@pytest.fixture(autouse=True, params=CORES)
+def core(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv(CORE_ENV, request.param)
+    return str(request.param)
 
 
 def kinds(tb: TraceBuilder) -> list[str]:
@@ -303,8 +317,7 @@ def test_x6_fixed_record_stream() -> None:
 
 
 # -- correct programs around captures ------------------------------------------------------------
-def test_a_graph_replayed_on_two_streams_is_serialized() -> None:
-    """CUDA serializes launches of one executable graph: no race between its own replays."""
+def one_graph_on_two_streams() -> TraceBuilder:
     tb = TraceBuilder()
     main, a, b = tb.stream("main"), tb.stream("a"), tb.stream("b")
     x = tb.alloc(N, main)
@@ -315,12 +328,15 @@ def test_a_graph_replayed_on_two_streams_is_serialized() -> None:
     tb.wait_stream(b, main)
     tb.replay(graph, a)
     tb.replay(graph, b)
-    assert kinds(tb) == []
+    return tb
 
 
-def test_a_later_graph_reusing_an_output_block_reads_its_own_writes() -> None:
-    """In-capture reuse: the second graph's scratch takes the first's dead output's block; each
-    replay reads what it wrote itself, in any replay order."""
+def test_a_graph_replayed_on_two_streams_is_serialized() -> None:
+    """CUDA serializes launches of one executable graph: no race between its own replays."""
+    assert kinds(one_graph_on_two_streams()) == []
+
+
+def output_block_reused_by_a_later_graph() -> TraceBuilder:
     tb = TraceBuilder()
     main = tb.stream("main")
     x = tb.alloc(N, main)
@@ -338,11 +354,16 @@ def test_a_later_graph_reusing_an_output_block_reads_its_own_writes() -> None:
     for graph in (second, first, second, first):
         tb.replay(graph, main)
     tb.op("aten::sum", main, [tb.span(out2, N)])
-    assert kinds(tb) == []
+    return tb
 
 
-def test_reading_a_fresh_allocation_is_not_a_stale_read() -> None:
-    """Uninitialised bytes of a new tensor are whatever was there: not another tensor's data."""
+def test_a_later_graph_reusing_an_output_block_reads_its_own_writes() -> None:
+    """In-capture reuse: the second graph's scratch takes the first's dead output's block; each
+    replay reads what it wrote itself, in any replay order."""
+    assert kinds(output_block_reused_by_a_later_graph()) == []
+
+
+def fresh_allocation_read() -> TraceBuilder:
     tb = TraceBuilder()
     main = tb.stream("main")
     x = tb.alloc(N, main)
@@ -355,7 +376,33 @@ def test_reading_a_fresh_allocation_is_not_a_stale_read() -> None:
         fresh = tb.alloc(N, main, addr=scratch, pool=(graph, 0))
         tb.op("aten::sum", main, [tb.span(fresh, N)])  # reads before writing: garbage, not X4
     del later
-    assert kinds(tb) == []
+    return tb
+
+
+def test_reading_a_fresh_allocation_is_not_a_stale_read() -> None:
+    """Uninitialised bytes of a new tensor are whatever was there: not another tensor's data."""
+    assert kinds(fresh_allocation_read()) == []
+
+
+def block_rewritten_inside_one_capture() -> TraceBuilder:
+    """A capture writes a scratch block, frees it, and reads the next allocation of the block
+    before writing it: uninitialised bytes (the capture's own data), at capture and at replay."""
+    tb = TraceBuilder()
+    main = tb.stream("main")
+    x = tb.alloc(N, main)
+    with tb.capture(main) as graph:
+        scratch = tb.alloc(N, main, pool=(graph, 0))
+        tb.op("aten::mul", main, [tb.span(x, N)], [tb.span(scratch, N)])
+        tb.free(scratch)
+        again = tb.alloc(N, main, addr=scratch, pool=(graph, 0))
+        tb.op("aten::sum", main, [tb.span(again, N)], [tb.span(x, 8)])
+    for _ in range(ROUNDS):
+        tb.replay(graph, main)
+    return tb
+
+
+def test_a_replay_reading_what_it_wrote_itself_through_another_allocation_is_clean() -> None:
+    assert kinds(block_rewritten_inside_one_capture()) == []
 
 
 def test_replays_of_a_graph_the_trace_never_captured_are_counted() -> None:
@@ -369,3 +416,18 @@ def test_replays_of_a_graph_the_trace_never_captured_are_counted() -> None:
     assert (engine.replays, engine.unknown_replays) == (0, 1)
     (note,) = analyze(tb.trace()).notes
     assert note.code == "replays-unrecorded" and note.message.startswith("1 replay was of graphs captured before")
+
+
+# The programs above, by name, for the engine differential (tests/test_core_differential.py).
+PROGRAMS: dict[str, Callable[[], TraceBuilder]] = {
+    **{f"x1 fixed={fixed}": lambda fixed=fixed: static_output_consumer(fixed) for fixed in (False, True)},
+    **{f"x2 fixed={fixed}": lambda fixed=fixed: unwaited_input_staging(fixed) for fixed in (False, True)},
+    **{f"x3 fixed={fixed}": lambda fixed=fixed: concurrent_shared_pool(fixed) for fixed in (False, True)},
+    **{f"x4 fixed={fixed}": lambda fixed=fixed: out_of_order_shared_pool(fixed) for fixed in (False, True)},
+    **{f"x5 {v}": lambda v=v: foreign_input_freed(v) for v in ("buggy", "latent", "fixed", "graph_first")},
+    **{f"x6 fixed={fixed}": lambda fixed=fixed: eager_freed_before_use(fixed) for fixed in (False, True)},
+    "one graph on two streams": one_graph_on_two_streams,
+    "an output block reused by a later graph": output_block_reused_by_a_later_graph,
+    "a fresh allocation read": fresh_allocation_read,
+    "a block rewritten inside one capture": block_rewritten_inside_one_capture,
+}

@@ -13,6 +13,7 @@ import gc
 import importlib.util
 import itertools
 import pathlib
+import sys
 
 import pytest
 
@@ -95,6 +96,42 @@ def test_an_eager_loop_keeps_a_constant_amount(core):
     engine.run(tb.events[warm:])
     assert (engine.remembered(), records_alive(core) - before) == after_warmup
     assert engine.detections == []
+
+
+def _replay_loop():
+    spec = importlib.util.spec_from_file_location("replay_loop", ROOT / "benchmarks" / "replay_loop.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # it imports end_to_end
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return module
+
+
+@pytest.mark.parametrize("core", CORES)
+def test_a_serving_loop_of_replays_keeps_a_constant_amount(core):
+    """Each replay runs the graph's program through the shadow memory and the last writes: the
+    accesses of the previous replay that it covers are forgotten, its writes replace theirs,
+    so replay after replay (with eager staging, sampling and fresh allocations between) the
+    engine holds the same."""
+    events = list(_replay_loop().serving_loop_events(steps=120, layers=3))
+    syncs = [i for i, ev in enumerate(events) if ev["ev"] == "stream_sync"]
+    warm, end = syncs[4] + 1, syncs[-1] + 1  # after 5 steps; the last step, before the graph's destroy
+    assert events[end]["ev"] == "graph_destroy"
+    gc.collect()
+    before = records_alive(core)
+    engine = new_engine(core=core)
+    engine.run(events[:warm])
+    gc.collect()
+    after_warmup = (engine.remembered(), records_alive(core) - before)
+    assert after_warmup[0] > 0
+    for index in range(warm, end):
+        engine.feed(events[index])
+        if index in syncs[9::10]:  # the end of every tenth step
+            gc.collect()
+            assert (engine.remembered(), records_alive(core) - before) == after_warmup, f"event {index}"
+    assert engine.replays == 120 and engine.detections == []
 
 
 @pytest.mark.parametrize("core", CORES)

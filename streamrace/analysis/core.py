@@ -24,9 +24,11 @@ from streamrace.analysis.engine import (
     AnalysisEngine,
     Detection,
     Engine,
+    GraphInputFreed,
     Progress,
     Race,
     RecordStreamNoop,
+    StaleRead,
     UnsafeFree,
 )
 from streamrace.analysis.lifetimes import Lifetime
@@ -52,6 +54,8 @@ MIRRORS: dict[type, type] = (
         _core.Race: Race,
         _core.UnsafeFree: UnsafeFree,
         _core.RecordStreamNoop: RecordStreamNoop,
+        _core.StaleRead: StaleRead,
+        _core.GraphInputFreed: GraphInputFreed,
     }
 )
 
@@ -106,8 +110,8 @@ class CppEngine:
                 self._core.run(events, None, PROGRESS_EVERY)
                 return
 
-            def report(events: int, ops: int, accesses: int, graphs: int) -> None:
-                progress(Progress(events, ops, accesses, graphs))
+            def report(events: int, ops: int, accesses: int, graphs: int, replays: int) -> None:
+                progress(Progress(events, ops, accesses, graphs, replays))
 
             self._core.run(events, report, PROGRESS_EVERY)
             self._core.report(report)
@@ -129,6 +133,14 @@ class CppEngine:
     @property
     def accesses(self) -> int:
         return self._core.accesses
+
+    @property
+    def replays(self) -> int:
+        return self._core.replays
+
+    @property
+    def unknown_replays(self) -> int:
+        return self._core.unknown_replays
 
     @property
     def stacks(self) -> dict[int, list[list[Any]]]:

@@ -343,12 +343,14 @@ class Engine:
         """``rec`` is part of its capture's program; note the blocks it uses that were
         allocated outside any capture and not into a graph pool (their free is §8.5's)."""
         program.append(rec)
+        graph = rec.domain
+        assert graph is not EAGER  # a captured access
         for lifetime in rec.lifetimes:
             if lifetime.domain is EAGER and not lifetime.alloc.get("pool"):
                 users = self._graph_users.setdefault(lifetime.id, {})
-                if rec.domain not in users:
-                    users[rec.domain] = rec
-                    self._graph_inputs.setdefault(rec.domain, set()).add(lifetime.id)
+                if graph not in users:
+                    users[graph] = rec
+                    self._graph_inputs.setdefault(graph, set()).add(lifetime.id)
 
     def _replay(self, ev: Mapping[str, Any]) -> None:
         """Run graph ``ev["graph"]``'s program as one op on the replay's stream (§8.2)."""
@@ -414,12 +416,19 @@ class Engine:
             for lifetime in rec.lifetimes:
                 writes.assign(max(lo, lifetime.addr), min(hi, lifetime.end), (rec, lifetime))
             return
+        replay = rec.replay
         for lifetime in rec.lifetimes:
             born = lifetime.alloc["seq"]
             for start, end, (writer, through) in writes.under(max(lo, lifetime.addr), min(hi, lifetime.end)):
                 # Only a write made while the reader's allocation held the bytes clobbers them;
-                # before it, they are just a fresh allocation's uninitialised bytes.
-                if through is not lifetime and born < _issued(writer) and overlaps(writer.rng, rec.rng, (start, end)):
+                # before it, they are just a fresh allocation's uninitialised bytes. A replay
+                # reading what it wrote itself reads its graph's own data, as at capture.
+                if (
+                    through is not lifetime
+                    and born < _issued(writer)
+                    and (replay is None or writer.replay is not replay)
+                    and overlaps(writer.rng, rec.rng, (start, end))
+                ):
                     self._stale_read(rec, writer, lifetime, through)
                     return
 
