@@ -203,6 +203,7 @@ def test_execution_view_buggy_programs(key):
         assert len({a.captured["graph"] for a in replay_sides}) == 2, "both graphs of the pool"
     if key == "X5":
         use, free = finding.accesses
+        assert use.captured is None and use.graph is not None, "the captured op, at its capture"
         assert free.access == "free" and "replayed after the free" in finding.message
 
 
