@@ -72,8 +72,9 @@ class Server:
         return graph, out
 
     def serve(self, graph: torch.cuda.CUDAGraph, out: torch.Tensor, steps: int, sync_every: int, rss_at=None):
-        tokens = torch.zeros(sync_every, out.shape[0], dtype=torch.long, device="cuda")
         with torch.cuda.stream(self.main):
+            # On main, where the sampling writes it: made on another stream it would need a join.
+            tokens = torch.zeros(sync_every, out.shape[0], dtype=torch.long, device="cuda")
             for step in range(steps):
                 with torch.cuda.stream(self.copy):
                     staged = self.host_inputs[step % len(self.host_inputs)].to("cuda", non_blocking=True)

@@ -168,7 +168,7 @@ class Core {
             engine_.alloc(ev, as_range_int(need(ev, K.addr)), as_range_int(need(ev, K.size)), need_stream(stream_obj, stream),
                           device(ev, stream_obj != nullptr, stream), seq_of(ev), truthy(ev, K.pool));
         } else if (kind == "free") {
-            engine_.free(ev, as_int(need(ev, K.addr)), device(ev, stream_obj != nullptr, stream));
+            engine_.free(ev, as_int(need(ev, K.addr)), device(ev, stream_obj != nullptr, stream), seq_of(ev));
         } else if (kind == "event_record") {
             engine_.hb.record(as_int(need(ev, K.event)), engine_.appear(need_stream(stream_obj, stream)));
         } else if (kind == "event_wait") {

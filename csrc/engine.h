@@ -153,8 +153,8 @@ class Engine {
         lifetimes_.alloc(addr, size, owner, device, event, domain, seq, pooled);
     }
 
-    void free(PyObject* event, i64 addr, i64 device) {
-        Lifetime* lifetime = lifetimes_.free(addr, device, event);
+    void free(PyObject* event, i64 addr, i64 device, i64 seq) {
+        Lifetime* lifetime = lifetimes_.free(addr, device, event, seq);
         if (lifetime == nullptr) return;
         Ref<Lifetime> block(lifetime);
         lifetimes_.await_reuse(lifetime, hb.domain(appear(lifetime->owner)));  // takes free's reference

@@ -80,7 +80,7 @@ class Lifetimes {
 
     // End the lifetime of the block at addr (null if the trace never allocated it); the
     // caller owns the returned reference.
-    Lifetime* free(i64 addr, i64 device, PyObject* event) {
+    Lifetime* free(i64 addr, i64 device, PyObject* event, i64 seq) {
         auto& live = live_[device];
         auto it = live.find(addr);
         if (it == live.end()) return nullptr;
@@ -88,6 +88,7 @@ class Lifetimes {
         live.erase(it);
         Py_INCREF(event);
         l->free = event;
+        l->free_seq = seq;
         return l;
     }
 

@@ -110,6 +110,7 @@ struct Lifetime {
     i64 id = 0, addr = 0, size = 0, owner = 0, device = 0;
     i64 domain = -1;       // where it was allocated: EAGER (clocks.h) or a capture
     i64 alloc_seq = 0;     // the alloc event's seq
+    i64 free_seq = -1;     // the free event's seq, once freed
     bool pooled = false;   // the alloc event names a pool (a graph's): not a graph input
     bool ended = false;    // ended silently by an overlapping allocation (a malformed trace)
     PyObject* alloc = nullptr;  // the alloc event, owned

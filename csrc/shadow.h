@@ -12,6 +12,8 @@
 // every access in a 2 MiB granule.
 #pragma once
 
+#include <algorithm>
+
 #include <set>
 #include <unordered_map>
 #include <vector>
@@ -90,6 +92,21 @@ class ShadowMemory {
     }
 
    private:
+    // The allocator ordered old before rec (shadow.py's allocator_waited): every block old
+    // touched was freed after it, with its stream named by record_stream, and rec reaches
+    // them only through later allocations. The caching allocator hands such a block out
+    // again only once the events it recorded on those streams at the free have completed.
+    static bool allocator_waited(const Rec& old, const Rec& rec) {
+        if (old.lifetimes.size() == 0) return false;
+        for (Lifetime* l : old.lifetimes) {
+            if (l->free_seq < 0 || old.issued >= l->free_seq) return false;
+            if (std::find(l->recorded.begin(), l->recorded.end(), old.stream) == l->recorded.end()) return false;
+            for (Lifetime* n : rec.lifetimes)
+                if (n == l) return false;
+        }
+        return true;
+    }
+
     // Checks one bucket; drops the accesses rec makes redundant. True when it is left empty.
     bool scan(std::vector<Rec*>& bucket, const Rec& rec, const VectorClock& clock, const VectorClock& host, Rec*& racer,
               Overlap& how) {
@@ -110,7 +127,7 @@ class ShadowMemory {
                 } else if ((rec.write || old->write) && old->stream != rec.stream &&
                            (racer == nullptr || old->order > racer->order)) {
                     Overlap hit = overlaps(old->rng, rec.rng);
-                    if (hit != NONE) {
+                    if (hit != NONE && !allocator_waited(*old, rec)) {
                         racer = old;
                         how = hit;
                     }

@@ -316,6 +316,37 @@ def test_x6_fixed_record_stream() -> None:
     assert kinds(eager_freed_before_use(fixed=True)) == []
 
 
+def staged_inputs(recorded: bool) -> TraceBuilder:
+    """The serving loop's staging (benchmarks/serving_loop.py): each step's input is copied to
+    the GPU on a copy stream, read on main, freed with ``record_stream(main)``, and the next
+    step's copy is handed the same block."""
+    tb = TraceBuilder()
+    main, copier = tb.stream("main"), tb.stream("copy")
+    static_in = tb.alloc(N, main, at="loop.py:1")
+    block = None
+    for _ in range(ROUNDS):
+        block = staged = tb.alloc(N, copier, addr=block, at="loop.py:5")
+        tb.op("aten::_to_copy", copier, writes=[tb.span(staged, N)], at="loop.py:5")
+        ready = tb.event()
+        tb.record(ready, copier)
+        tb.wait(ready, main)
+        tb.op("aten::copy_", main, [tb.span(staged, N)], [tb.span(static_in, N)], at="loop.py:8")
+        if recorded:
+            tb.record_stream(staged, main, at="loop.py:9")
+        tb.free(staged, at="loop.py:10")
+    return tb
+
+
+def test_a_block_freed_with_record_stream_is_handed_out_only_after_its_users() -> None:
+    """The caching allocator reuses the block only once main's recorded event has completed:
+    the next copy into it is ordered after main's read, though no stream waits."""
+    assert kinds(staged_inputs(recorded=True)) == []
+
+
+def test_without_record_stream_the_reuse_is_reported() -> None:
+    assert kinds(staged_inputs(recorded=False)) == [UNSAFE_FREE]
+
+
 # -- correct programs around captures ------------------------------------------------------------
 def one_graph_on_two_streams() -> TraceBuilder:
     tb = TraceBuilder()

@@ -40,6 +40,23 @@ class AccessRecord:
     replay: Mapping[str, Any] | None = None
 
 
+def allocator_waited(old: AccessRecord, new: AccessRecord) -> bool:
+    """Did the allocator order ``old`` before ``new``? Yes when every block ``old`` touched was
+    freed after it with its stream named by ``record_stream``, and ``new`` reaches them only
+    through later allocations: the caching allocator hands such a block out again only once
+    the events it recorded on those streams at the free have completed (docs/analysis.md §5)."""
+    if not old.lifetimes:
+        return False
+    issued = old.replay["seq"] if old.replay is not None else old.event["seq"]
+    for lifetime in old.lifetimes:
+        free = lifetime.free
+        if free is None or issued >= free["seq"] or old.stream not in lifetime.recorded:
+            return False
+        if any(lifetime is other for other in new.lifetimes):
+            return False
+    return True
+
+
 class ShadowMemory:
     """Earlier accesses of one (domain, device)."""
 
@@ -89,7 +106,7 @@ class ShadowMemory:
                         old.forgotten = stale = True
                 elif (write or old.write) and old.stream != stream and (racer is None or old.order > racer.order):
                     hit = overlaps(old.rng, rng)
-                    if hit:
+                    if hit and not allocator_waited(old, new):
                         racer, how = old, hit
         if stale:
             self._compact(keys)
