@@ -88,6 +88,7 @@ def _captured_ops(trace):
     """Per graph: the op and kernel events with their graph nodes, and the graph's DAG (the truth)."""
     graphs: dict[int, tuple[list[dict], nx.DiGraph]] = {}
     ops_of: dict[int, list[dict]] = {}
+    current = None
     for e in trace.events:
         if e["ev"] == "graph":
             dag = nx.DiGraph()
@@ -101,7 +102,9 @@ def _captured_ops(trace):
         elif e["ev"] == "capture_begin":
             ops_of[e["graph"]] = []
             current = e["graph"]
-        elif e["ev"] == "op" or (e["ev"] == "kernel" and "stream" in e):
+        elif e["ev"] == "capture_end":
+            current = None  # the eager work between captures has no graph to check against
+        elif current is not None and (e["ev"] == "op" or (e["ev"] == "kernel" and "stream" in e)):
             ops_of[current].append(e)  # dispatcher ops and the launches it never saw
     return graphs
 
@@ -113,7 +116,8 @@ def test_model_agrees_with_the_captured_graph(name):
     trace, result = _analyze(name)
     reported = set()
     for f in result.raw_findings:
-        if f.kind == DATA_RACE or (f.kind == UNSAFE_FREE and f.aliasing):
+        captured = all(a.graph is not None and a.captured is None for a in f.accesses)
+        if captured and (f.kind == DATA_RACE or (f.kind == UNSAFE_FREE and f.aliasing)):
             reported.add((f.accesses[0].seq, f.accesses[1].seq))
     unordered_conflicts = set()
     for ops, dag in _captured_ops(trace).values():
@@ -171,7 +175,7 @@ def test_parameter_words_resolve_to_live_blocks():
 
 
 # -- the execution view: whole programs recorded on the H200 (examples/execution_gallery.py) ----
-GALLERY = "examples/execution_gallery.py"
+EXECUTION_GALLERY = "examples/execution_gallery.py"
 EXECUTION = {  # the buggy program: its kind, hazard, aliasing, and the replay sides' graphs
     "X1": (DATA_RACE, "WAR", False),
     "X2": (DATA_RACE, "RAW", False),
@@ -194,11 +198,11 @@ def test_execution_view_buggy_programs(key):
     finding = result.findings[0]
     assert hazard is None or finding.hazard == hazard
     assert finding.aliasing == aliasing
-    assert all(a.location and a.location.startswith(f"{GALLERY}:") for a in finding.accesses)
+    assert all(a.location and a.location.startswith(f"{EXECUTION_GALLERY}:") for a in finding.accesses)
     replay_sides = [a for a in finding.accesses if a.captured is not None]
     if key in ("X1", "X2", "X3", "X4"):
         assert replay_sides, "a replay's access, placed at the replay"
-        assert all(a.captured["location"].startswith(f"{GALLERY}:") for a in replay_sides)
+        assert all(a.captured["location"].startswith(f"{EXECUTION_GALLERY}:") for a in replay_sides)
     if key == "X3":
         assert len({a.captured["graph"] for a in replay_sides}) == 2, "both graphs of the pool"
     if key == "X5":
