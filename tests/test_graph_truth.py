@@ -43,8 +43,10 @@ def _disagreements(trace: Trace):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_model_and_graph_agree_on_every_real_trace(name):
-    truth, found = _disagreements(load_trace(TRACES / f"{name}.jsonl.gz"))
-    assert truth.checked_graphs, "every recorded capture carries its graph"
+    trace = load_trace(TRACES / f"{name}.jsonl.gz")
+    truth, found = _disagreements(trace)
+    captured = any(ev["ev"] == "capture_begin" for ev in trace.events)  # X6 is eager only
+    assert truth.checked_graphs or not captured, "every recorded capture carries its graph"
     assert found == []
 
 
