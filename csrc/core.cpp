@@ -16,6 +16,7 @@
 
 #include "engine.h"
 #include "graph_truth.h"
+#include "reader.h"
 
 namespace py = pybind11;
 using namespace streamrace;
@@ -717,4 +718,16 @@ PYBIND11_MODULE(_core, m) {
     observer_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&observer_spec));
     if (observer_type == nullptr) throw py::error_already_set();
     m.def("live_records", [] { return Rec::alive; }, "Access records alive in every core (for memory tests).");
+    if (!reader::init_line_reader_type()) throw py::error_already_set();
+    m.def(
+        "line_reader",
+        [](py::handle stream, py::handle loads, py::handle table, py::handle checker, py::handle on_line, i64 lineno,
+           i64 max_streams) {
+            PyObject* r = reader::new_line_reader(stream.ptr(), loads.ptr(), table.ptr(), checker.ptr(), on_line.ptr(),
+                                                  lineno, max_streams);
+            if (r == nullptr) throw py::error_already_set();
+            return py::reinterpret_steal<py::object>(r);
+        },
+        py::arg("stream"), py::arg("loads"), py::arg("table"), py::arg("checker"), py::arg("on_line"), py::arg("lineno"),
+        py::arg("max_streams"), "The trace reader's fast path over the rest of stream (csrc/reader.h).");
 }
