@@ -730,13 +730,23 @@ PYBIND11_MODULE(_core, m) {
     if (!reader::init_line_reader_type()) throw py::error_already_set();
     m.def(
         "line_reader",
-        [](py::handle stream, py::handle loads, py::handle table, py::handle checker, py::handle on_line, i64 lineno,
-           i64 max_streams) {
-            PyObject* r = reader::new_line_reader(stream.ptr(), loads.ptr(), table.ptr(), checker.ptr(), on_line.ptr(),
-                                                  lineno, max_streams);
+        [](py::handle stream, py::handle table, py::handle checker, py::handle on_line, i64 lineno, i64 max_streams) {
+            PyObject* r =
+                reader::new_line_reader(stream.ptr(), table.ptr(), checker.ptr(), on_line.ptr(), lineno, max_streams);
             if (r == nullptr) throw py::error_already_set();
             return py::reinterpret_steal<py::object>(r);
         },
-        py::arg("stream"), py::arg("loads"), py::arg("table"), py::arg("checker"), py::arg("on_line"), py::arg("lineno"),
+        py::arg("stream"), py::arg("table"), py::arg("checker"), py::arg("on_line"), py::arg("lineno"),
         py::arg("max_streams"), "The trace reader's fast path over the rest of stream (csrc/reader.h).");
+    m.def(
+        "parse_trace_line",
+        [](py::bytes line) -> py::object {
+            trace_json::Parser parser;
+            char* data;
+            Py_ssize_t size;
+            if (PyBytes_AsStringAndSize(line.ptr(), &data, &size) < 0) throw py::error_already_set();
+            PyObject* value = parser.parse(data, data + size);
+            return value != nullptr ? py::reinterpret_steal<py::object>(value) : py::none();
+        },
+        py::arg("line"), "The C++ reader's JSON of one line, None where it gives up (for tests).");
 }

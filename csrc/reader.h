@@ -1,6 +1,6 @@
 // The trace reader's fast path in C++ (streamrace/trace/io.py's iter_trace uses it when the
-// core is built): lines split out of the decompressed stream, each parsed by the reader's own
-// JSON function (orjson), held to its kind's fast check and to the whole-trace checks that
+// core is built): lines split out of the decompressed stream, each parsed straight into
+// Python objects (trace_json.h), held to its kind's fast check and to the whole-trace checks that
 // sets can answer (seq order, a stack defined before its use, the stream limit). Any line it
 // does not accept, whatever the reason, goes to the Python path (`on_line`), which decides
 // and writes every message: so this path only ever makes reading faster.
@@ -21,6 +21,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "trace_json.h"
 
 namespace streamrace::reader {
 
@@ -273,12 +275,12 @@ class Checks {
 // line (None, a line that holds no event, is not handed on).
 struct LineReader {
     PyObject_HEAD PyObject* read;  // the stream's read1
-    PyObject* loads;
     PyObject* on_line;  // line (bytes) -> the event, or None; raises what is wrong with it
     PyObject* checker;  // io._Checker: last_seq goes to it before on_line and comes back after
     PyObject* stacks;   // its set of stack ids defined so far
     PyObject* streams;  // and of streams seen
     Checks* checks;
+    trace_json::Parser* parser;
     std::string* buffer;
     size_t start, scanned;  // the buffer's next line starts at `start`; no '\n' before `scanned`
     i64 lineno, last_seq, max_streams;
@@ -290,32 +292,34 @@ inline PyTypeObject* line_reader_type = nullptr;
 inline void line_reader_dealloc(PyObject* self) {
     auto* r = reinterpret_cast<LineReader*>(self);
     Py_XDECREF(r->read);
-    Py_XDECREF(r->loads);
     Py_XDECREF(r->on_line);
     Py_XDECREF(r->checker);
     Py_XDECREF(r->stacks);
     Py_XDECREF(r->streams);
     delete r->checks;
+    delete r->parser;
     delete r->buffer;
     PyTypeObject* type = Py_TYPE(self);
     type->tp_free(self);
     Py_DECREF(type);
 }
 
-// The next line, '\n' included (bytes), or null: the end (no error set) or a read's error.
-inline PyObject* next_line(LineReader* r) {
+// The next line, '\n' included, as [begin, end) in the buffer (until the next call); false at
+// the end (no error set) or on a read's error.
+inline bool next_line(LineReader* r, const char*& begin, const char*& end) {
     std::string& buffer = *r->buffer;
     for (;;) {
         const char* base = buffer.data();
-        const void* end = std::memchr(base + r->scanned, '\n', buffer.size() - r->scanned);
-        if (end != nullptr || (r->eof && r->start < buffer.size())) {
-            const size_t stop = end != nullptr ? static_cast<const char*>(end) - base + 1 : buffer.size();
-            PyObject* line = PyBytes_FromStringAndSize(base + r->start, Py_ssize_t(stop - r->start));
+        const void* newline = std::memchr(base + r->scanned, '\n', buffer.size() - r->scanned);
+        if (newline != nullptr || (r->eof && r->start < buffer.size())) {
+            const size_t stop = newline != nullptr ? static_cast<const char*>(newline) - base + 1 : buffer.size();
+            begin = base + r->start;
+            end = base + stop;
             r->start = r->scanned = stop;
-            if (line != nullptr) ++r->lineno;
-            return line;
+            ++r->lineno;
+            return true;
         }
-        if (r->eof) return nullptr;
+        if (r->eof) return false;
         r->scanned = buffer.size();
         if (r->start > 0) {  // keep only the part line
             buffer.erase(0, r->start);
@@ -323,11 +327,11 @@ inline PyObject* next_line(LineReader* r) {
             r->start = 0;
         }
         PyObject* chunk = PyObject_CallFunction(r->read, "n", READ_SIZE);
-        if (chunk == nullptr) return nullptr;
+        if (chunk == nullptr) return false;
         if (!PyBytes_Check(chunk)) {
             Py_DECREF(chunk);
             PyErr_SetString(PyExc_TypeError, "the trace stream's read1 must return bytes");
-            return nullptr;
+            return false;
         }
         if (PyBytes_GET_SIZE(chunk) == 0) r->eof = true;
         buffer.append(PyBytes_AS_STRING(chunk), size_t(PyBytes_GET_SIZE(chunk)));
@@ -335,14 +339,10 @@ inline PyObject* next_line(LineReader* r) {
     }
 }
 
-// The event if this path takes it (a new reference), else null with no error set.
-inline PyObject* accept(LineReader* r, PyObject* line) {
-    PyObject* event = PyObject_Vectorcall(r->loads, &line, 1, nullptr);
-    if (event == nullptr) {
-        if (!PyErr_ExceptionMatches(PyExc_Exception)) return nullptr;  // KeyboardInterrupt stays
-        PyErr_Clear();
-        return nullptr;
-    }
+// The event if this path takes the line (a new reference), else null with no error set.
+inline PyObject* accept(LineReader* r, const char* begin, const char* end) {
+    PyObject* event = r->parser->parse(begin, end);
+    if (event == nullptr) return nullptr;
     const Checks& c = *r->checks;
     const KindCheck* check = nullptr;
     i64 seq = 0, id = 0;
@@ -374,7 +374,7 @@ inline PyObject* accept(LineReader* r, PyObject* line) {
 
 // The line through the Python path, with the checker's seq kept in step: the event, None, or
 // null with its error.
-inline PyObject* defer(LineReader* r, PyObject* line) {
+inline PyObject* defer(LineReader* r, const char* begin, const char* end) {
     const Names& k = r->checks->k;
     PyObject* seq = PyLong_FromLongLong(r->last_seq);
     if (seq == nullptr || PyObject_SetAttr(r->checker, k.last_seq, seq) < 0) {
@@ -382,7 +382,9 @@ inline PyObject* defer(LineReader* r, PyObject* line) {
         return nullptr;
     }
     Py_DECREF(seq);
-    PyObject* result = PyObject_CallOneArg(r->on_line, line);
+    PyObject* line = PyBytes_FromStringAndSize(begin, end - begin);
+    PyObject* result = line != nullptr ? PyObject_CallOneArg(r->on_line, line) : nullptr;
+    Py_XDECREF(line);
     if (result == nullptr) return nullptr;
     PyObject* back = PyObject_GetAttr(r->checker, k.last_seq);
     int overflow = 0;
@@ -399,15 +401,14 @@ inline PyObject* defer(LineReader* r, PyObject* line) {
 
 inline PyObject* line_reader_next(PyObject* self) {
     auto* r = reinterpret_cast<LineReader*>(self);
-    for (;;) {
-        PyObject* line = next_line(r);
-        if (line == nullptr) return nullptr;
-        PyObject* event = accept(r, line);
-        if (event == nullptr && !PyErr_Occurred()) event = defer(r, line);
-        Py_DECREF(line);
+    const char *begin, *end;
+    while (next_line(r, begin, end)) {
+        PyObject* event = accept(r, begin, end);
+        if (event == nullptr) event = defer(r, begin, end);
         if (event != Py_None) return event;  // an event, or null with the error
         Py_DECREF(event);
     }
+    return nullptr;  // the end, or the read's error
 }
 
 inline PyObject* line_reader_lineno(PyObject* self, void*) {
@@ -430,8 +431,8 @@ inline bool init_line_reader_type() {
 }
 
 // A reader of `stream`'s remaining lines; null with an error set when the table is not one.
-inline PyObject* new_line_reader(PyObject* stream, PyObject* loads, PyObject* table, PyObject* checker,
-                                 PyObject* on_line, i64 line, i64 max_streams) {
+inline PyObject* new_line_reader(PyObject* stream, PyObject* table, PyObject* checker, PyObject* on_line, i64 line,
+                                 i64 max_streams) {
     auto checks = std::make_unique<Checks>();
     if (!checks->load(table)) return nullptr;
     PyObject* read = PyObject_GetAttrString(stream, "read1");
@@ -457,13 +458,12 @@ inline PyObject* new_line_reader(PyObject* stream, PyObject* loads, PyObject* ta
     r->read = read;
     r->stacks = stacks;
     r->streams = streams;
-    Py_INCREF(loads);
-    r->loads = loads;
     Py_INCREF(on_line);
     r->on_line = on_line;
     Py_INCREF(checker);
     r->checker = checker;
     r->checks = checks.release();
+    r->parser = new trace_json::Parser();
     r->buffer = new std::string();
     r->start = r->scanned = 0;
     r->lineno = line;

@@ -194,7 +194,6 @@ def _read_one(event: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
     checker.stacks.update({1, 2})
     lines = _core.line_reader(
         io.BufferedReader(io.BytesIO((json.dumps(event) + "\n").encode())),
-        trace_io._fast_loads,
         trace_io._native_table(),
         checker,
         lambda line: deferred.append(line),  # the Python path's answer: no event
@@ -227,3 +226,83 @@ def test_the_native_check_accepts_only_what_the_python_check_accepts(
         assert read == trace_io._fast_loads(json.dumps(mutated).encode())
         validate_event(mutated)  # raises if the C++ path let an invalid event through
         assert fast_checks()[mutated["ev"]](mutated)
+
+
+# -- the C++ reader's JSON: what it gives is what the standard library gives ------------------
+_PLAIN = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(1 << 66), max_value=1 << 66)
+    | st.sampled_from([0, -1, 10**17, 10**18 - 1, 10**18, -(10**18) + 1, (1 << 63) - 1])
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6)
+    | st.sampled_from(["addr", "nbytes", "é", "\\", '"', "\x00", "\u2028", "\U0001f600"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+# What a recorder writes: all of it is taken.
+_TAKEN_TEXT = st.text(st.characters(blacklist_categories=["Cs", "Cc"], blacklist_characters='"\\'), max_size=8)
+_TAKEN = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(10**18) + 1, max_value=10**18 - 1) | _TAKEN_TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TAKEN_TEXT, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, and of the same types all the way down (1 == 1.0 == True does not count)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(_same, a, b))
+    return a == b
+
+
+def _agrees(text: bytes) -> None:
+    parsed = _core.parse_trace_line(text)
+    try:
+        expected = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        assert parsed is None, text
+        return
+    if parsed is not None:
+        assert _same(parsed, expected), text
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.text(max_size=6), _PLAIN, max_size=6), st.sampled_from([None, 0, 1]), st.booleans())
+def test_parsed_lines_are_what_the_standard_library_reads(value: dict[str, Any], indent: Any, ascii: bool) -> None:
+    text = json.dumps(value, indent=indent, ensure_ascii=ascii).replace("\n", "\r\t ") + "\n"
+    _agrees(text.encode())
+    compact = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    _agrees(compact)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_TAKEN_TEXT, _TAKEN, max_size=6), st.sampled_from([None, 2]))
+def test_plain_lines_are_taken(value: dict[str, Any], indent: Any) -> None:
+    for text in (json.dumps(value, indent=indent, ensure_ascii=False), json.dumps(value, separators=(",", ":"))):
+        if "\\" not in text:  # json.dumps escapes what ensure_ascii asks it to
+            assert _same(_core.parse_trace_line(text.encode()), value), text
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.sampled_from(VALID_EVENTS), st.integers(min_value=0), st.binary(max_size=3), st.booleans())
+def test_damaged_lines_are_given_up_or_read_alike(event: dict[str, Any], at: int, junk: bytes, insert: bool) -> None:
+    line = json.dumps(event, separators=(",", ":")).encode()
+    at %= len(line)
+    _agrees(line[:at] + junk + line[at + (0 if insert else len(junk)) :])
+
+
+def test_the_plain_json_of_a_trace_is_taken() -> None:
+    for event in VALID_EVENTS:
+        line = (json.dumps(event) + "\n").encode()
+        assert _same(_core.parse_trace_line(line), event)
+    for text in [b'{"a":1.5}', b'{"a":1e3}', b'{"a":"\\n"}', b'{"a":1,"a":2}', b'{"a":1234567890123456789}', b"[1]"]:
+        assert _core.parse_trace_line(text) is None, text  # the Python path's
+    deep = b'{"a":' + b"[" * 100 + b"]" * 100 + b"}"
+    assert _core.parse_trace_line(deep) is None

@@ -350,7 +350,7 @@ def iter_trace(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
             yield header
             take = _line_taker(checker, header)
             if native is not None:
-                lines = native(stream, _fast_loads, _native_table(), checker, take, lineno, MAX_STREAMS)
+                lines = native(stream, _native_table(), checker, take, lineno, MAX_STREAMS)
                 yield from lines
                 lineno = lines.lineno
             else:
