@@ -187,7 +187,7 @@ class Core {
     // Feed every event of an iterable; progress(events, ops, accesses, graphs) every `every`.
     // The cyclic garbage collector waits meanwhile: the events are JSON trees, this loop makes
     // no cycle, and each collection would walk again every event the engine still holds (a
-    // sixth of an analysis streamed from a file). Reference counting frees as before.
+    // tenth of an analysis streamed from a file). Reference counting frees as before.
     void run(py::iterable events, py::object progress, i64 every) {
         struct CollectorPaused {
             const int was = PyGC_Disable();

@@ -10,7 +10,7 @@
 // What it saves over a general parser is objects: keys are interned (the same objects the
 // core looks fields up with, so a lookup is a pointer comparison), and the integers and
 // short strings a trace repeats (addresses, sizes, op names, file names) are shared, being
-// immutable; an event the engine keeps then holds a third of the objects.
+// immutable: an op event is about half the objects it would be.
 #pragma once
 
 #include <Python.h>
