@@ -17,6 +17,7 @@
 
 #include "engine.h"
 #include "graph_truth.h"
+#include "reader.h"
 
 namespace py = pybind11;
 using namespace streamrace;
@@ -211,7 +212,16 @@ class Core {
     }
 
     // Feed every event of an iterable; progress(events, ops, accesses, graphs) every `every`.
+    // The cyclic garbage collector waits meanwhile: the events are JSON trees, this loop makes
+    // no cycle, and each collection would walk again every event the engine still holds (a
+    // tenth of an analysis streamed from a file). Reference counting frees as before.
     void run(py::iterable events, py::object progress, i64 every) {
+        struct CollectorPaused {
+            const int was = PyGC_Disable();
+            ~CollectorPaused() {
+                if (was) PyGC_Enable();
+            }
+        } paused;
         PyObject* observer = observed_source(events.ptr()) != nullptr ? events.ptr() : nullptr;
         PyObject* it = PyObject_GetIter(observer != nullptr ? observed_source(observer) : events.ptr());
         if (it == nullptr) fail();
@@ -767,4 +777,26 @@ PYBIND11_MODULE(_core, m) {
     observer_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&observer_spec));
     if (observer_type == nullptr) throw py::error_already_set();
     m.def("live_records", [] { return Rec::alive; }, "Access records alive in every core (for memory tests).");
+    if (!reader::init_line_reader_type()) throw py::error_already_set();
+    m.def(
+        "line_reader",
+        [](py::handle stream, py::handle table, py::handle checker, py::handle on_line, i64 lineno, i64 max_streams) {
+            PyObject* r =
+                reader::new_line_reader(stream.ptr(), table.ptr(), checker.ptr(), on_line.ptr(), lineno, max_streams);
+            if (r == nullptr) throw py::error_already_set();
+            return py::reinterpret_steal<py::object>(r);
+        },
+        py::arg("stream"), py::arg("table"), py::arg("checker"), py::arg("on_line"), py::arg("lineno"),
+        py::arg("max_streams"), "The trace reader's fast path over the rest of stream (csrc/reader.h).");
+    m.def(
+        "parse_trace_line",
+        [](py::bytes line) -> py::object {
+            trace_json::Parser parser;
+            char* data;
+            Py_ssize_t size;
+            if (PyBytes_AsStringAndSize(line.ptr(), &data, &size) < 0) throw py::error_already_set();
+            PyObject* value = parser.parse(data, data + size);
+            return value != nullptr ? py::reinterpret_steal<py::object>(value) : py::none();
+        },
+        py::arg("line"), "The C++ reader's JSON of one line, None where it gives up (for tests).");
 }

@@ -96,6 +96,10 @@ EVENT_FIELDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
 # to one type everywhere: an event that does not define one may still carry it.
 COMMON_FIELDS: dict[str, str] = {"stream": NONNEG, "device": NONNEG, "stack": NONNEG, "graph": NONNEG}
 
+# Kinds that name a block of memory: kind -> (address field, size field); the block ends
+# below 2^62, like every range.
+BLOCK_ENDS: dict[str, tuple[str, str]] = {"alloc": ("addr", "size")}
+
 
 class EventInvalid(ValueError):
     """One event is malformed; the loader adds the file and line."""
@@ -309,8 +313,9 @@ def validate_event(event: Any) -> None:
     for name, field_kind in COMMON_FIELDS.items():
         if name not in required and name not in optional and event.get(name) is not None:
             _check_field(name, field_kind, event[name])
-    if kind == "alloc" and event["addr"] + event["size"] >= ADDRESS_END:
-        raise EventInvalid("'alloc' block ends past 2^62 (addr + size)")
+    block = BLOCK_ENDS.get(kind)
+    if block is not None and event[block[0]] + event[block[1]] >= ADDRESS_END:
+        raise EventInvalid(f"'{kind}' block ends past 2^62 ({block[0]} + {block[1]})")
     if kind == "graph":
         _check_graph(event)
 
@@ -393,20 +398,36 @@ _FAST_TEST: dict[str, str] = {
 }
 
 
-def _fast_source(kind: str) -> str | None:
-    """The source of one kind's check, or None where the reference is always used (graphs)."""
-    required, optional = EVENT_FIELDS[kind]
-    common = {name: k for name, k in COMMON_FIELDS.items() if name not in required and name not in optional}
-    if any(k not in _FAST_TEST for k in (*required.values(), *optional.values(), *common.values())):
-        return None
+# One field of a kind's fast check: (name, field kind, required). An optional field may be
+# absent or null.
+FastField = tuple[str, str, bool]
+
+
+@cache
+def fast_table() -> dict[str, tuple[tuple[FastField, ...], tuple[str, str] | None]]:
+    """kind -> (its fields, ``seq`` first, then the required, optional and common ones; its
+    block end, ``BLOCK_ENDS``), for every kind whose fields the fast path can check: graphs
+    are left to the reference. Both fast paths are built from it: ``fast_checks()`` here, and
+    the C++ core's reader (csrc/reader.h)."""
+    table = {}
+    for kind, (required, optional) in EVENT_FIELDS.items():
+        fields = [("seq", NONNEG, True), *((name, k, True) for name, k in required.items())]
+        fields += [(name, k, False) for name, k in optional.items()]
+        fields += [(name, k, False) for name, k in COMMON_FIELDS.items() if name not in {**required, **optional}]
+        if all(k in _FAST_TEST for _, k, _ in fields):
+            table[kind] = (tuple(fields), BLOCK_ENDS.get(kind))
+    return table
+
+
+def _fast_source(kind: str, fields: tuple[FastField, ...], block: tuple[str, str] | None) -> str:
+    """The source of one kind's check."""
     lines = [f"def check_{kind}(event):", "    get = event.get"]
-    for name, field_kind in {"seq": NONNEG, **required}.items():
-        lines += [f"    v = get({name!r})", f"    if not ({_FAST_TEST[field_kind]}):", "        return False"]
-    for name, field_kind in {**optional, **common}.items():
+    for name, field_kind, required in fields:
         test = _FAST_TEST[field_kind]
-        lines += [f"    v = get({name!r})", f"    if v is not None and not ({test}):", "        return False"]
-    if kind == "alloc":
-        lines += ["    return event['addr'] + event['size'] < ADDRESS_END"]
+        condition = f"not ({test})" if required else f"v is not None and not ({test})"
+        lines += [f"    v = get({name!r})", f"    if {condition}:", "        return False"]
+    if block is not None:
+        lines += [f"    return event[{block[0]!r}] + event[{block[1]!r}] < ADDRESS_END"]
     else:
         lines += ["    return True"]
     return "\n".join(lines) + "\n"
@@ -425,12 +446,10 @@ def fast_checks() -> dict[str, Callable[[dict[str, Any]], bool]]:
         "_fast_frames": _fast_frames,
     }
     checks: dict[str, Callable[[dict[str, Any]], bool]] = {}
-    for kind in EVENT_FIELDS:
-        source = _fast_source(kind)
-        if source is not None:
-            namespace: dict[str, Any] = dict(names)
-            exec(compile(source, f"<fast check of {kind!r} events>", "exec"), namespace)
-            checks[kind] = namespace[f"check_{kind}"]
+    for kind, (fields, block) in fast_table().items():
+        namespace: dict[str, Any] = dict(names)
+        exec(compile(_fast_source(kind, fields, block), f"<fast check of {kind!r} events>", "exec"), namespace)
+        checks[kind] = namespace[f"check_{kind}"]
     return checks
 
 

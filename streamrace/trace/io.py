@@ -26,7 +26,8 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import IO, Any
+from functools import cache
+from typing import IO, Any, cast
 
 from streamrace.errors import TraceError
 from streamrace.trace.events import (
@@ -37,6 +38,7 @@ from streamrace.trace.events import (
     EventInvalid,
     UnknownEvent,
     fast_checks,
+    fast_table,
     validate_event,
     validate_header,
 )
@@ -258,6 +260,68 @@ def _read_event(line: bytes, checker: _Checker, header: dict[str, Any]) -> dict[
     return event
 
 
+def _line_taker(checker: _Checker, header: dict[str, Any]) -> Callable[[bytes], dict[str, Any] | None]:
+    """What the reader makes of one line after the header: its event, validated and checked
+    against the trace so far, or None for a line that holds none; EventInvalid names what
+    is wrong with it. The fast path first, inline; a line it does not accept goes to
+    _read_event."""
+    loads, checks, stacks, streams = _fast_loads, fast_checks(), checker.stacks, checker.streams
+
+    def take(line: bytes) -> dict[str, Any] | None:
+        try:
+            event = loads(line)
+            fast = checks[event["ev"]](event)
+        except Exception:  # not JSON, not an object, no or unknown kind: the reference says
+            fast = False
+        if not fast:
+            return _read_event(line, checker, header)
+        seq = event["seq"]
+        if seq <= checker.last_seq:
+            checker.order(event)
+        checker.last_seq = seq
+        stack = event.get("stack")
+        if stack is not None and stack not in stacks:
+            raise EventInvalid(f"stack {stack} is used before its 'stack' entry")
+        stream_id = event.get("stream")
+        if stream_id is not None and stream_id not in streams:
+            checker.new_stream(stream_id)
+        kind = event["ev"]
+        if kind in _STATEFUL:
+            checker.stateful(kind, event)
+        return event
+
+    return take
+
+
+def _native_line_reader() -> Callable[..., Any] | None:
+    """The C++ core's reader of the lines after the header (csrc/reader.h), which takes the
+    lines _line_taker would accept on its fast path and hands it every other line; None when
+    the core is not built, or STREAMRACE_CORE=python asks for no compiled code."""
+    if os.environ.get("STREAMRACE_CORE", "").strip().lower() == "python":
+        return None
+    try:
+        import streamrace._core as _core
+    except ImportError:
+        return None
+    return cast("Callable[..., Any]", _core.line_reader)
+
+
+@cache
+def _native_table() -> dict[str, Any]:
+    """The kinds the C++ reader checks itself: all of events.fast_table() but the stateful
+    ones, whose whole-trace rules only _Checker knows (their lines go to _line_taker)."""
+    return {kind: spec for kind, spec in fast_table().items() if kind not in _STATEFUL}
+
+
+def _read_failed(name: str, lineno: int, exc: Exception) -> TraceError:
+    if isinstance(exc, EventInvalid):
+        return TraceError(name, lineno, str(exc))
+    if isinstance(exc, (EOFError, zlib.error, gzip.BadGzipFile)):
+        return TraceError(name, lineno + 1, f"truncated or corrupt gzip data ({exc})")
+    assert isinstance(exc, OSError)
+    return TraceError(name, None, exc.strerror or str(exc))
+
+
 def iter_trace(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     """Yield the header, then every event, validated; ``-`` reads standard input. Raises
     TraceError on the first problem.
@@ -274,7 +338,8 @@ def iter_trace(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
             raise TraceError(name, None, "is a directory, not a trace file")
     lineno = 0
     checker = _Checker()
-    loads, checks, stacks, streams = _fast_loads, fast_checks(), checker.stacks, checker.streams
+    native = _native_line_reader()
+    lines = None  # the C++ reader, once it reads: it counts the lines then
     try:
         with _open_binary(path) as stream:
             first = stream.readline()
@@ -283,39 +348,19 @@ def iter_trace(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
             lineno = 1
             header = _read_header(first)
             yield header
-            for line in stream:
-                lineno += 1
-                # The fast path, inline: a line it does not accept goes to _read_event.
-                try:
-                    event = loads(line)
-                    fast = checks[event["ev"]](event)
-                except Exception:  # not JSON, not an object, no or unknown kind: the reference says
-                    fast = False
-                if not fast:
-                    event = _read_event(line, checker, header)
+            take = _line_taker(checker, header)
+            if native is not None:
+                lines = native(stream, _native_table(), checker, take, lineno, MAX_STREAMS)
+                yield from lines
+                lineno = lines.lineno
+            else:
+                for line in stream:
+                    lineno += 1
+                    event = take(line)
                     if event is not None:
                         yield event
-                    continue
-                seq = event["seq"]
-                if seq <= checker.last_seq:
-                    checker.order(event)
-                checker.last_seq = seq
-                stack = event.get("stack")
-                if stack is not None and stack not in stacks:
-                    raise EventInvalid(f"stack {stack} is used before its 'stack' entry")
-                stream_id = event.get("stream")
-                if stream_id is not None and stream_id not in streams:
-                    checker.new_stream(stream_id)
-                kind = event["ev"]
-                if kind in _STATEFUL:
-                    checker.stateful(kind, event)
-                yield event
-    except EventInvalid as exc:
-        raise TraceError(name, lineno, str(exc)) from None
-    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-        raise TraceError(name, lineno + 1, f"truncated or corrupt gzip data ({exc})") from None
-    except OSError as exc:
-        raise TraceError(name, None, exc.strerror or str(exc)) from None
+    except (EventInvalid, EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
+        raise _read_failed(name, lines.lineno if lines is not None else lineno, exc) from None
     if checker.open_graphs:
         graphs = ", ".join(map(str, sorted(checker.open_graphs)))
         raise TraceError(name, lineno, f"trace ends inside a capture of graph {graphs} (truncated?)")

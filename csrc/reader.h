@@ -1,0 +1,476 @@
+// The trace reader's fast path in C++ (streamrace/trace/io.py's iter_trace uses it when the
+// core is built): lines split out of the decompressed stream, each parsed straight into
+// Python objects (trace_json.h), held to its kind's fast check and to the whole-trace checks that
+// sets can answer (seq order, a stack defined before its use, the stream limit). Any line it
+// does not accept, whatever the reason, goes to the Python path (`on_line`), which decides
+// and writes every message: so this path only ever makes reading faster.
+//
+// The checks are compiled from events.fast_table() (kind -> fields and block end), the same
+// table the Python fast checks are built from; a kind the table given here lacks is always
+// the Python path's, so a new kind is never dropped here. It says no to anything unusual,
+// numbers beyond 64 bits included, and never yes to what the Python fast check refuses.
+//
+// The stream is read the way `for line in stream` reads it: one read of the buffer's size
+// each time no whole line is left, so a corrupt gzip stream fails at the same line; and a
+// pipe's lines are handed on as they come.
+#pragma once
+
+#include <Python.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trace_json.h"
+
+namespace streamrace::reader {
+
+using i64 = long long;
+
+enum class Type { INT, NONNEG, POS, STR, BOOL, POOL, INTS, RANGES, FRAMES };
+
+struct Field {
+    PyObject* name;  // interned, owned by Keys::names
+    Type type;
+    bool required;  // else it may be absent or null
+};
+
+struct KindCheck {
+    std::vector<Field> fields;
+    PyObject* block_addr = nullptr;  // the block end's fields (BLOCK_ENDS), or null
+    PyObject* block_size = nullptr;
+};
+
+constexpr i64 ADDRESS_END = i64(1) << 62;
+constexpr Py_ssize_t READ_SIZE = 1 << 16;  // io.py's buffer size
+
+struct Names {
+    PyObject *ev, *seq, *stack, *stream, *addr, *nbytes, *shape, *stride, *itemsize, *last_seq;
+};
+
+// A Python int of 64 bits (bool excluded, as `type(v) is int` does), else false.
+inline bool int64(PyObject* v, i64& out) {
+    if (v == nullptr || !PyLong_CheckExact(v)) return false;
+    int overflow = 0;
+    out = PyLong_AsLongLongAndOverflow(v, &overflow);
+    return overflow == 0;  // an exact int never fails otherwise
+}
+
+// The value of key, borrowed; null when absent. Never an error: the keys are str.
+inline PyObject* item(PyObject* dict, PyObject* key) { return PyDict_GetItemWithError(dict, key); }
+
+class Checks {
+   public:
+    Names k{};
+
+    Checks() = default;
+
+    // table: kind -> (((name, field kind, required), ...), (addr field, size field) or None).
+    // False with a Python error set when it is not one.
+    bool load(PyObject* table) {
+        const char* fixed[] = {"ev", "seq", "stack", "stream", "addr", "nbytes", "shape", "stride", "itemsize", "last_seq"};
+        PyObject** slots[] = {&k.ev,    &k.seq,    &k.stack,  &k.stream,   &k.addr,
+                              &k.nbytes, &k.shape, &k.stride, &k.itemsize, &k.last_seq};
+        for (size_t i = 0; i < sizeof(fixed) / sizeof(*fixed); ++i)
+            if ((*slots[i] = name(PyUnicode_FromString(fixed[i]))) == nullptr) return false;
+        if (!PyDict_Check(table) || (kinds_ = PyDict_New()) == nullptr) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "the check table must be a dict");
+            return false;
+        }
+        PyObject *kind, *spec;
+        Py_ssize_t at = 0;
+        while (PyDict_Next(table, &at, &kind, &spec)) {
+            KindCheck check;
+            PyObject *fields, *block, *field_name, *type_name, *addr, *size;
+            int required;
+            if (!PyArg_ParseTuple(spec, "OO", &fields, &block)) return false;
+            PyObject* listed = PySequence_Fast(fields, "a kind's fields must be a sequence");
+            if (listed == nullptr) return false;
+            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(listed); ++i) {
+                Type t;
+                bool parsed = PyArg_ParseTuple(PySequence_Fast_GET_ITEM(listed, i), "UUp", &field_name, &type_name, &required) &&
+                              type(type_name, t);
+                if (parsed) Py_INCREF(field_name);
+                PyObject* interned = parsed ? name(field_name) : nullptr;
+                if (interned == nullptr) {
+                    Py_DECREF(listed);
+                    return false;
+                }
+                check.fields.push_back({interned, t, required != 0});
+            }
+            Py_DECREF(listed);
+            if (block != Py_None) {
+                if (!PyArg_ParseTuple(block, "UU", &addr, &size)) return false;
+                Py_INCREF(addr);
+                Py_INCREF(size);
+                if ((check.block_addr = name(addr)) == nullptr || (check.block_size = name(size)) == nullptr) return false;
+            }
+            PyObject* index = PyLong_FromSize_t(checks_.size());
+            if (index == nullptr) return false;
+            const int stored = PyDict_SetItem(kinds_, kind, index);
+            Py_DECREF(index);
+            if (stored < 0) return false;
+            checks_.push_back(std::move(check));
+        }
+        return true;
+    }
+
+    ~Checks() {
+        Py_XDECREF(kinds_);
+        for (PyObject* n : names_) Py_DECREF(n);
+    }
+
+    Checks(const Checks&) = delete;
+    Checks& operator=(const Checks&) = delete;
+
+    // The kind's check, or null: a kind this path leaves to Python.
+    const KindCheck* find(PyObject* kind) const {
+        if (!PyUnicode_CheckExact(kind)) return nullptr;
+        PyObject* index = PyDict_GetItemWithError(kinds_, kind);
+        if (index == nullptr) {
+            PyErr_Clear();  // only a hash failure could set one, and a str has a hash
+            return nullptr;
+        }
+        return &checks_[PyLong_AsSsize_t(index)];
+    }
+
+    // Certainly valid (the Python fast check of its kind would say True); false: look closer.
+    bool valid(PyObject* event, const KindCheck& check) const {
+        for (const Field& f : check.fields) {
+            PyObject* v = item(event, f.name);
+            if (v == nullptr || v == Py_None) {
+                if (f.required) return false;
+                continue;
+            }
+            if (!value(f.type, v)) return false;
+        }
+        if (check.block_addr != nullptr) {
+            i64 addr, size, end;
+            if (!int64(item(event, check.block_addr), addr) || !int64(item(event, check.block_size), size)) return false;
+            if (__builtin_add_overflow(addr, size, &end) || end >= ADDRESS_END) return false;
+        }
+        return true;
+    }
+
+   private:
+    // s interned and kept (the reference is taken over); null stays null.
+    PyObject* name(PyObject* s) {
+        if (s == nullptr) return nullptr;
+        PyUnicode_InternInPlace(&s);
+        names_.push_back(s);
+        return s;
+    }
+
+    static bool type(PyObject* type_name, Type& out) {
+        static const std::pair<const char*, Type> known[] = {
+            {"int", Type::INT},   {"nonneg", Type::NONNEG}, {"pos", Type::POS},       {"str", Type::STR},
+            {"bool", Type::BOOL}, {"pool", Type::POOL},     {"ints", Type::INTS},     {"ranges", Type::RANGES},
+            {"frames", Type::FRAMES}};
+        const char* text = PyUnicode_AsUTF8(type_name);
+        if (text == nullptr) return false;
+        for (const auto& [spelled, t] : known)
+            if (std::strcmp(text, spelled) == 0) {
+                out = t;
+                return true;
+            }
+        PyErr_Format(PyExc_ValueError, "a field kind the C++ reader does not check: %s", text);
+        return false;
+    }
+
+    bool value(Type type, PyObject* v) const {
+        i64 n;
+        switch (type) {
+            case Type::INT:
+                return int64(v, n);
+            case Type::NONNEG:
+                return int64(v, n) && n >= 0;
+            case Type::POS:
+                return int64(v, n) && n > 0;
+            case Type::STR:
+                return PyUnicode_CheckExact(v);
+            case Type::BOOL:
+                return PyBool_Check(v);
+            case Type::POOL:
+                return PyList_CheckExact(v) && PyList_GET_SIZE(v) == 2 && ints(v);
+            case Type::INTS:
+                return PyList_CheckExact(v) && ints(v);
+            case Type::RANGES:
+                return ranges(v);
+            case Type::FRAMES:
+                return frames(v);
+        }
+        return false;
+    }
+
+    static bool ints(PyObject* list) {
+        i64 n;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i)
+            if (!int64(PyList_GET_ITEM(list, i), n)) return false;
+        return true;
+    }
+
+    bool ranges(PyObject* list) const {
+        if (!PyList_CheckExact(list)) return false;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i) {
+            PyObject* range = PyList_GET_ITEM(list, i);
+            if (!PyDict_CheckExact(range)) return false;
+            i64 addr, nbytes, end;
+            if (!int64(item(range, k.addr), addr) || addr < 0) return false;
+            PyObject* count = item(range, k.nbytes);
+            if (count != nullptr) {  // contiguous; a null nbytes is the Python path's to word
+                if (!int64(count, nbytes) || nbytes < 0) return false;
+                if (__builtin_add_overflow(addr, nbytes, &end) || end >= ADDRESS_END) return false;
+            } else if (!strided(addr, range)) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    bool strided(i64 addr, PyObject* range) const {
+        PyObject* shape = item(range, k.shape);
+        PyObject* stride = item(range, k.stride);
+        i64 itemsize;
+        if (shape == nullptr || stride == nullptr || !PyList_CheckExact(shape) || !PyList_CheckExact(stride)) return false;
+        if (!int64(item(range, k.itemsize), itemsize) || itemsize <= 0) return false;
+        const Py_ssize_t dims = PyList_GET_SIZE(shape);
+        if (PyList_GET_SIZE(stride) != dims) return false;
+        i64 lo = addr, hi = addr;
+        bool empty = false;
+        for (Py_ssize_t d = 0; d < dims; ++d) {
+            i64 n, s, reach;
+            if (!int64(PyList_GET_ITEM(shape, d), n) || n < 0 || !int64(PyList_GET_ITEM(stride, d), s)) return false;
+            if (n == 0) {
+                empty = true;
+                continue;
+            }
+            if (__builtin_mul_overflow(n - 1, s, &reach) || __builtin_mul_overflow(reach, itemsize, &reach)) return false;
+            if (__builtin_add_overflow(s > 0 ? hi : lo, reach, s > 0 ? &hi : &lo)) return false;
+        }
+        if (empty) return addr < ADDRESS_END;
+        i64 end;
+        return lo >= 0 && !__builtin_add_overflow(hi, itemsize, &end) && end < ADDRESS_END;
+    }
+
+    static bool frames(PyObject* list) {
+        if (!PyList_CheckExact(list)) return false;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i) {
+            PyObject* frame = PyList_GET_ITEM(list, i);
+            i64 line;
+            if (!PyList_CheckExact(frame) || PyList_GET_SIZE(frame) != 3) return false;
+            if (!PyUnicode_CheckExact(PyList_GET_ITEM(frame, 0)) || !PyUnicode_CheckExact(PyList_GET_ITEM(frame, 2)) ||
+                !int64(PyList_GET_ITEM(frame, 1), line))
+                return false;
+        }
+        return true;
+    }
+
+    PyObject* kinds_ = nullptr;  // kind -> its index in checks_
+    std::vector<KindCheck> checks_;
+    std::vector<PyObject*> names_;  // owned
+};
+
+// The iterator: events, in order, each either accepted here or whatever on_line made of its
+// line (None, a line that holds no event, is not handed on).
+struct LineReader {
+    PyObject_HEAD PyObject* read;  // the stream's read1
+    PyObject* on_line;  // line (bytes) -> the event, or None; raises what is wrong with it
+    PyObject* checker;  // io._Checker: last_seq goes to it before on_line and comes back after
+    PyObject* stacks;   // its set of stack ids defined so far
+    PyObject* streams;  // and of streams seen
+    Checks* checks;
+    trace_json::Parser* parser;
+    std::string* buffer;
+    size_t start, scanned;  // the buffer's next line starts at `start`; no '\n' before `scanned`
+    i64 lineno, last_seq, max_streams;
+    bool eof;
+};
+
+inline PyTypeObject* line_reader_type = nullptr;
+
+inline void line_reader_dealloc(PyObject* self) {
+    auto* r = reinterpret_cast<LineReader*>(self);
+    Py_XDECREF(r->read);
+    Py_XDECREF(r->on_line);
+    Py_XDECREF(r->checker);
+    Py_XDECREF(r->stacks);
+    Py_XDECREF(r->streams);
+    delete r->checks;
+    delete r->parser;
+    delete r->buffer;
+    PyTypeObject* type = Py_TYPE(self);
+    type->tp_free(self);
+    Py_DECREF(type);
+}
+
+// The next line, '\n' included, as [begin, end) in the buffer (until the next call); false at
+// the end (no error set) or on a read's error.
+inline bool next_line(LineReader* r, const char*& begin, const char*& end) {
+    std::string& buffer = *r->buffer;
+    for (;;) {
+        const char* base = buffer.data();
+        const void* newline = std::memchr(base + r->scanned, '\n', buffer.size() - r->scanned);
+        if (newline != nullptr || (r->eof && r->start < buffer.size())) {
+            const size_t stop = newline != nullptr ? static_cast<const char*>(newline) - base + 1 : buffer.size();
+            begin = base + r->start;
+            end = base + stop;
+            r->start = r->scanned = stop;
+            ++r->lineno;
+            return true;
+        }
+        if (r->eof) return false;
+        r->scanned = buffer.size();
+        if (r->start > 0) {  // keep only the part line
+            buffer.erase(0, r->start);
+            r->scanned -= r->start;
+            r->start = 0;
+        }
+        PyObject* chunk = PyObject_CallFunction(r->read, "n", READ_SIZE);
+        if (chunk == nullptr) return false;
+        if (!PyBytes_Check(chunk)) {
+            Py_DECREF(chunk);
+            PyErr_SetString(PyExc_TypeError, "the trace stream's read1 must return bytes");
+            return false;
+        }
+        if (PyBytes_GET_SIZE(chunk) == 0) r->eof = true;
+        buffer.append(PyBytes_AS_STRING(chunk), size_t(PyBytes_GET_SIZE(chunk)));
+        Py_DECREF(chunk);
+    }
+}
+
+// The event if this path takes the line (a new reference), else null with no error set.
+inline PyObject* accept(LineReader* r, const char* begin, const char* end) {
+    PyObject* event = r->parser->parse(begin, end);
+    if (event == nullptr) return nullptr;
+    const Checks& c = *r->checks;
+    const KindCheck* check = nullptr;
+    i64 seq = 0, id = 0;
+    PyObject* kind = PyDict_CheckExact(event) ? item(event, c.k.ev) : nullptr;
+    if (kind != nullptr) check = c.find(kind);
+    if (check == nullptr || !c.valid(event, *check) || !int64(item(event, c.k.seq), seq) || seq <= r->last_seq) {
+        Py_DECREF(event);
+        return nullptr;
+    }
+    // The checks io._Checker.check makes, in its order; stateful kinds are not in the table.
+    PyObject* stack = item(event, c.k.stack);
+    if (stack != nullptr && stack != Py_None && (!int64(stack, id) || PySet_Contains(r->stacks, stack) != 1)) {
+        Py_DECREF(event);
+        return nullptr;
+    }
+    PyObject* stream = item(event, c.k.stream);
+    if (stream != nullptr && stream != Py_None) {
+        int known = int64(stream, id) ? PySet_Contains(r->streams, stream) : -1;
+        if (known == 0 && PySet_GET_SIZE(r->streams) < r->max_streams) known = PySet_Add(r->streams, stream) == 0;
+        if (known != 1) {
+            PyErr_Clear();  // a failed add is the Python path's to repeat and report
+            Py_DECREF(event);
+            return nullptr;
+        }
+    }
+    r->last_seq = seq;
+    return event;
+}
+
+// The line through the Python path, with the checker's seq kept in step: the event, None, or
+// null with its error.
+inline PyObject* defer(LineReader* r, const char* begin, const char* end) {
+    const Names& k = r->checks->k;
+    PyObject* seq = PyLong_FromLongLong(r->last_seq);
+    if (seq == nullptr || PyObject_SetAttr(r->checker, k.last_seq, seq) < 0) {
+        Py_XDECREF(seq);
+        return nullptr;
+    }
+    Py_DECREF(seq);
+    PyObject* line = PyBytes_FromStringAndSize(begin, end - begin);
+    PyObject* result = line != nullptr ? PyObject_CallOneArg(r->on_line, line) : nullptr;
+    Py_XDECREF(line);
+    if (result == nullptr) return nullptr;
+    PyObject* back = PyObject_GetAttr(r->checker, k.last_seq);
+    int overflow = 0;
+    i64 value = back != nullptr ? PyLong_AsLongLongAndOverflow(back, &overflow) : -1;
+    Py_XDECREF(back);
+    if (back == nullptr || (value == -1 && PyErr_Occurred()) || overflow) {  // a seq is 64 bits by now
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_OverflowError, "seq beyond 64 bits");
+        Py_DECREF(result);
+        return nullptr;
+    }
+    r->last_seq = value;
+    return result;
+}
+
+inline PyObject* line_reader_next(PyObject* self) {
+    auto* r = reinterpret_cast<LineReader*>(self);
+    const char *begin, *end;
+    while (next_line(r, begin, end)) {
+        PyObject* event = accept(r, begin, end);
+        if (event == nullptr) event = defer(r, begin, end);
+        if (event != Py_None) return event;  // an event, or null with the error
+        Py_DECREF(event);
+    }
+    return nullptr;  // the end, or the read's error
+}
+
+inline PyObject* line_reader_lineno(PyObject* self, void*) {
+    return PyLong_FromLongLong(reinterpret_cast<LineReader*>(self)->lineno);
+}
+
+// Creates the type once (at module import).
+inline bool init_line_reader_type() {
+    static PyGetSetDef getset[] = {
+        {"lineno", line_reader_lineno, nullptr, "lines read so far", nullptr},
+        {nullptr, nullptr, nullptr, nullptr, nullptr}};
+    static PyType_Slot slots[] = {{Py_tp_dealloc, reinterpret_cast<void*>(line_reader_dealloc)},
+                                  {Py_tp_iter, reinterpret_cast<void*>(PyObject_SelfIter)},
+                                  {Py_tp_iternext, reinterpret_cast<void*>(line_reader_next)},
+                                  {Py_tp_getset, getset},
+                                  {0, nullptr}};
+    static PyType_Spec spec = {"streamrace._core.LineReader", sizeof(LineReader), 0, Py_TPFLAGS_DEFAULT, slots};
+    line_reader_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&spec));
+    return line_reader_type != nullptr;
+}
+
+// A reader of `stream`'s remaining lines; null with an error set when the table is not one.
+inline PyObject* new_line_reader(PyObject* stream, PyObject* table, PyObject* checker, PyObject* on_line, i64 line,
+                                 i64 max_streams) {
+    auto checks = std::make_unique<Checks>();
+    if (!checks->load(table)) return nullptr;
+    PyObject* read = PyObject_GetAttrString(stream, "read1");
+    PyObject* stacks = read != nullptr ? PyObject_GetAttrString(checker, "stacks") : nullptr;
+    PyObject* streams = stacks != nullptr ? PyObject_GetAttrString(checker, "streams") : nullptr;
+    PyObject* seq = streams != nullptr ? PyObject_GetAttr(checker, checks->k.last_seq) : nullptr;
+    i64 last_seq = seq != nullptr ? PyLong_AsLongLong(seq) : -1;
+    Py_XDECREF(seq);
+    if (seq == nullptr || PyErr_Occurred() || !PySet_Check(stacks) || !PySet_Check(streams)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "the checker's stacks and streams must be sets");
+        Py_XDECREF(read);
+        Py_XDECREF(stacks);
+        Py_XDECREF(streams);
+        return nullptr;
+    }
+    auto* r = reinterpret_cast<LineReader*>(PyType_GenericAlloc(line_reader_type, 0));
+    if (r == nullptr) {
+        Py_DECREF(read);
+        Py_DECREF(stacks);
+        Py_DECREF(streams);
+        return nullptr;
+    }
+    r->read = read;
+    r->stacks = stacks;
+    r->streams = streams;
+    Py_INCREF(on_line);
+    r->on_line = on_line;
+    Py_INCREF(checker);
+    r->checker = checker;
+    r->checks = checks.release();
+    r->parser = new trace_json::Parser();
+    r->buffer = new std::string();
+    r->start = r->scanned = 0;
+    r->lineno = line;
+    r->last_seq = last_seq;
+    r->max_streams = max_streams;
+    r->eof = false;
+    return reinterpret_cast<PyObject*>(r);
+}
+
+}  // namespace streamrace::reader
