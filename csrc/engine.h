@@ -489,6 +489,7 @@ class Engine {
         for (const Ref<Rec>& old : unsafe.pending) {
             if (!(old->write || rec.write)) continue;
             for (Lifetime* now : rec.lifetimes) {
+                if (now->id <= block->id) continue;  // a replay's, through the freed allocation or an earlier one
                 i64 lo = std::max(block->addr, now->addr), hi = std::min(block->end(), now->end());
                 if (lo < hi && overlaps(old->rng, rec.rng, true, lo, hi) != NONE) {
                     reused = now;

@@ -14,6 +14,20 @@ module is deliberately dumb, so that the two can only agree by both being right:
   the allocator may hand the block out again; and every later access is checked against the
   pending use of every unsafe free, for the race that makes it aliasing (section 5).
 
+The execution view (docs/analysis.md section 8) is modelled as plainly:
+
+* a capture's program is the list of its accesses (each with the allocations live at capture
+  that it touches); a replay is one node of the eager DAG on its stream, after the graph's
+  previous replay, whose accesses are the program's, each at the replay's seq;
+* the last write of every byte is a dict from byte to (write, allocation it went through),
+  replayed and eager writes alike, in program order; a read of a byte through an allocation
+  made before that write was issued, last written through another one, and not by the same
+  replay, is a stale byte;
+* a block allocated outside any capture and not into a pool, touched by a live graph's
+  program, and freed, is a freed graph input; it stands if the graph is replayed after the
+  free or is still alive at the end, and a stale read by or of that graph's replay through it
+  is its consequence, not a stale read of its own.
+
 Only the trace's events are read; nothing here imports the engine.
 """
 
@@ -54,17 +68,76 @@ class Use:
     lifetime: int | None = None  # alloc seq of the live allocation it touches, if any
 
 
-@dataclass
+@dataclass(eq=False)
 class Lifetime:
     addr: int
     size: int
     stream: int
     alloc_seq: int
+    domain: Any = EAGER  # where it was allocated
+    pooled: bool = False  # the alloc event names a pool
+    free_seq: int | None = None
     recorded: set[int] = field(default_factory=set)
-    uses: list[Use] = field(default_factory=list)
+    uses: list[Use] = field(default_factory=list)  # every access through it (a replay's after its free too)
 
     def bytes(self) -> frozenset[int]:
         return frozenset(range(self.addr, self.addr + self.size))
+
+    def used_before_free(self) -> list[Use]:
+        """The uses while it was allocated (a replay goes through the allocations of its
+        capture, freed or not: after the free they are no uses of this one)."""
+        return [u for u in self.uses if self.free_seq is None or u.seq < self.free_seq]
+
+
+@dataclass(eq=False)
+class Captured:
+    """One access of a graph's program."""
+
+    seq: int  # the captured op's
+    kind: str
+    nbytes: frozenset[int]
+    rng: dict[str, Any]
+    lives: list[Lifetime]  # the allocations live at capture that it touches
+
+
+@dataclass(eq=False)
+class Run:
+    """An access that runs: eager, or a replay's (``replay``: the replay's seq)."""
+
+    use: Use
+    op_seq: int  # the op's seq (a replay's: the captured op's)
+    lives: list[Lifetime]
+    replay: int | None = None
+    graph: int | None = None  # a replay's: the graph
+
+    @property
+    def issued(self) -> int:
+        return self.use.seq
+
+
+@dataclass(eq=False)
+class Stale:
+    """A read that gets another allocation's data: the stale byte it is named by (the lowest
+    one the engines can see: see ``Oracle.stale``), its last write, and both allocations."""
+
+    reader: Run
+    writer: Run
+    read: Lifetime
+    wrote: Lifetime
+    missed: bool = False  # every stale byte is under a strided write's gaps (the documented limit)
+
+
+@dataclass(eq=False)
+class FreedInput:
+    """A block allocated outside the graph's capture, used by it, freed while it lived."""
+
+    graph: int
+    use: Captured  # the first captured access of the graph through the block
+    life: Lifetime
+    free_seq: int
+    replay: int | None = None  # the seq of the first replay after the free
+    clobbered: Stale | None = None  # the first stale read it led to
+    dropped: bool = False  # the graph went (reset, destroyed) before a replay: harmless
 
 
 class Oracle:
@@ -85,7 +158,14 @@ class Oracle:
     * ``suppressed``: ``id(use)`` of the accesses whose data race is not reported because it
       is folded: the first fold of an unsafe free whose latest racing access is of its
       pending op;
-    * ``noop_record_streams``: seqs of record_stream calls on the block's own stream.
+    * ``noop_record_streams``: seqs of record_stream calls on the block's own stream;
+    * ``stale``: every read that runs (eager or replayed) with a stale byte, in program order,
+      named by its lowest stale byte; ``missed`` when every stale byte of it lies between the
+      elements of a later strided write (the engines take a write as the last write of its
+      whole span: docs/analysis.md section 8 says so), and ``folded`` into a freed graph input
+      when the read or the write is that graph's replay and goes through the freed block;
+    * ``freed_inputs``: the freed graph inputs that stand (replayed after the free, or the graph
+      alive at the end), in the order of their frees.
     """
 
     def __init__(self, trace: Any) -> None:
@@ -100,11 +180,22 @@ class Oracle:
         self._host: int | None = None  # latest host synchronisation node (eager)
         self._live: dict[int, Lifetime] = {}
         self._lifetimes: list[Lifetime] = []
-        self._freed: list[tuple[int, Any, Lifetime]] = []  # (free seq, domain, lifetime), undecided
+        self._undecided: list[tuple[int, Any, Lifetime]] = []  # (free seq, domain, lifetime)
         self._checks: list[tuple[int, Any, int, Lifetime]] = []  # (free seq, domain, alloc seq, lifetime)
         self._descendants: dict[tuple[Any, int], set[int]] = {}
+        # The execution view.
+        self._programs: dict[int, list[Captured]] = {}  # live graph -> its program
+        self._last_replay: dict[int, int] = {}  # graph -> the seq of its latest replay
+        self._inputs: dict[Lifetime, dict[int, Captured]] = {}  # block -> graph -> first captured use
+        self._freed: dict[tuple[Lifetime, int], FreedInput] = {}  # standing or latent, not dropped
+        self._all_freed: list[FreedInput] = []
+        self._last_write: dict[int, tuple[Run, Lifetime | None]] = {}  # byte ->
+        self._gap: set[int] = set()  # bytes the last write whose span holds them did not write
+        self.stale: list[Stale] = []
+        self.folded: dict[int, FreedInput] = {}  # id(stale) -> the freed input it folds into
         for ev in trace.events:
             getattr(self, "_on_" + ev["ev"], self._ignore)(ev)
+        self.freed_inputs = [f for f in self._all_freed if not f.dropped]
         self.pairs = self._races()
         self.racing = {later for _, _, later, _ in self.pairs}
         self.reuse_races: dict[int, set[tuple[int, str, int, str]]] = {}
@@ -114,7 +205,7 @@ class Oracle:
         for free_seq, domain, alloc_seq, life in self._checks:
             unordered = [
                 u
-                for u in life.uses
+                for u in life.used_before_free()
                 if u.stream != life.stream
                 and u.domain == domain
                 and u.stream not in life.recorded
@@ -134,9 +225,10 @@ class Oracle:
             }
             for stream in {u.stream for u in unordered}:
                 key = (free_seq, stream)
-                last = max(u.seq for u in life.uses if u.stream == stream and u.domain == domain)
+                used = life.used_before_free()
+                last = max(u.seq for u in used if u.stream == stream and u.domain == domain)
                 self.pending_op[key] = last
-                pending = [u for u in life.uses if u.seq == last]
+                pending = [u for u in used if u.seq == last and u.stream == stream]
                 self.folds[key] = folds = [
                     b for b in self.uses if b.seq > alloc_seq and self._reuse_race(domain, free_seq, life, pending, b)
                 ]
@@ -193,16 +285,20 @@ class Oracle:
         pass
 
     def _on_capture_begin(self, ev: dict[str, Any]) -> None:
+        self._gone(ev["graph"])  # the id captured again: the old graph is gone
+        self._programs[ev["graph"]] = []
         self._member[ev["stream"]] = ev["graph"]
         self._active.add(ev["graph"])
 
     def _on_capture_end(self, ev: dict[str, Any]) -> None:
+        if ev.get("aborted"):
+            self._gone(ev["graph"])
         self._active.discard(ev["graph"])
         for stream in [s for s, g in self._member.items() if g == ev["graph"]]:
             del self._member[stream]
         # A block freed in the graph whose owner allocated nothing more in it is never
         # handed out in it: not reported.
-        self._freed = [f for f in self._freed if f[1] != ev["graph"]]
+        self._undecided = [f for f in self._undecided if f[1] != ev["graph"]]
 
     def _on_event_create(self, ev: dict[str, Any]) -> None:
         self._snapshot.pop(ev["event"], None)
@@ -229,6 +325,7 @@ class Oracle:
         stream, seq = ev["stream"], ev["seq"]
         domain = self._domain(stream)
         self._node(domain, stream, seq)
+        program = self._programs.get(domain) if domain != EAGER else None
         for kind, ranges in (("read", ev["reads"]), ("write", ev["writes"])):
             for rng in ranges:
                 nbytes = byte_set(rng)
@@ -237,6 +334,96 @@ class Oracle:
                 self.uses.append(use)
                 for life in lives:
                     life.uses.append(use)
+                if not nbytes:
+                    continue
+                if domain == EAGER:
+                    self._run(Run(use, seq, lives))
+                elif program is not None:
+                    captured = Captured(seq, kind, nbytes, rng, lives)
+                    program.append(captured)
+                    for life in lives:
+                        if life.domain == EAGER and not life.pooled:
+                            self._inputs.setdefault(life, {}).setdefault(domain, captured)
+
+    # -- the execution view ----------------------------------------------------------------
+    def _on_replay(self, ev: dict[str, Any]) -> None:
+        graph, stream, seq = ev["graph"], ev["stream"], ev["seq"]
+        program = self._programs.get(graph)
+        if program is None or graph in self._active or stream in self._member:
+            return  # not captured in the trace, gone, capturing, or issued inside a capture
+        self._node(EAGER, stream, seq)
+        previous = self._last_replay.get(graph)
+        if previous is not None:  # CUDA runs the launches of one graph one after the other
+            self.dags[EAGER].add_edge(previous, seq)
+        self._last_replay[graph] = seq
+        for freed in self._freed.values():
+            if freed.graph == graph and freed.replay is None:
+                freed.replay = seq
+        for captured in program:
+            lifetime = min((life.alloc_seq for life in captured.lives), default=None)
+            use = Use(seq, stream, EAGER, captured.kind, captured.nbytes, captured.rng, lifetime)
+            self.uses.append(use)
+            for life in captured.lives:
+                life.uses.append(use)
+            self._run(Run(use, captured.seq, captured.lives, replay=seq, graph=graph))
+
+    def _on_graph_reset(self, ev: dict[str, Any]) -> None:
+        self._gone(ev["graph"])
+
+    _on_graph_destroy = _on_graph_reset
+
+    def _gone(self, graph: int) -> None:
+        """The graph replays no more: a freed input of it not replayed since was harmless."""
+        self._programs.pop(graph, None)
+        self._last_replay.pop(graph, None)
+        for users in self._inputs.values():
+            users.pop(graph, None)
+        for key in [key for key in self._freed if key[1] == graph]:
+            freed = self._freed.pop(key)
+            freed.dropped = freed.replay is None
+
+    def _run(self, run: Run) -> None:
+        """An access that runs: a read gets each byte's last write; a write becomes it."""
+        use = run.use
+        if use.kind == "write":
+            span = range(min(use.nbytes), max(use.nbytes) + 1)
+            for byte in span:
+                if byte in use.nbytes:
+                    through = next((life for life in run.lives if byte in life.bytes()), None)
+                    self._last_write[byte] = (run, through)
+                    self._gap.discard(byte)
+                else:
+                    self._gap.add(byte)
+            return
+        stale_bytes = []
+        for byte in sorted(use.nbytes):
+            read = next((life for life in run.lives if byte in life.bytes()), None)
+            last = self._last_write.get(byte)
+            if read is None or last is None or last[1] is None:
+                continue
+            writer, wrote = last
+            if (
+                wrote is not read
+                and read.alloc_seq < writer.issued
+                and not (run.replay is not None and writer.replay == run.replay)
+            ):
+                stale_bytes.append((byte not in self._gap, byte, writer, read, wrote))
+        if not stale_bytes:
+            return
+        seen = [b for b in stale_bytes if b[0]] or stale_bytes
+        _, _, writer, read, wrote = seen[0]
+        stale = Stale(run, writer, read, wrote, missed=not seen[0][0])
+        self.stale.append(stale)
+        if stale.missed:
+            return  # nothing the engines can see: it clobbers no freed input either
+        for side in (run, writer):
+            for life in (read, wrote) if side.graph is not None else ():
+                freed = self._freed.get((life, side.graph))
+                if freed is not None:  # the consequence of a freed graph input
+                    self.folded[id(stale)] = freed
+                    if freed.clobbered is None:
+                        freed.clobbered = stale
+                    return
 
     def _on_alloc(self, ev: dict[str, Any]) -> None:
         # The allocation is where the owner's earlier frees in this domain may be handed out:
@@ -246,20 +433,25 @@ class Oracle:
         domain = self._domain(stream)
         self._node(domain, stream, seq)
         undecided = []
-        for free_seq, free_domain, life in self._freed:
+        for free_seq, free_domain, life in self._undecided:
             if life.stream == stream and free_domain == domain:
                 self._checks.append((free_seq, domain, seq, life))
             else:
                 undecided.append((free_seq, free_domain, life))
-        self._freed = undecided
-        self._live[ev["addr"]] = Lifetime(ev["addr"], ev["size"], stream, seq)
+        self._undecided = undecided
+        self._live[ev["addr"]] = Lifetime(ev["addr"], ev["size"], stream, seq, domain, bool(ev.get("pool")))
         self._lifetimes.append(self._live[ev["addr"]])
 
     def _on_free(self, ev: dict[str, Any]) -> None:
         life = self._live.pop(ev["addr"], None)
         if life is None:
             return  # allocated before recording started: ignored
-        self._freed.append((ev["seq"], self._domain(life.stream), life))
+        life.free_seq = ev["seq"]
+        self._undecided.append((ev["seq"], self._domain(life.stream), life))
+        for graph, use in self._inputs.pop(life, {}).items():
+            freed = FreedInput(graph, use, life, ev["seq"])
+            self._freed[life, graph] = freed
+            self._all_freed.append(freed)
 
     def _on_record_stream(self, ev: dict[str, Any]) -> None:
         life = self._live.get(ev["addr"])

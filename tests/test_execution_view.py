@@ -7,6 +7,7 @@ findings by tests/test_core_differential.py)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import pytest
@@ -436,6 +437,46 @@ def test_a_replay_reading_what_it_wrote_itself_through_another_allocation_is_cle
     assert kinds(block_rewritten_inside_one_capture()) == []
 
 
+def replay_through_a_freed_output() -> TraceBuilder:
+    """A side stream writes a graph's output, the program frees it unjoined and allocates
+    again, and the graph is replayed: its write goes through the freed allocation itself."""
+    tb = TraceBuilder()
+    main, side = tb.stream("main"), tb.stream("side")
+    with tb.capture(main) as graph:
+        out = tb.alloc(N, main, at="o.py:2", pool=(graph, 0))
+        tb.op("aten::fill_", main, writes=[tb.span(out, N)], at="o.py:3")
+    tb.op("aten::zero_", side, writes=[tb.span(out, N)], at="o.py:5")
+    tb.free(out, at="o.py:6")
+    tb.alloc(N, main, at="o.py:7")  # another block: the freed one is not handed out
+    tb.replay(graph, main, at="o.py:8")
+    return tb
+
+
+def test_a_replay_through_the_freed_block_itself_is_no_reuse_of_it() -> None:
+    """The free is unsafe and the replay races with the side stream's write, but nothing
+    took the block: neither finding says another allocation reused it."""
+    findings = analyze(replay_through_a_freed_output().trace()).findings
+    assert sorted((f.kind, f.aliasing) for f in findings) == [(DATA_RACE, False), (UNSAFE_FREE, False)]
+
+
+def test_the_json_report_carries_the_new_kinds_whole() -> None:
+    """A stale read and a freed graph input through the JSON report: strict JSON, each finding
+    as its dict (the replay side's ``captured`` included), the replays counted."""
+    from streamrace.report import TraceResult, json_report
+
+    traces = [
+        TraceResult("x4.jsonl", analyze(out_of_order_shared_pool(fixed=False).trace())),
+        TraceResult("x5.jsonl", analyze(foreign_input_freed("buggy").trace())),
+    ]
+    doc = json.loads(json_report.render(traces), parse_constant=lambda name: pytest.fail(name))
+    assert [f["kind"] for f in doc["findings"]] == [STALE_READ, GRAPH_INPUT_FREED]
+    expected = [{**f.to_dict(), "trace": t.path} for t in traces for f in t.result.findings]
+    assert doc["findings"] == json.loads(json.dumps(expected))
+    writer, reader = doc["findings"][0]["accesses"]
+    assert writer["captured"]["graph"] == 1 and reader["captured"]["graph"] == 3
+    assert doc["summary"]["replays"] == 3 * ROUNDS + 2
+
+
 def test_replays_of_a_graph_the_trace_never_captured_are_counted() -> None:
     from streamrace.analysis.core import new_engine
 
@@ -461,4 +502,5 @@ PROGRAMS: dict[str, Callable[[], TraceBuilder]] = {
     "an output block reused by a later graph": output_block_reused_by_a_later_graph,
     "a fresh allocation read": fresh_allocation_read,
     "a block rewritten inside one capture": block_rewritten_inside_one_capture,
+    "a replay through a freed output": replay_through_a_freed_output,
 }

@@ -132,6 +132,8 @@ events = st.one_of(
     st.fixed_dictionaries({"ev": st.sampled_from(["event_record", "event_wait"]), "event": small, "stream": streams}),
     st.fixed_dictionaries({"ev": st.just("record_stream"), "addr": addrs, "stream": streams}),
     st.fixed_dictionaries({"ev": st.sampled_from(["capture_begin", "capture_end"]), "graph": small, "stream": streams}),
+    st.fixed_dictionaries({"ev": st.just("replay"), "graph": st.one_of(small, ints), "stream": streams}),
+    st.fixed_dictionaries({"ev": st.sampled_from(["graph_reset", "graph_destroy"]), "graph": st.one_of(small, ints)}),
     st.fixed_dictionaries({"ev": st.just("device_sync")}),
 )
 

@@ -9,6 +9,13 @@ re-recorded, waited, deleted and re-created; wait_stream; record_stream (sometim
 block's own stream); host synchronisations outside captures; and up to two captures, one
 after the other or at the same time on different streams, whose side streams join through
 waits and are joined back before the capture ends.
+
+And the execution view: allocations inside a capture go to its pool, several captures may
+share one pool (a block one frees, another takes); captured graphs are replayed on any stream
+(their inputs staged by eager ops between, their outputs read after), reset or destroyed, and
+replayed after that or before they were captured, as are graph ids never captured, graphs still
+capturing and replays issued from inside a capture (all four no-ops); blocks a graph uses are
+freed while it lives and handed out again.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from hypothesis import strategies as st
 from oracle import Oracle
 
 from streamrace.analysis import analyze
-from streamrace.analysis.detectors import DATA_RACE, RECORD_STREAM_NOOP, UNSAFE_FREE
+from streamrace.analysis.detectors import DATA_RACE, GRAPH_INPUT_FREED, RECORD_STREAM_NOOP, STALE_READ, UNSAFE_FREE
 from streamrace.trace.builder import TraceBuilder
 
 ARENA = 0x10_0000  # blocks of the trace's allocations live here
@@ -58,6 +65,10 @@ class Program:
     capturing: dict[int, int] = field(default_factory=dict)  # active graph -> its capture stream
     member: dict[int, int] = field(default_factory=dict)  # stream -> the active graph it belongs to
     captures: int = 0
+    pool: dict[int, list[int]] = field(default_factory=dict)  # graph -> its pool
+    captured: list[int] = field(default_factory=list)  # graphs whose capture ended, in order
+    gone: set[int] = field(default_factory=set)  # reset or destroyed
+    last_free: dict[int, tuple[int, int]] = field(default_factory=dict)  # stream -> (first cell, cells) freed last
 
     def members(self, graph: int) -> list[int]:
         return sorted(s for s, g in self.member.items() if g == graph)
@@ -156,8 +167,13 @@ def step_alloc(draw: st.DrawFn, p: Program, stream: int | None = None) -> None:
     ]
     if not fits:
         return
-    first = draw(st.sampled_from(fits))
-    addr = p.tb.alloc(cells * CELL, stream, addr=ARENA + first * CELL, at=f"prog.py:{10 + cells}")
+    # Like the caching allocator, often the block its stream freed last (cells and size).
+    last = p.last_free.get(stream)
+    first = last[0] if last in [(f, cells) for f in fits] and draw(st.booleans()) else draw(st.sampled_from(fits))
+    graph = p.member.get(stream)
+    # Inside a capture, into its pool; rarely an eager block in a pool (a pool made current).
+    pool = p.pool[graph] if graph is not None else ([9, 0] if draw(st.integers(0, 7)) == 0 else None)
+    addr = p.tb.alloc(cells * CELL, stream, addr=ARENA + first * CELL, at=f"prog.py:{10 + cells}", pool=pool)
     p.live[addr] = (cells * CELL, stream)
     for c in range(first, first + cells):
         p.used[c], p.owner[c] = True, stream
@@ -169,9 +185,10 @@ def step_free(draw: st.DrawFn, p: Program) -> None:
 
 
 def step_free_at(p: Program, addr: int) -> None:
-    size, _ = p.live.pop(addr)
+    size, owner = p.live.pop(addr)
     p.tb.free(addr, at="prog.py:20")
     first = (addr - ARENA) // CELL
+    p.last_free[owner] = (first, size // CELL)
     for c in range(first, first + size // CELL):
         p.used[c] = False
 
@@ -262,18 +279,20 @@ def step_capture(draw: st.DrawFn, p: Program) -> None:
     tb = p.tb
     outside = [s for s in p.streams if s not in p.member]
     action = draw(st.sampled_from(["begin", "fork", "fork", "end"] if p.capturing else ["begin"]))
-    if action == "begin" and p.captures < 2 and outside:
+    if action == "begin" and p.captures < 3 and outside:
         p.captures += 1
         stream = draw(st.sampled_from(outside))
         shared = draw(st.booleans())  # several captures into one pool, as serving code does
+        pool = [1, 0] if shared else [p.captures, 0]
         graph = tb.emit(
             "capture_begin",
             graph=p.captures,
             stream=stream,
             device=0,
-            pool=[1, 0] if shared else [p.captures, 0],
+            pool=pool,
             mode="global",
         )["graph"]
+        p.pool[graph] = pool
         p.capturing[graph] = stream
         p.member[stream] = graph
     elif action == "fork" and p.capturing and outside:
@@ -289,6 +308,7 @@ def end_capture(p: Program, graph: int) -> None:
         if member != stream:
             p.wait_stream(stream, member)
     p.tb.emit("capture_end", graph=graph)
+    p.captured.append(graph)
     del p.capturing[graph]
     for member in p.members(graph):
         del p.member[member]
@@ -297,7 +317,100 @@ def end_capture(p: Program, graph: int) -> None:
             p.snapshot[event] = -1  # recorded in a graph whose capture has ended
 
 
+def step_replay(draw: st.DrawFn, p: Program) -> None:
+    """Replay a captured graph on any stream, after staging an input and before reading what
+    it made; now and then a replay that is no work at all: of a graph gone or never captured,
+    of one still capturing, or issued from inside a capture."""
+    live = [g for g in p.captured if g not in p.gone]
+    which = draw(st.integers(0, 9))
+    if which == 0 or not live:
+        graph = draw(st.sampled_from([*p.gone, *p.capturing, 77]))
+    else:
+        graph = draw(st.sampled_from(live))
+    if draw(st.booleans()):
+        step_op(draw, p)  # stage an input, or read an output
+    outside = [s for s in p.streams if s not in p.member]
+    stream = draw(st.sampled_from(outside if outside and which else p.streams))
+    p.tb.replay(graph, stream, at=f"prog.py:{50 + draw(st.integers(0, 2))}")
+
+
+def step_whole_capture(draw: st.DrawFn, p: Program) -> None:
+    """A capture on one stream, begun and ended in one step: it reads blocks made before it,
+    allocates into its pool (maybe one another capture shares), writes, and frees some of
+    its blocks, so that graphs have programs to replay and pools have blocks to hand out."""
+    outside = [s for s in p.streams if s not in p.member]
+    if p.captures >= 3 or not outside:
+        return
+    p.captures += 1
+    stream = draw(st.sampled_from(outside))
+    graph = p.captures
+    shared = [p.pool[g] for g in p.pool] if p.pool and draw(st.booleans()) else []
+    pool = draw(st.sampled_from(shared)) if shared else [graph, 0]
+    p.tb.emit("capture_begin", graph=graph, stream=stream, device=0, pool=pool, mode="global")
+    p.pool[graph], p.capturing[graph], p.member[stream] = pool, stream, graph
+    made = []
+    for _ in range(draw(st.integers(1, 5))):
+        what = draw(st.sampled_from(["alloc", "op", "op", "free"]))
+        if what == "alloc":
+            before = set(p.live)
+            step_alloc(draw, p, stream)
+            made += [a for a in p.live if a not in before]
+        elif what == "free" and made:
+            addr = made.pop(draw(st.integers(0, len(made) - 1)))
+            step_free_at(p, addr)
+        else:
+            reads, writes = ranges(draw, p, 2), ranges(draw, p, 2)
+            p.tb.op("aten::op", stream, reads=reads, writes=writes, at=f"prog.py:{draw(st.integers(1, 6))}")
+    end_capture(p, graph)
+
+
+def step_pool_handoff(draw: st.DrawFn, p: Program) -> None:
+    """Two captures on one stream: the first writes a scratch block and frees it, the second
+    (mostly into the same pool) is given the block and keeps it: replayed out of capture order,
+    the first graph writes into the second's tensor (HAZARDS.md X4)."""
+    outside = [s for s in p.streams if s not in p.member]
+    if p.captures > 1 or not outside:
+        return
+    stream = draw(st.sampled_from(outside))
+    pool = None
+    for turn in (0, 1):
+        p.captures += 1
+        graph = p.captures
+        pool = pool if turn and draw(st.integers(0, 3)) else [graph, 0]
+        p.tb.emit("capture_begin", graph=graph, stream=stream, device=0, pool=pool, mode="global")
+        p.pool[graph], p.capturing[graph], p.member[stream] = pool, stream, graph
+        before = set(p.live)
+        step_alloc(draw, p, stream)
+        made = [a for a in p.live if a not in before]
+        for addr in made:
+            size = p.live[addr][0]
+            reads = ranges(draw, p, 1)
+            if turn and draw(st.booleans()):
+                reads.append(view(draw, addr, size))  # reads its block before writing it
+            p.tb.op("aten::op", stream, reads=reads, writes=[view(draw, addr, size)], at=f"prog.py:{7 + turn}")
+            if turn == 0:
+                step_free_at(p, addr)
+        end_capture(p, graph)
+
+
+def step_graph_gone(draw: st.DrawFn, p: Program) -> None:
+    """Reset or destroy a graph (now and then one that is still capturing)."""
+    graphs = [g for g in p.captured if g not in p.gone] + (list(p.capturing) if draw(st.integers(0, 5)) == 0 else [])
+    if not graphs:
+        return
+    graph = draw(st.sampled_from(graphs))
+    if draw(st.booleans()):
+        p.tb.reset_graph(graph, at="prog.py:60")
+    else:
+        p.tb.destroy_graph(graph)
+    p.gone.add(graph)
+
+
 STEPS = [
+    (step_replay, 4),
+    (step_whole_capture, 2),
+    (step_pool_handoff, 1),
+    (step_graph_gone, 1),
     (step_op, 8),
     (step_alloc, 4),
     (step_free, 3),
@@ -352,17 +465,23 @@ def test_engine_agrees_with_oracle(trace):
         if id(u) in oracle.latest_race and id(u) not in oracle.suppressed
     )
     assert Counter(access_key(f.accesses[1]) for f in races) == expected
-    uses = {(u.seq, u.kind, range_key(u.rng)): u for u in oracle.uses}
+    # A replay runs its program at its own seq: one key may name several accesses of it.
+    uses: dict[tuple, list] = {}
+    for u in oracle.uses:
+        uses.setdefault((u.seq, u.kind, range_key(u.rng)), []).append(u)
     for f in races:
-        earlier, later = (uses.get((a.seq, a.access, range_key(a.range))) for a in f.accesses)
-        assert earlier and later, f"a finding names an access the trace does not have: {f}"
-        assert f.hazard == HAZARD[(earlier.kind, later.kind)], f
+        earliers, laters = (uses.get((a.seq, a.access, range_key(a.range)), []) for a in f.accesses)
+        assert earliers and laters, f"a finding names an access the trace does not have: {f}"
+        assert f.hazard == HAZARD[(earliers[0].kind, laters[0].kind)], f
         # The earlier access named is the most recent one the later access races with (one the
-        # engine may not forget: a later access covering it would race too, and be more recent).
-        assert earlier.seq == oracle.latest_race[id(later)], f
-        # Aliasing: the two touch the bytes through two different allocations of them.
-        lifetimes = (earlier.lifetime, later.lifetime)
-        assert f.aliasing == (None not in lifetimes and lifetimes[0] != lifetimes[1]), f
+        # engine may not forget: a later access covering it would race too, and be more recent);
+        # aliasing: the two touch the bytes through two different allocations of them.
+        assert any(
+            earlier.seq == oracle.latest_race.get(id(later))
+            and f.aliasing == (None not in (earlier.lifetime, later.lifetime) and earlier.lifetime != later.lifetime)
+            for earlier in earliers
+            for later in laters
+        ), f
 
     unsafe = [f for f in raw if f.kind == UNSAFE_FREE]
     assert {f.allocation.free_seq for f in unsafe} == set(oracle.unsafe_frees)
@@ -390,8 +509,71 @@ def test_engine_agrees_with_oracle(trace):
             assert not f.aliasing, f
             assert (second.access, second.seq) == ("free", free), f
 
+    check_stale_reads(oracle, [f for f in raw if f.kind == STALE_READ])
+    check_freed_inputs(oracle, [f for f in raw if f.kind == GRAPH_INPUT_FREED])
+
     noops = [f for f in raw if f.kind == RECORD_STREAM_NOOP]
     assert bool(noops) == bool(oracle.noop_record_streams)
-    # Dedup loses nothing: the counts of the deduplicated findings add up to the raw ones.
-    assert sum(f.count for f in result.findings) == len(raw)
+    # Dedup loses nothing: the counts of the deduplicated findings add up to the raw ones
+    # (a raw stale-read counts the reads of its reading op and writer op already).
+    assert sum(f.count for f in result.findings) == sum(f.count for f in raw)
     assert len({f.signature for f in result.findings}) == len(result.findings)
+
+
+def op_seq(access) -> int:
+    """The op an access of a finding is of: a replay's is the captured op it runs again."""
+    return access.captured["seq"] if access.captured is not None else access.seq
+
+
+def check_stale_reads(oracle: Oracle, stale: list) -> None:
+    """One stale-read per reading op and last writer's op, counting every read of them (every
+    replay of a loop), named by its first read: exactly the oracle's, less those folded into a
+    freed graph input and those the engines cannot see (the documented strided-write limit)."""
+    seen = [s for s in oracle.stale if not s.missed and id(s) not in oracle.folded]
+    expected = Counter((s.reader.op_seq, s.writer.op_seq) for s in seen)
+    assert Counter({(op_seq(f.accesses[1]), op_seq(f.accesses[0])): f.count for f in stale}) == expected, stale
+    first = {}
+    for s in seen:
+        first.setdefault((s.reader.op_seq, s.writer.op_seq), s)
+    for f in stale:
+        writer, reader = f.accesses
+        want = first[op_seq(reader), op_seq(writer)]
+        assert (writer.access, reader.access, f.hazard, f.aliasing) == ("write", "read", "RAW", True), f
+        assert (writer.seq, range_key(writer.range)) == (want.writer.issued, range_key(want.writer.use.rng)), f
+        assert (reader.seq, range_key(reader.range)) == (want.reader.issued, range_key(want.reader.use.rng)), f
+        assert f.allocation is not None and f.allocation.reused_by is not None, f
+        blocks = {f.allocation.alloc_seq, f.allocation.reused_by["alloc_seq"]}
+        assert blocks == {want.read.alloc_seq, want.wrote.alloc_seq}, f
+
+
+def check_freed_inputs(oracle: Oracle, freed: list) -> None:
+    """A freed graph input for each one the oracle keeps: the graph, its first captured access
+    through the block, the free, replayed after it or latent, and whether a replay read or
+    wrote through the allocation that took the block."""
+    found = sorted(
+        (
+            f.graph,
+            f.accesses[0].seq,
+            f.accesses[0].access,
+            range_key(f.accesses[0].range),
+            f.allocation.alloc_seq,
+            f.accesses[1].seq,
+            "replayed after the free" in f.message,
+            f.aliasing,
+        )
+        for f in freed
+    )
+    expected = sorted(
+        (
+            g.graph,
+            g.use.seq,
+            g.use.kind,
+            range_key(g.use.rng),
+            g.life.alloc_seq,
+            g.free_seq,
+            g.replay is not None,
+            g.clobbered is not None,
+        )
+        for g in oracle.freed_inputs
+    )
+    assert found == expected

@@ -42,12 +42,18 @@ CORES = ("cpp", "python")
 
 
 def seed_traces() -> dict[str, list[str]]:
-    """Every committed trace, as its lines of text (header first)."""
+    """Every committed trace, and the execution view's hand-built programs (replays, resets,
+    freed graph inputs: tests/test_execution_view.py), as their lines of text (header first)."""
     seeds = {}
     for path in sorted(TRACES.iterdir()):
         opener = gzip.open if path.name.endswith(".gz") else open
         with opener(path, "rt", encoding="utf-8") as text:
             seeds[path.name] = [line.rstrip("\n") for line in text if line.strip()]
+    from test_execution_view import PROGRAMS  # the fuzzer's parent process only (its worker needs none)
+
+    for name, build in sorted(PROGRAMS.items()):
+        trace = build().trace()
+        seeds[f"execution view: {name}"] = [_dumps(trace.header), *map(_dumps, trace.events)]
     return seeds
 
 
@@ -363,6 +369,74 @@ def ranges(rng: random.Random, lines: Lines) -> tuple[Lines, str]:
     return lines, f"line {index + 1} {key}: {_short(made)}"
 
 
+def _renumbered(lines: Lines) -> Lines:
+    """The events' seqs made 0, 1, 2, ... in line order again (the graph nodes' ``op`` with
+    them), after events were inserted."""
+    objs = [_load(line) for line in lines[1:]]
+    new_seq = {}
+    for number, obj in enumerate(objs):
+        if obj is not None and isinstance(obj.get("seq"), int) and obj["seq"] >= 0:  # -1: inserted
+            new_seq.setdefault(obj["seq"], number)
+    out = [lines[0]]
+    for number, (line, obj) in enumerate(zip(lines[1:], objs, strict=True)):
+        if obj is None or "seq" not in obj:
+            out.append(line)
+            continue
+        obj["seq"] = number
+        for node in obj.get("nodes", []) if obj.get("ev") == "graph" and isinstance(obj.get("nodes"), list) else []:
+            if isinstance(node, dict) and isinstance(node.get("op"), int) and node["op"] in new_seq:
+                node["op"] = new_seq[node["op"]]
+        out.append(_dumps(obj))
+    return out
+
+
+def execution_view(rng: random.Random, lines: Lines) -> tuple[Lines, str]:
+    """Replays, resets and destructions put into the program: replays of its graphs after
+    their captures (a loop of them, on any stream), and the hostile ones: of a graph during
+    its own capture, of graph ids never captured (huge ones too), a graph reset or destroyed
+    before its capture ends, or replayed after it is gone, a replay without a stream."""
+    objs = [_load(line) for line in lines]
+    begins: dict[Any, int] = {}
+    ends: dict[Any, int] = {}
+    for index, obj in enumerate(objs[1:], 1):
+        if obj is not None and obj.get("ev") in ("capture_begin", "capture_end"):
+            (begins if obj["ev"] == "capture_begin" else ends).setdefault(obj.get("graph"), index)
+    streams = sorted({obj["stream"] for obj in objs[1:] if obj and isinstance(obj.get("stream"), int)}) or [0]
+    graphs = sorted(begins, key=repr) or [1]
+    inserts: list[tuple[int, dict[str, Any]]] = []
+    done = []
+    for _ in range(rng.randint(1, 4)):
+        graph = rng.choice(graphs)
+        after = ends.get(graph, begins.get(graph, 0))
+        within = (begins.get(graph, 0) + 1, max(begins.get(graph, 0) + 1, ends.get(graph, 1)))
+        what = rng.choice(("loop", "replay", "replay", "own capture", "unknown", "reset", "destroy early", "no stream"))
+        stream = rng.choice(streams)
+        if what == "loop":
+            at = rng.randint(after + 1, len(lines))
+            inserts += [(at, {"ev": "replay", "graph": graph, "stream": stream}) for _ in range(rng.randint(2, 30))]
+        elif what == "replay":
+            event = {"ev": "replay", "graph": graph, "stream": stream, **({"device": 0} if rng.random() < 0.5 else {})}
+            inserts.append((rng.randint(1, len(lines)), event))
+        elif what == "own capture":
+            inserts.append((rng.randint(*within), {"ev": "replay", "graph": graph, "stream": stream}))
+        elif what == "unknown":
+            huge = rng.choice((999, 2**31, 2**62, 2**63 - 1, 2**63, -1, 10**30, "g", None))
+            inserts.append((rng.randint(1, len(lines)), {"ev": "replay", "graph": huge, "stream": stream}))
+        elif what == "reset":
+            kind = rng.choice(("graph_reset", "graph_destroy"))
+            inserts.append((rng.randint(after + 1, len(lines)), {"ev": kind, "graph": graph}))
+            inserts.append((rng.randint(after + 1, len(lines)) + 1, {"ev": "replay", "graph": graph, "stream": stream}))
+        elif what == "destroy early":
+            inserts.append((rng.randint(*within), {"ev": rng.choice(("graph_reset", "graph_destroy")), "graph": graph}))
+        else:
+            inserts.append((rng.randint(1, len(lines)), {"ev": "replay", "graph": graph}))
+        done.append(what)
+    out = list(lines)
+    for at, event in sorted(inserts, key=lambda item: item[0], reverse=True):
+        out.insert(min(at, len(out)), _dumps({"seq": -1, **event}))
+    return _renumbered(out), ", ".join(done)
+
+
 def graph_nodes(rng: random.Random, lines: Lines) -> tuple[Lines, str]:
     """A read-back graph made hostile: self-loops and cycles, negative or huge node ids,
     duplicate ids, a node whose op is a list, edges to nodes that do not exist."""
@@ -463,6 +537,7 @@ MUTATORS: dict[str, Mutator] = {
     "ranges": ranges,
     "graph-nodes": graph_nodes,
     "header-change": header_change,
+    "execution-view": execution_view,
 }
 # Inputs that are large by design: a few of each per run, not one in eleven.
 HEAVY_MUTATORS: dict[str, Mutator] = {"many-streams": many_streams, "descending-allocations": descending_allocations}

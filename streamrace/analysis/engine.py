@@ -508,6 +508,8 @@ def _reuse_race(unsafe: UnsafeFree, rec: AccessRecord) -> tuple[Overlap, Lifetim
         if not (old.write or rec.write):
             continue
         for new in rec.lifetimes:
+            if new.id <= block.id:
+                continue  # a replay's, through the freed allocation or an earlier one: no reuse
             lo, hi = max(block.addr, new.addr), min(block.end, new.end)
             if lo < hi and overlaps(old.rng, rec.rng, (lo, hi)):
                 return overlaps(old.rng, rec.rng), new
