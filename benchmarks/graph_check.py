@@ -1,7 +1,7 @@
 """The graph-truth check's cost: ``analyze()`` with and without it, side by side, by graph size.
 
 A recorded trace carries each capture's graph (the ``graph`` event) and ``analyze()`` checks
-the clock model against it (docs/analysis.md §8). This times ``analyze(header, events)`` on
+the clock model against it (docs/analysis.md §9). This times ``analyze(header, events)`` on
 the same events in memory twice over, alternately: with a header that says the graphs were
 read back (the check runs) and one that does not (it does not). The capture is one decode step
 of benchmarks/synthetic.py, 32 ops a layer on three streams forking and joining, with its

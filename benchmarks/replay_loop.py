@@ -56,6 +56,7 @@ WEIGHT_BASE = 0x7E00_0000_0000
 KV_BASE = 0x7D00_0000_0000
 MAIN, SIDE, COPY = 0x5000, 0x5010, 0x5020
 GRAPH = 1
+Events = list[dict[str, Any]]
 
 
 class _Writer:
@@ -196,20 +197,29 @@ def header() -> dict[str, Any]:
     return make_header(producer="benchmarks/replay_loop.py", recording="program")
 
 
-def analysis_cpu(core: str, events: list[dict[str, Any]], runs: int) -> float:
-    """Median CPU seconds of ``analyze(header, events)`` on ``core``; it must find nothing."""
+def analysis_cpu(core: str, events: list[dict[str, Any]]) -> float:
+    """CPU seconds of ``analyze(header, events)`` on ``core``; it must find nothing."""
     os.environ["STREAMRACE_CORE"] = core
-    times = []
+    gc.collect()
+    gc.freeze()  # the events are held in a list: keep the collector from walking them
+    start = time.process_time()
+    result = analyze(header(), events)
+    seconds = time.process_time() - start
+    gc.unfreeze()
+    if result.findings:
+        sys.exit(f"{core}: the serving loop is correct, yet: {result.findings[0].message}")
+    return seconds
+
+
+def with_and_without(core: str, events: Events, rest: Events, runs: int) -> tuple[float, float]:
+    """Median CPU seconds of the analysis of ``events``, and of what the replays add to it (the
+    same loop without them, ``rest``), the two run alternately."""
+    whole, added = [], []
     for _ in range(runs):
-        gc.collect()
-        gc.freeze()  # the events are held in a list: keep the collector from walking them
-        start = time.process_time()
-        result = analyze(header(), events)
-        times.append(time.process_time() - start)
-        gc.unfreeze()
-        if result.findings:
-            sys.exit(f"{core}: the serving loop is correct, yet: {result.findings[0].message}")
-    return statistics.median(times)
+        seconds = analysis_cpu(core, events)
+        whole.append(seconds)
+        added.append(seconds - analysis_cpu(core, rest))
+    return statistics.median(whole), statistics.median(added)
 
 
 def main() -> None:
@@ -241,24 +251,21 @@ def main() -> None:
         print(f"per replay, {args.python_steps:,} steps on events in memory:")
         per = {}
         for core in ("cpp", "python"):
-            whole = analysis_cpu(core, small, args.runs)
-            rest = analysis_cpu(core, small_rest, args.runs)
-            per[core] = (whole / args.python_steps, (whole - rest) / args.python_steps)
+            whole, replays = with_and_without(core, small, small_rest, args.runs)
+            per[core] = (whole / args.python_steps, replays / args.python_steps)
             print(
                 f"  {core:6}  {per[core][0] * 1e6:9.1f} us a step, of which the replay {per[core][1] * 1e6:9.1f} us "
                 f"({per[core][1] * 1e9 / captured:6.1f} ns a captured access)"
             )
         print(f"  Python / C++: {per['python'][1] / per['cpp'][1]:.1f}x a replay\n")
 
-        cpp_whole = analysis_cpu("cpp", full, args.runs)
-        cpp_rest = analysis_cpu("cpp", full_rest, args.runs)
+        cpp_whole, replays = with_and_without("cpp", full, full_rest, args.runs)
         floor = statistics.median(child_cpu(FLOOR, path) for _ in range(args.runs))
         command = statistics.median(child_cpu(ANALYZE, "analyze", path, "-o", os.devnull) for _ in range(args.runs))
         print(f"the whole loop ({args.steps:,} replays), C++ core:")
         print(f"  reading floor (gzip + orjson per line)   {floor:7.2f} s   1.00x")
         print(f"  streamrace analyze (whole process)       {command:7.2f} s {command / floor:6.2f}x")
         print(f"  analysis of the events in memory         {cpp_whole:7.2f} s {cpp_whole / floor:6.2f}x")
-        replays = cpp_whole - cpp_rest
         print(f"    of which the replays                   {replays:7.2f} s {replays / floor:6.2f}x")
         print(f"  per replay                               {replays / args.steps * 1e6:7.1f} us\n")
 

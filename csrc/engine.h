@@ -49,7 +49,7 @@ struct RecordStreamNoop {
 };
 
 // reader read bytes of read_lifetime whose last write, writer, went through another allocation
-// of them, write_lifetime, made while read_lifetime held them (docs/analysis.md §10.4).
+// of them, write_lifetime, made while read_lifetime held them (docs/analysis.md §8.4).
 struct StaleRead {
     Ref<Rec> reader, writer;
     Ref<Lifetime> read_lifetime, write_lifetime;
@@ -57,7 +57,7 @@ struct StaleRead {
 };
 
 // lifetime, allocated outside any capture, was freed while graph, whose program `use` touches
-// it, could still be replayed (docs/analysis.md §10.5).
+// it, could still be replayed (docs/analysis.md §8.5).
 struct GraphInputFreed {
     i64 graph = 0;
     Ref<Rec> use;  // the first captured access of the graph through the block
@@ -158,7 +158,7 @@ class Engine {
         if (lifetime == nullptr) return;
         Ref<Lifetime> block(lifetime);
         lifetimes_.await_reuse(lifetime, hb.domain(appear(lifetime->owner)));  // takes free's reference
-        // Latent until the graph is replayed or outlives the trace; gone with the graph (§10.5).
+        // Latent until the graph is replayed or outlives the trace; gone with the graph (§8.5).
         auto users = graph_users_.find(block->id);
         if (users == graph_users_.end()) return;
         std::vector<std::pair<i64, Ref<Rec>>> uses;
@@ -235,8 +235,8 @@ class Engine {
         release(rec);
     }
 
-    // -- the execution view (docs/analysis.md §10) --------------------------------------------
-    // Run graph's program as one op on the replay's stream (§10.2); `event` is the replay.
+    // -- the execution view (docs/analysis.md §8) --------------------------------------------
+    // Run graph's program as one op on the replay's stream (§8.2); `event` is the replay.
     void replay(PyObject* event, i64 graph, i64 stream, i64 seq) {
         auto found = programs_.find(graph);
         const unsigned index = appear(stream);
@@ -368,7 +368,7 @@ class Engine {
     }
 
     // rec is part of its capture's program; note the blocks it uses that were allocated
-    // outside any capture and not into a graph pool (their free is §10.5's).
+    // outside any capture and not into a graph pool (their free is §8.5's).
     void capture_into(std::vector<Ref<Rec>>& program, Rec* rec) {
         program.emplace_back(rec);
         for (Lifetime* l : rec->lifetimes) {
@@ -543,7 +543,7 @@ class Engine {
     std::vector<i64> handles_;
     std::unordered_map<i64, i64> devices_;  // stream -> device
     i64 order_ = 0;
-    // The execution view (§10): each live graph's program, the clock of its last replay, every
+    // The execution view (§8): each live graph's program, the clock of its last replay, every
     // device's last writes, and which graphs use each block allocated outside them.
     std::unordered_map<i64, std::vector<Ref<Rec>>> programs_;
     std::unordered_map<i64, VectorClock> replayed_;

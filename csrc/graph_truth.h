@@ -1,7 +1,7 @@
 // The graph-truth check's work, without Python: reachability over one captured graph by chain
 // clocks, and the covering sweep that finds every pair of launches touching a common byte, at
 // least one writing it, that the graph leaves unordered. The reference is
-// streamrace/analysis/graph_reach.py and graph_truth.py (docs/analysis.md §8). The answer, a
+// streamrace/analysis/graph_reach.py and graph_truth.py (docs/analysis.md §9). The answer, a
 // set of pairs, is exact, so it does not depend on how chains or segments are drawn: this side
 // cuts memory into segments at every span boundary, the Python side groups ranges by identity,
 // and tests/test_graph_truth_property.py holds both to the same sets.

@@ -1,5 +1,5 @@
 // The last write of every byte, in program order: what a later read of it gets.
-// The port of streamrace/analysis/last_writes.py (docs/analysis.md §10): an interval map from
+// The port of streamrace/analysis/last_writes.py (docs/analysis.md §8): an interval map from
 // disjoint byte spans to the value of their last write (the writer and the lifetime the write
 // went through). A write assigns its span, splitting what it partly covers; a read visits the
 // spans under it, by address. Memory is bounded by the distinct spans the program writes.

@@ -1,5 +1,5 @@
 """One detector per finding kind, and every list of kinds derived from them
-(streamrace/analysis/detectors/, docs/analysis.md §9)."""
+(streamrace/analysis/detectors/, docs/analysis.md §10)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ once the trace is read: labels and stacks may be declared after their first use,
 reuse can still fold a race into an earlier unsafe free (docs/analysis.md §5). The C++ core
 (csrc/engine.h) keeps the same records, and ``AnalysisEngine`` is what both engines offer.
 
-The execution view (docs/analysis.md §10): a capture also keeps its graph's *program*, every
+The execution view (docs/analysis.md §8): a capture also keeps its graph's *program*, every
 access it captured; a ``replay`` runs that program as one op on its stream in the eager
 domain, through the lifetimes the capture saw. The last write of every byte (last_writes.py)
 says which allocation a read gets its data from (``StaleRead``), and freeing a block a live
@@ -70,7 +70,7 @@ class RecordStreamNoop:
 class StaleRead:
     """``reader`` read bytes of ``read_lifetime`` whose last write, ``writer``, went through
     another allocation of them, ``write_lifetime``, made while ``read_lifetime`` held them:
-    the block was handed out again and the reader gets another tensor's data (§10.4)."""
+    the block was handed out again and the reader gets another tensor's data (§8.4)."""
 
     reader: AccessRecord
     writer: AccessRecord
@@ -82,7 +82,7 @@ class StaleRead:
 @dataclass(eq=False)
 class GraphInputFreed:
     """``lifetime``, allocated outside any capture, was freed while ``graph``, whose program
-    ``use`` touches it, could still be replayed (§10.5)."""
+    ``use`` touches it, could still be replayed (§8.5)."""
 
     graph: int
     use: AccessRecord  # the first captured access of the graph through the block
@@ -159,7 +159,7 @@ class Engine:
         self.replays = 0
         self.unknown_replays = 0  # replays of graphs the trace has no capture of
         self._order = 0
-        # The execution view (§10): each live graph's program, the clock of its last replay,
+        # The execution view (§8): each live graph's program, the clock of its last replay,
         # every device's last writes, and which graphs use each block allocated outside them.
         self._programs: dict[int, list[AccessRecord]] = {}
         self._replayed: dict[int, dict[int, int]] = {}
@@ -276,7 +276,7 @@ class Engine:
         if lifetime is None:
             return
         self.lifetimes.await_reuse(lifetime, self.hb.domain(lifetime.owner))
-        # Latent until the graph is replayed or outlives the trace; gone with the graph (§10.5).
+        # Latent until the graph is replayed or outlives the trace; gone with the graph (§8.5).
         for graph, use in self._graph_users.pop(lifetime.id, {}).items():
             self._graph_inputs[graph].discard(lifetime.id)
             freed = GraphInputFreed(graph, use, lifetime)
@@ -338,10 +338,10 @@ class Engine:
             self._race(racer, rec, how)
         shadow.insert(rec)
 
-    # -- the execution view (§10) ---------------------------------------------------------------
+    # -- the execution view (§8) ---------------------------------------------------------------
     def _capture_into(self, program: list[AccessRecord], rec: AccessRecord) -> None:
         """``rec`` is part of its capture's program; note the blocks it uses that were
-        allocated outside any capture and not into a graph pool (their free is §10.5's)."""
+        allocated outside any capture and not into a graph pool (their free is §8.5's)."""
         program.append(rec)
         graph = rec.domain
         assert graph is not EAGER  # a captured access
@@ -353,7 +353,7 @@ class Engine:
                     self._graph_inputs.setdefault(graph, set()).add(lifetime.id)
 
     def _replay(self, ev: Mapping[str, Any]) -> None:
-        """Run graph ``ev["graph"]``'s program as one op on the replay's stream (§10.2)."""
+        """Run graph ``ev["graph"]``'s program as one op on the replay's stream (§8.2)."""
         graph, stream = ev["graph"], ev["stream"]
         program = self._programs.get(graph)
         if program is None or self.hb.members(graph) or self.hb.domain(stream) is not EAGER:

@@ -13,7 +13,7 @@ must never disagree silently.
 
 The pairs are found with the engine's covering rule, reachability (streamrace/analysis/
 graph_reach.py) in place of clocks, so a graph that orders what it should costs time linear in
-its accesses (docs/analysis.md §8): only pairs the rule cannot rule out are looked at one by
+its accesses (docs/analysis.md §9): only pairs the rule cannot rule out are looked at one by
 one. Programmatic (dependent-launch) edges do not order completion and are left out.
 """
 

@@ -1,6 +1,6 @@
 """The last write of every byte, in program order: what a later read of it gets.
 
-The execution view (docs/analysis.md §10) asks, at each read, which write it sees and through
+The execution view (docs/analysis.md §8) asks, at each read, which write it sees and through
 which allocation that write went. This is an interval map from disjoint byte spans to the
 value of their last write (a writer record and the lifetime the write went through): a
 write assigns its span, splitting what it partly covers; a read looks up the spans under it.

@@ -4,7 +4,7 @@
 describes which detection record (the Python engine's, the C++ core's mirrors of them, a
 pass's), the whole-trace passes a trace needs and what they read of the engine's results all
 come from it. A new kind is a module here added to ``DETECTORS`` and a section in
-docs/findings.md (docs/analysis.md §9 lists the rest).
+docs/findings.md (docs/analysis.md §10 lists the rest).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``graph-input-freed``: a tensor made outside a graph's capture, that the graph reads or
 writes at every replay, is freed while the graph can still be replayed (docs/findings.md; the
-rule is docs/analysis.md §10.5; HAZARDS.md X5). Its block goes back to the allocator and the
+rule is docs/analysis.md §8.5; HAZARDS.md X5). Its block goes back to the allocator and the
 next allocation of that size takes it, so the graph's replays touch another tensor's memory.
 Reported at the free, whether or not a replay followed yet (latent): it is enough that the
 graph was replayed after the free, or was still alive when the trace ended. The engines detect

@@ -1,6 +1,6 @@
 """``stale-read``: a read gets another allocation's data, because the block it reads was
 handed out again and written through the other allocation while the reader's still held it
-(docs/findings.md; the rule is docs/analysis.md §10.4). Graphs sharing a memory pool replayed
+(docs/findings.md; the rule is docs/analysis.md §8.4). Graphs sharing a memory pool replayed
 out of capture order (HAZARDS.md X4) are the usual cause: a replay writes through an
 allocation its capture freed, into bytes a later capture's tensor was given. The engines
 detect it as a ``StaleRead``."""
