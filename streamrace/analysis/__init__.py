@@ -39,8 +39,9 @@ class Note:
         return {"code": self.code, "message": self.message}
 
 
-def header_notes(header: Mapping[str, Any]) -> list[Note]:
-    """The notes a trace header calls for (docs/trace-format.md, header fields)."""
+def header_notes(header: Mapping[str, Any], unknown_replays: int = 0) -> list[Note]:
+    """The notes a trace header calls for (docs/trace-format.md, header fields), and the
+    engine's count of replays of graphs the trace never captured (``unknown_replays``)."""
     notes = []
     errors = header.get("recorder_errors") or []
     if errors:
@@ -61,14 +62,16 @@ def header_notes(header: Mapping[str, Any]) -> list[Note]:
                 "(size unknown to the recorder); their lifetimes were not checked",
             )
         )
-    unrecorded = header.get("replays_unrecorded") or 0
+    # Replays of graphs whose capture the trace lacks: the recorder counts those it saw no
+    # capture of, the engine those whose replay events name a graph the trace never captured.
+    unrecorded = (header.get("replays_unrecorded") or 0) + unknown_replays
     if unrecorded:
         notes.append(
             Note(
                 "replays-unrecorded",
                 f"{unrecorded} replay{'s' if unrecorded != 1 else ''} of CUDA graphs captured before recording "
-                f"started {'were' if unrecorded != 1 else 'was'} not recorded; what they did was not analysed "
-                "(start recording before the captures to see them)",
+                f"started {'were' if unrecorded != 1 else 'was'} not analysed: what they read and write is not "
+                "in the trace (start recording before the captures to see them)",
             )
         )
     allocator = header.get("allocator") or {}
@@ -167,26 +170,8 @@ def analyze(
     }
     findings = deduplicate(raw)
     summary["findings"] = len(findings)
-    notes = header_notes(header)
-    if engine.unknown_replays:  # one note for both: the recorder's count and the engine's
-        notes = [n for n in notes if n.code != "replays-unrecorded"]
-        notes += engine_notes(engine.unknown_replays + (header.get("replays_unrecorded") or 0))
+    notes = header_notes(header, engine.unknown_replays)
     return AnalysisResult(findings=findings, raw_findings=raw, summary=summary, notes=notes)
-
-
-def engine_notes(unknown_replays: int) -> list[Note]:
-    """The notes what the engine met calls for: replays of graphs the trace has no capture of
-    (captured before recording began) ran unseen, so nothing was checked against them."""
-    if not unknown_replays:
-        return []
-    were = "replays were" if unknown_replays != 1 else "replay was"
-    return [
-        Note(
-            "replays-unrecorded",
-            f"{unknown_replays} {were} of graphs captured before the trace began: what they read and "
-            "write is not known, so races and stale reads involving them were not checked",
-        )
-    ]
 
 
 __all__ = ["AnalysisResult", "Finding", "Note", "Progress", "analyze", "header_notes"]
