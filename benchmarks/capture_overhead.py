@@ -101,6 +101,15 @@ def replay_time(graph: torch.cuda.CUDAGraph, replays: int) -> float:
     return start.elapsed_time(end) / 1000 / replays
 
 
+def print_replays(replays: dict[str, list[float]], width: int) -> None:
+    """The replay table: each configuration's median time a replay and its ratio to plain."""
+    base = statistics.median(replays["plain"])
+    print(f"{'replay':<{width}}{'median us':>12}{'ratio':>10}")
+    for name, values in replays.items():
+        median = statistics.median(values)
+        print(f"{name:<{width}}{median * 1e6:>12.2f}{median / base:>10.3f}")
+
+
 def _profile(path: str, run) -> None:
     """Where a recorded capture's time goes, by Python function (the native hooks show as
     the builtins that call them)."""
@@ -197,11 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         body = statistics.median(v[0] for v in values)
         end = statistics.median(v[1] for v in values)
         print(f"{name:<14}{body * 1e3:>10.2f}{end * 1e3:>10.2f}")
-    base = statistics.median(replays["plain"])
-    print(f"{'replay':<12}{'median us':>12}{'ratio':>10}")
-    for name, values in replays.items():
-        median = statistics.median(values)
-        print(f"{name:<12}{median * 1e6:>12.2f}{median / base:>10.3f}")
+    print_replays(replays, 12)
     return 0
 
 

@@ -23,7 +23,7 @@ import sys
 import time
 
 import torch
-from capture_overhead import DeepDecoder, _example, replay_time
+from capture_overhead import DeepDecoder, _example, print_replays, replay_time
 
 import streamrace
 
@@ -94,11 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         median = statistics.median(values)
         per_op = (median - plain) / max(ops, 1) * 1e6
         print(f"{name:<14}{median * 1e3:>12.3f}{median / plain:>10.2f}{per_op:>12.2f}")
-    base = statistics.median(replays["plain"])
-    print(f"{'replay':<14}{'median us':>12}{'ratio':>10}")
-    for name, values in replays.items():
-        median = statistics.median(values)
-        print(f"{name:<14}{median * 1e6:>12.2f}{median / base:>10.3f}")
+    print_replays(replays, 14)
     return 0
 
 
