@@ -24,7 +24,7 @@ from streamrace.analysis.clocks import EAGER, Domain, HappensBefore, ordered_bef
 from streamrace.analysis.last_writes import LastWrites
 from streamrace.analysis.lifetimes import Lifetime, Lifetimes
 from streamrace.analysis.ranges import Overlap, normalize, overlaps
-from streamrace.analysis.shadow import AccessRecord, ShadowMemory
+from streamrace.analysis.shadow import AccessRecord, ShadowMemory, issued_at
 from streamrace.errors import TraceLimitError
 
 
@@ -425,7 +425,7 @@ class Engine:
                 # reading what it wrote itself reads its graph's own data, as at capture.
                 if (
                     through is not lifetime
-                    and born < _issued(writer)
+                    and born < issued_at(writer)
                     and (replay is None or writer.replay is not replay)
                     and overlaps(writer.rng, rec.rng, (start, end))
                 ):
@@ -487,11 +487,6 @@ class Engine:
             self.detections.append(Race(earlier, later, how, old, new))
             return
         self.detections.append(Race(earlier, later, how, _block_of(earlier, later)))
-
-
-def _issued(rec: AccessRecord) -> int:
-    """The seq at which the program issued the access: its replay's, or its op's."""
-    return rec.replay["seq"] if rec.replay is not None else rec.event["seq"]
 
 
 def _same_op(a: AccessRecord, b: AccessRecord) -> bool:

@@ -40,6 +40,11 @@ class AccessRecord:
     replay: Mapping[str, Any] | None = None
 
 
+def issued_at(rec: AccessRecord) -> int:
+    """The seq at which the program issued the access: its replay's, or its op's."""
+    return rec.replay["seq"] if rec.replay is not None else rec.event["seq"]
+
+
 def allocator_waited(old: AccessRecord, new: AccessRecord) -> bool:
     """Did the allocator order ``old`` before ``new``? Yes when every block ``old`` touched was
     freed after it with its stream named by ``record_stream``, and ``new`` reaches them only
@@ -47,7 +52,7 @@ def allocator_waited(old: AccessRecord, new: AccessRecord) -> bool:
     the events it recorded on those streams at the free have completed (docs/analysis.md §5)."""
     if not old.lifetimes:
         return False
-    issued = old.replay["seq"] if old.replay is not None else old.event["seq"]
+    issued = issued_at(old)
     for lifetime in old.lifetimes:
         free = lifetime.free
         if free is None or issued >= free["seq"] or old.stream not in lifetime.recorded:
