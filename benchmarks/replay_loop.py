@@ -90,9 +90,12 @@ class _Writer:
         return self.ev("free", addr=addr, device=0, stream=stream, stack=site)
 
     def wait_stream(self, waiter: int, waited: int) -> Iterator[dict[str, Any]]:
+        """``waiter.wait_stream(waited)``: a fresh event, recorded, waited on and deleted."""
         self.event_ids += 1
+        yield self.ev("event_create", event=self.event_ids)
         yield self.ev("event_record", event=self.event_ids, stream=waited)
         yield self.ev("event_wait", event=self.event_ids, stream=waiter)
+        yield self.ev("event_delete", event=self.event_ids)
 
 
 def span(addr: int, nbytes: int) -> dict[str, int]:
