@@ -12,7 +12,11 @@ module is deliberately dumb, so that the two can only agree by both being right:
 * every pair of accesses is compared; every access of a freed lifetime is checked at the
   owner stream's next allocation in the domain of the free (section 5), the point from which
   the allocator may hand the block out again; and every later access is checked against the
-  pending use of every unsafe free, for the race that makes it aliasing (section 5).
+  pending use of every unsafe free, for the race that makes it aliasing (section 5);
+* an access whose every allocation was freed after it with its stream named by
+  ``record_stream`` is ordered, by the allocator, before every access that reaches its bytes
+  only through later allocations (section 5: the block is handed out again once the events
+  recorded on that stream at the free have completed).
 
 The execution view (docs/analysis.md section 8) is modelled as plainly:
 
@@ -66,6 +70,7 @@ class Use:
     nbytes: frozenset[int]
     rng: dict[str, Any] = field(compare=False, hash=False)
     lifetime: int | None = None  # alloc seq of the live allocation it touches, if any
+    lives: tuple[Any, ...] = field(default=(), compare=False, hash=False)  # the allocations it touches
 
 
 @dataclass(eq=False)
@@ -330,7 +335,8 @@ class Oracle:
             for rng in ranges:
                 nbytes = byte_set(rng)
                 lives = [life for life in self._live.values() if not nbytes.isdisjoint(life.bytes())]
-                use = Use(seq, stream, domain, kind, nbytes, rng, min((life.alloc_seq for life in lives), default=None))
+                lifetime = min((life.alloc_seq for life in lives), default=None)
+                use = Use(seq, stream, domain, kind, nbytes, rng, lifetime, tuple(lives))
                 self.uses.append(use)
                 for life in lives:
                     life.uses.append(use)
@@ -361,7 +367,7 @@ class Oracle:
                 freed.replay = seq
         for captured in program:
             lifetime = min((life.alloc_seq for life in captured.lives), default=None)
-            use = Use(seq, stream, EAGER, captured.kind, captured.nbytes, captured.rng, lifetime)
+            use = Use(seq, stream, EAGER, captured.kind, captured.nbytes, captured.rng, lifetime, tuple(captured.lives))
             self.uses.append(use)
             for life in captured.lives:
                 life.uses.append(use)
@@ -489,7 +495,21 @@ class Oracle:
                 and "write" in (a.kind, b.kind)
                 and not a.nbytes.isdisjoint(b.nbytes)
                 and not self.happens_before(a.domain, a.seq, b.seq)
+                and not _allocator_waited(a, b)
             ):
                 pairs.add((a.seq, a.kind, b.seq, b.kind))
                 self.latest_race[id(b)] = a.seq
         return pairs
+
+
+def _allocator_waited(a: Use, b: Use) -> bool:
+    """Every allocation ``a`` went through was freed after ``a`` and before ``b``, with ``a``'s
+    stream named by ``record_stream``, and ``b`` goes through none of them: the allocator gave
+    the bytes to ``b``'s allocation only once ``a``'s stream was done with them."""
+    return bool(a.lives) and all(
+        life.free_seq is not None
+        and a.seq < life.free_seq < b.seq
+        and a.stream in life.recorded
+        and not any(life is other for other in b.lives)
+        for life in a.lives
+    )

@@ -491,6 +491,16 @@ def test_replays_of_a_graph_the_trace_never_captured_are_counted() -> None:
     assert note.message.startswith("1 replay of CUDA graphs captured before recording started was not analysed")
 
 
+def test_progress_and_the_summary_count_the_replays() -> None:
+    from streamrace.analysis import Progress
+
+    trace = out_of_order_shared_pool(fixed=False).trace()
+    events = [*trace.events, {"seq": len(trace.events), "ev": "replay", "graph": 99, "stream": 0}]
+    seen: list[Progress] = []
+    result = analyze(trace.header, events, progress=seen.append)
+    assert seen[-1].replays == result.summary["replays"] == 3 * ROUNDS
+
+
 # The programs above, by name, for the engine differential (tests/test_core_differential.py).
 PROGRAMS: dict[str, Callable[[], TraceBuilder]] = {
     **{f"x1 fixed={fixed}": lambda fixed=fixed: static_output_consumer(fixed) for fixed in (False, True)},
