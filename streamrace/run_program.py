@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import streamrace
 from streamrace.errors import UsageError
 from streamrace.record.autostart import ENV_CAPTURE_ONLY, ENV_DIR, ENV_ENABLE
+from streamrace.trace.incremental import PARTIAL_SUFFIX
 
 _SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "record", "_site")
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(streamrace.__file__)))
@@ -54,6 +55,13 @@ def record_program(command: Sequence[str], capture_only: bool = False) -> tuple[
         shutil.rmtree(trace_dir, ignore_errors=True)
         raise UsageError(f"{command[0]}: not executable") from None
     traces = sorted(glob.glob(os.path.join(trace_dir, "*.jsonl.gz")))
+    # A process that never ran its exit handlers (killed, os._exit) leaves only its partial
+    # trace: what it flushed. It is analysed too; its header makes the report say so.
+    traces += sorted(
+        partial
+        for partial in glob.glob(os.path.join(trace_dir, "*.jsonl.gz" + PARTIAL_SUFFIX))
+        if partial.removesuffix(PARTIAL_SUFFIX) not in traces
+    )
     if not traces:
         shutil.rmtree(trace_dir, ignore_errors=True)
     return returncode, traces

@@ -4,6 +4,7 @@ run. With no GPU they record no op, so ``run`` exits 5; what matters here is the
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -57,3 +58,14 @@ def test_a_recording_process_has_its_partial_trace_while_it_runs(tmp_path):
     subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True, env=env, timeout=300)
     [trace] = list(tmp_path.iterdir())
     assert trace.name.endswith(".jsonl.gz") and "incomplete" not in load_trace(trace).header
+
+
+def test_run_analyses_the_partial_trace_of_a_process_killed_before_its_exit(tmp_path, capsys):
+    """A process that never runs its exit handlers (os._exit, a kill) leaves only its partial
+    trace: ``run`` keeps and analyses it, and the report says the recording never finished."""
+    kept = tmp_path / "t.jsonl.gz"
+    leaves_abruptly = [sys.executable, "-c", "import os, torch; os._exit(0)"]
+    assert main(["run", "--format", "json", "-o", str(kept), "--", *leaves_abruptly]) == EXIT_NOTHING_RECORDED
+    assert load_trace(kept).header["incomplete"] is True
+    report = json.loads(capsys.readouterr().out)
+    assert [note["code"] for note in report["notes"]] == ["trace-incomplete"]

@@ -54,3 +54,9 @@ def test_analyze_carries_notes_from_either_entry_point():
     doc = via_trace.to_dict()
     assert doc["notes"] == [{"code": "recorder-errors", "message": via_trace.notes[0].message}]
     assert list(doc)[:4] == ["streamrace", "trace_format", "findings", "summary"], "to_dict only adds keys"
+
+
+def test_an_unfinished_recording_says_findings_may_be_missing():
+    (note,) = header_notes(_header(incomplete=True, recording="program"))
+    assert note.code == "trace-incomplete" and "findings may be missing" in note.message
+    assert header_notes(_header(incomplete=False)) == []

@@ -43,6 +43,14 @@ def header_notes(header: Mapping[str, Any], unknown_replays: int = 0) -> list[No
     """The notes a trace header calls for (docs/trace-format.md, header fields), and the
     engine's count of replays of graphs the trace never captured (``unknown_replays``)."""
     notes = []
+    if header.get("incomplete") is True:
+        notes.append(
+            Note(
+                "trace-incomplete",
+                "the recording of this trace never finished (its process was killed, or left without "
+                "running its exit handlers): the events after its last flush are missing, so findings may be missing",
+            )
+        )
     errors = header.get("recorder_errors") or []
     if errors:
         times = "once" if len(errors) == 1 else f"{len(errors)} times"
