@@ -11,14 +11,12 @@ built; ``.ci/run`` builds it.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
-import os
 import pathlib
-from collections.abc import Iterator
 
 import pytest
+from analysis_engines import core
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_execution_view import PROGRAMS as EXECUTION_VIEW
@@ -41,19 +39,6 @@ PROPERTY = settings(
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-
-
-@contextlib.contextmanager
-def core(name: str) -> Iterator[None]:
-    old = os.environ.get(CORE_ENV)
-    os.environ[CORE_ENV] = name
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ[CORE_ENV]
-        else:
-            os.environ[CORE_ENV] = old
 
 
 def as_json(result: AnalysisResult) -> str:

@@ -7,17 +7,15 @@ Both the Python check and the C++ core's find exactly the reference's pairs.
 
 from __future__ import annotations
 
-import contextlib
-import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from analysis_engines import core
 from graph_truth_reference import unordered_pairs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamrace.analysis.core import CORE_ENV, cpp_available
+from streamrace.analysis.core import cpp_available
 from streamrace.analysis.graph_truth import GraphTruth
 
 PROPERTY = settings(
@@ -28,19 +26,6 @@ PROPERTY = settings(
 )
 CORES = ["python"] + (["cpp"] if cpp_available() else [])
 FIRST_SEQ = 10
-
-
-@contextlib.contextmanager
-def core(name: str) -> Iterator[None]:
-    old = os.environ.get(CORE_ENV)
-    os.environ[CORE_ENV] = name
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ[CORE_ENV]
-        else:
-            os.environ[CORE_ENV] = old
 
 
 def ranges() -> st.SearchStrategy[dict[str, Any]]:
