@@ -18,10 +18,9 @@ The bug (``--variant bug``): ``del qkv`` on the main stream before the main stre
 KV stream. The allocator hands ``qkv``'s block to the next main-stream allocation (``q``), and
 at replay the ``q`` GEMM writes the bytes the KV stream is still reading. The fixes: keep the
 reference past the join (``keep-alive``, what #36547 did), ``record-stream``, ``join-then-free``,
-or no overlap at all (``no-overlap``). ``--latent`` makes ``q`` large enough to come from the
-other pool, so this capture does not reuse the block: the bug is still there (a dtype change
-brings it back), and streamrace still reports it.
-
+or no overlap (``no-overlap``). ``--index-dtype fp8`` (the index-K cache in fp8, not bf16) or
+``--latent`` puts ``q`` in the other pool: no reuse in this capture, the bug latent but
+reported (``streamrace diff`` of the bf16 and fp8 traces says why: docs/findings.md).
 ``--check`` proves the example's own truth: ``torch.cuda._sleep`` delays the KV-stream reader,
 every graph is replayed with fresh inputs, and the SWA cache and output are compared with an
 eager single-stream run. The bug corrupts them; the fixes do not.
@@ -33,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -60,20 +60,20 @@ class DecodeStreams:
 
 
 class MiniDecodeLayer:
-    def __init__(self, variant: str, latent: bool, sleep_cycles: int, streams: DecodeStreams) -> None:
-        gen = torch.Generator(device="cuda").manual_seed(0)
-
-        def weight(*shape: int) -> torch.Tensor:
-            return torch.randn(*shape, device="cuda", generator=gen) / shape[0] ** 0.5
-
+    def __init__(
+        self, variant: str, latent: bool, sleep_cycles: int, streams: DecodeStreams, index_dtype: str = "bf16"
+    ) -> None:
+        weight = seeded_weights(0)
         self.variant, self.sleep_cycles, self.streams = variant, sleep_cycles, streams
-        q_width = LATENT_Q_WIDTH if latent else Q_LORA + HEAD  # manifest: q has qkv's exact size
+        # The index dtype is the index-K cache's and the key's stored in it, and it sets the
+        # size class of q, the main stream's next allocation after qkv's free: see query_width.
+        q_width = query_width(latent, index_dtype)
         self.w_qkv = weight(HIDDEN, Q_LORA + HEAD)
         self.w_qb = weight(Q_LORA, q_width)
         self.w_weights = weight(HIDDEN, HEAD)
         self.w_qi = weight(Q_LORA, HEAD)
         self.swa_cache = torch.zeros(SLOTS, HEAD, device="cuda")
-        self.index_k = torch.zeros(SLOTS, HEAD, device="cuda")
+        self.index_k = torch.zeros(SLOTS, HEAD, device="cuda", dtype=INDEX_DTYPES[index_dtype])
         self.topk = torch.zeros(max(BATCH_SIZES), HEAD, device="cuda")  # per-batch metadata, every layer
 
     def reset_state(self) -> None:
@@ -91,7 +91,7 @@ class MiniDecodeLayer:
     def _forward_single(self, x: torch.Tensor, loc: torch.Tensor) -> torch.Tensor:
         qkv = x @ self.w_qkv
         q_lora = rms_norm(qkv[:, :Q_LORA])
-        self.index_k.index_copy_(0, loc, rms_norm(x[:, :HEAD]))
+        store_rows(self.index_k, loc, rms_norm(x[:, :HEAD]))  # the indexer's key, cast on store
         weights = x @ self.w_weights
         self.topk[: x.shape[0]].copy_(((q_lora @ self.w_qi) * weights).softmax(-1))
         self.swa_cache.index_copy_(0, loc, rms_norm(qkv[:, Q_LORA:]))
@@ -131,7 +131,7 @@ class MiniDecodeLayer:
         with torch.cuda.stream(s.indexer):
             s.weights.wait_stream(s.indexer)
             s.query.wait_stream(s.indexer)
-            self.index_k.index_copy_(0, loc, rms_norm(x[:, :HEAD]))
+            store_rows(self.index_k, loc, rms_norm(x[:, :HEAD]))  # the indexer's key, cast on store
             with torch.cuda.stream(s.weights):
                 weights = x @ self.w_weights
                 weights_ready = torch.cuda.Event()
@@ -145,6 +145,50 @@ class MiniDecodeLayer:
 
     def _attend(self, q: torch.Tensor, loc: torch.Tensor) -> torch.Tensor:
         return q[:, :HEAD] * self.swa_cache.index_select(0, loc) + self.topk[: q.shape[0]]
+
+
+# -- the index dtype ---------------------------------------------------------------------------
+INDEX_DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
+
+
+def query_width(latent: bool, index_dtype: str) -> int:
+    """The width of q, chosen by PyTorch's caching allocator's rules so that the index dtype
+    decides whether q takes qkv's freed block, as the bf16 and fp8 index-K builds of the real
+    deployment did (HAZARDS.md; the rules: docs/analysis.md, PyTorch's CUDACachingAllocator).
+
+    A request is rounded up to a multiple of 512 bytes; a rounded size of at most 1 MiB comes
+    from the small pool (2 MiB segments), a larger one from the large pool, and a freed block
+    goes only to a later request of its own stream, pool and size class. qkv is float32,
+    bs x (Q_LORA + HEAD) = bs x 2 KiB: 16, 8 and 4 KiB for the captured batch sizes, small.
+
+    * bf16: q is as wide as qkv, the same size class: ``del qkv`` puts the block on the main
+      stream's small free list and q, the next main-stream allocation, takes it (the best fit:
+      the same rounded size). Manifest: at replay the q GEMM writes while the KV stream reads.
+    * fp8 (and ``--latent``): q is bs x 2^18 x 4 bytes, 8, 4 and 2 MiB, above 1 MiB: it comes
+      from the large pool, and qkv's small block stays free. The free is as unsafe as in bf16
+      (a later main-stream allocation may still take it), but nothing takes it before the
+      join in this capture: latent, no corruption.
+    """
+    return LATENT_Q_WIDTH if latent or index_dtype == "fp8" else Q_LORA + HEAD
+
+
+def store_rows(cache: torch.Tensor, loc: torch.Tensor, rows: torch.Tensor) -> None:
+    """``cache[loc] = rows``, the math done in float and cast on store, as serving code does.
+    An fp8 cache is written as its bytes (not every index kernel has an fp8 variant)."""
+    rows = rows.to(cache.dtype)
+    if cache.element_size() == 1:
+        cache, rows = cache.view(torch.uint8), rows.view(torch.uint8)
+    cache.index_copy_(0, loc, rows)
+
+
+def seeded_weights(seed: int) -> Callable[..., torch.Tensor]:
+    """``weight(*shape)``: a scaled random weight from one generator, the same for every run."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+
+    def weight(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, device="cuda", generator=gen) / shape[0] ** 0.5
+
+    return weight
 
 
 @dataclass
@@ -200,11 +244,16 @@ def check_replays(model: CapturedModel, replays: int = 3) -> tuple[int, int]:
 
 
 def run(
-    variant: str, latent: bool = False, check: bool = False, trace: str | None = None, sleep_cycles: int = 20_000_000
+    variant: str,
+    latent: bool = False,
+    check: bool = False,
+    trace: str | None = None,
+    sleep_cycles: int = 20_000_000,
+    index_dtype: str = "bf16",
 ) -> tuple[streamrace.Session, tuple[int, int] | None]:
     """Capture under streamrace.watch(); optionally replay and compare. Returns (session, replay result)."""
     streams = DecodeStreams()
-    layer = MiniDecodeLayer(variant, latent, sleep_cycles, streams)
+    layer = MiniDecodeLayer(variant, latent, sleep_cycles, streams, index_dtype)
     with streamrace.watch(trace) as session:
         model = capture(layer)
     return session, (check_replays(model) if check else None)
@@ -213,6 +262,7 @@ def run(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--variant", choices=VARIANTS, default="bug")
+    parser.add_argument("--index-dtype", choices=list(INDEX_DTYPES), default="bf16", help="the index-K cache's dtype")
     parser.add_argument("--latent", action="store_true", help="sizes that avoid reuse in this capture")
     parser.add_argument("--check", action="store_true", help="replay and compare with eager (proves corruption)")
     parser.add_argument("--trace", help="write the recorded trace here (.gz compresses)")
@@ -220,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
-    session, replay = run(args.variant, args.latent, args.check, args.trace, args.sleep_cycles)
+    session, replay = run(args.variant, args.latent, args.check, args.trace, args.sleep_cycles, args.index_dtype)
     print(session.report())
     if replay is not None:
         corrupted, total = replay
