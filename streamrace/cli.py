@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from streamrace import __version__
 from streamrace.errors import StreamraceError, UsageError
@@ -43,7 +43,7 @@ from streamrace.trace.events import FORMAT_MINOR, FORMAT_VERSION
 # (docs/performance.md, start-up).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import NoReturn
+    from typing import Any, NoReturn
 
     from streamrace.report import TraceResult
     from streamrace.suppressions import Gate
@@ -125,9 +125,14 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
     _configure_report(parser)
 
 
-def _analyze_files(paths: Sequence[str], source_roots: Sequence[str] = ()) -> list[TraceResult]:
+def _analyze_files(
+    paths: Sequence[str],
+    source_roots: Sequence[str] = (),
+    observers: Sequence[Callable[[Iterator[dict[str, Any]]], Iterator[dict[str, Any]]]] = (),
+) -> list[TraceResult]:
     """Each trace analysed, streaming; its fixes use the names of the source files it names,
-    read as the text report reads them (the same roots and rules, streamrace/report/sources.py)."""
+    read as the text report reads them (the same roots and rules, streamrace/report/sources.py).
+    ``observers[i]``, if given, sees the events of ``paths[i]`` on their way to the engine."""
     from streamrace.analysis import analyze
     from streamrace.errors import TraceError, TraceLimitError
     from streamrace.progress import analysis_progress
@@ -136,11 +141,13 @@ def _analyze_files(paths: Sequence[str], source_roots: Sequence[str] = ()) -> li
     from streamrace.trace.io import display_name, iter_trace
 
     results = []
-    for path in paths:
+    for index, path in enumerate(paths):
         shown = display_name(path)
         # Streaming: the engine consumes events as they are read, never the whole trace.
         events = iter_trace(path)
         header = next(events)
+        if index < len(observers):
+            events = observers[index](events)
         with analysis_progress(path, events) as counted:
             try:
                 result = analyze(header, counted, sources=source_reader(header, source_roots))
@@ -220,6 +227,39 @@ def _run_analyze(args: argparse.Namespace) -> int:
     results = _apply_gate(gate, _analyze_files(args.traces, args.source_root))
     _report(results, args.format, args.output, args)
     return _verdict(results, args, _traces_named(len(results)))
+
+
+# -- diff ------------------------------------------------------------------------------------
+def _configure_diff(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("a", metavar="A", help="the baseline trace (.jsonl or .jsonl.gz)")
+    parser.add_argument("b", metavar="B", help="the new trace: a finding A lacks fails (exit 1)")
+    parser.add_argument(
+        "--format", choices=["text", "json"], default="text", help="text for people (default), json for machines"
+    )
+    parser.add_argument("-o", "--output", metavar="FILE", help="write the diff to FILE instead of stdout")
+
+
+def _run_diff(args: argparse.Namespace) -> int:
+    """Both traces analysed as ``analyze`` does, their findings matched by signature; 1 when
+    B has a finding A lacks. A trace that recorded nothing compares with nothing: exit 5."""
+    from streamrace.diff import Side, compare
+    from streamrace.diff.blocks import AllocationTable
+    from streamrace.diff.render import render_json, render_text
+
+    if "-" in (args.a, args.b) and args.a == args.b:
+        raise UsageError("A and B cannot both be standard input")
+    tables = (AllocationTable(), AllocationTable())
+    results = _analyze_files([args.a, args.b], observers=[table.observe for table in tables])
+    empty = [item for item in results if recorded_nothing(item.result.summary)]
+    if empty:
+        _warn(nothing_recorded_note([item.result.summary for item in empty], f"the trace {empty[0].path}"))
+        return EXIT_NOTHING_RECORDED
+    a, b = (Side(item.path, item.result.findings, table) for item, table in zip(results, tables, strict=True))
+    entries = compare(a, b)
+    notes = {"A": results[0].result.notes, "B": results[1].result.notes}
+    render = render_json if args.format == "json" else render_text
+    _emit(render(a.path, b.path, entries, notes), args.output)
+    return EXIT_FINDINGS if any(entry.change == "appeared" for entry in entries) else EXIT_CLEAN
 
 
 # -- run -------------------------------------------------------------------------------------
@@ -323,6 +363,12 @@ def _run_env(args: argparse.Namespace) -> int:
 
 COMMANDS: tuple[Command, ...] = (
     Command("analyze", "Find races and unsafe frees in recorded traces.", _configure_analyze, _run_analyze),
+    Command(
+        "diff",
+        "Compare the findings of two traces: which appear, disappear and persist, and why the block was reused.",
+        _configure_diff,
+        _run_diff,
+    ),
     Command("run", "Run a program with its CUDA work recorded, then analyse.", _configure_run, _run_run),
     Command("env", "Print shell exports that record every Python process started later.", _configure_env, _run_env),
 )
