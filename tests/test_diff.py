@@ -197,3 +197,23 @@ def test_a_trace_that_recorded_nothing_compares_with_nothing(capsys, runs, tmp_p
     code, out, err = _diff(capsys, runs["manifest"], empty)
     assert code == 5 and out == ""
     assert err.startswith("streamrace: nothing recorded: the trace ") and err.count("\n") == 1
+
+
+def test_trace_strings_are_escaped_in_the_text(capsys, tmp_path):
+    """A trace is input: a file name with an escape sequence cannot rewrite the terminal."""
+    tb = TraceBuilder()
+    main_stream, kv = tb.stream("main\x1b[2J"), tb.stream("kv")
+    with tb.capture(main_stream):
+        qkv = tb.alloc(QKV, main_stream, at="evil\x1b[31m.py:10", pool=POOL)
+        tb.wait_stream(kv, main_stream, at="evil.py:11")
+        tb.op("aten::mul", kv, reads=[tb.span(qkv, QKV)], at="evil.py:12")
+        tb.free(qkv, at="evil.py:14")
+        q = tb.alloc(QKV, main_stream, addr=qkv, at="evil\u202e.py:15", pool=POOL)
+        tb.op("aten::mm", main_stream, writes=[tb.span(q, QKV)], at="evil.py:15")
+        tb.wait_stream(main_stream, kv, at="evil.py:16")
+    evil = _write(tmp_path, "evil", tb)
+    fixed = _write(tmp_path, "fixed", freed_before_join(join_first=True))
+    code, out, _ = _diff(capsys, fixed, evil)
+    assert code == 1
+    assert "\x1b" not in out and "\u202e" not in out
+    assert "evil\\x1b[31m.py:10" in out and "evil\\u202e.py:15" in out and "main\\x1b[2J" in out
