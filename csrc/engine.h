@@ -14,6 +14,7 @@
 #include <variant>
 #include <vector>
 
+#include "block_index.h"
 #include "clocks.h"
 #include "last_writes.h"
 #include "lifetimes.h"
@@ -146,7 +147,7 @@ class Engine {
                 for (Rec* r : recs) d->pending.push_back(Ref<Rec>::adopt(r));  // and these
                 d->lifetime = block;
                 d->domain = domain;
-                unfolded_[{domain, lifetime->device}].push_back(d.get());
+                unfolded_[{domain, lifetime->device}].add(lifetime->addr, lifetime->end(), d.get());
                 detections.emplace_back(std::move(d));
             }
         }
@@ -339,7 +340,7 @@ class Engine {
     }
 
    private:
-    using Unfolded = std::map<std::pair<i64, i64>, std::vector<UnsafeFree*>>;
+    using Unfolded = std::map<std::pair<i64, i64>, BlockIndex<UnsafeFree>>;
 
     ShadowMemory& shadow(i64 domain, i64 device) {
         auto& shadow = shadows_[{domain, device}];
@@ -453,33 +454,25 @@ class Engine {
 
     // Fold rec (issued at clock after host) into every unsafe free whose pending use it races
     // with through bytes a later allocation reuses (docs/analysis.md §5); `folded` gets them.
+    // Only the frees of blocks rec touches can fold: the index hands over just those.
     void fold(Rec* rec, Unfolded::iterator it, const VectorClock& clock, const VectorClock& host,
               std::vector<const UnsafeFree*>& folded) {
-        std::vector<UnsafeFree*> kept;
-        for (UnsafeFree* unsafe : it->second) {
+        it->second.meeting(rec->rng.lo, rec->rng.hi, [&](UnsafeFree* unsafe) {
             const Rec* use = unsafe->use.get();
-            const Lifetime* block = unsafe->lifetime.get();
-            // A host synchronization ordered the use before everything later.
-            if (!host.empty() && ordered_before(use->stream_index, use->tick, host)) continue;
-            // The cheap tests first: most pending uses are of other blocks.
-            if (use->stream != rec->stream && block->addr < rec->rng.hi && rec->rng.lo < block->end() &&
-                !ordered_before(use->stream_index, use->tick, clock, host)) {
-                Lifetime* reused = nullptr;
-                Overlap how = reuse_race(*unsafe, *rec, reused);
-                if (how != NONE) {
-                    unsafe->racer = Ref<Rec>(rec);
-                    unsafe->how = how;
-                    unsafe->reused = Ref<Lifetime>(reused);
-                    folded.push_back(unsafe);
-                    continue;
-                }
-            }
-            kept.push_back(unsafe);
-        }
-        if (kept.empty())
-            unfolded_.erase(it);
-        else
-            it->second.swap(kept);
+            // A host synchronization ordered the use before everything later (the host clock
+            // only grows): no later access can fold it.
+            if (!host.empty() && ordered_before(use->stream_index, use->tick, host)) return true;
+            if (use->stream == rec->stream || ordered_before(use->stream_index, use->tick, clock, host)) return false;
+            Lifetime* reused = nullptr;
+            Overlap how = reuse_race(*unsafe, *rec, reused);
+            if (how == NONE) return false;
+            unsafe->racer = Ref<Rec>(rec);
+            unsafe->how = how;
+            unsafe->reused = Ref<Lifetime>(reused);
+            folded.push_back(unsafe);
+            return true;
+        });
+        if (it->second.empty()) unfolded_.erase(it);
     }
 
     // How rec races with a range of the unsafe free's pending use through a byte of the freed
@@ -537,7 +530,7 @@ class Engine {
     Lifetimes lifetimes_;
     std::map<std::pair<i64, i64>, std::unique_ptr<ShadowMemory>> shadows_;  // (domain, device)
     // (domain, device) -> unsafe frees (owned by `detections`) whose pending use no access of
-    // a later lifetime has raced with yet, in detection order
+    // a later lifetime has raced with yet, by the freed block's span
     Unfolded unfolded_;
     std::unordered_map<i64, unsigned> index_;
     std::vector<i64> handles_;
