@@ -5,59 +5,60 @@ which allocation that write went. This is an interval map from disjoint byte spa
 value of their last write (a writer record and the lifetime the write went through): a
 write assigns its span, splitting what it partly covers; a read looks up the spans under it.
 Memory is bounded by the distinct spans the program writes, not by the number of writes.
+
+The spans sit in ``SortedBlocks`` (sorted chunks), not in flat lists: a write below every
+span inserted at the lists' front and moved all of them, so blocks written at descending
+addresses made the analysis quadratic.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from streamrace.analysis.sorted_blocks import SortedBlocks
+
 V = TypeVar("V")
+
+
+@dataclass(eq=False, slots=True)
+class _Span(Generic[V]):
+    addr: int  # the span's first byte (SortedBlocks orders by it)
+    end: int
+    value: V
 
 
 class LastWrites(Generic[V]):
     """Disjoint spans ``[start, end)`` sorted by start, each with the value of its last write."""
 
     def __init__(self) -> None:
-        self._starts: list[int] = []
-        self._ends: list[int] = []
-        self._values: list[V] = []
+        self._spans: SortedBlocks[_Span[V]] = SortedBlocks()
 
     def __len__(self) -> int:
-        return len(self._starts)
-
-    def _overlapping(self, lo: int, hi: int) -> tuple[int, int]:
-        """Indices ``[j, k)`` of the spans that share a byte with ``[lo, hi)``."""
-        j = bisect_right(self._starts, lo) - 1
-        if j < 0 or self._ends[j] <= lo:
-            j += 1
-        return j, max(j, bisect_left(self._starts, hi))
+        return len(self._spans)
 
     def assign(self, lo: int, hi: int, value: V | None) -> None:
         """``[lo, hi)`` was last written with ``value``; None forgets what wrote it."""
         if lo >= hi:
             return
-        j, k = self._overlapping(lo, hi)
-        starts, ends, values = [], [], []
-        if j < k and self._starts[j] < lo:  # the part of the first span before ``lo`` stays
-            starts.append(self._starts[j])
-            ends.append(lo)
-            values.append(self._values[j])
+        spans = self._spans
+        met = spans.ending_after(hi, lo)  # the spans that share a byte with it, last first
+        if len(met) == 1 and value is not None and met[0].addr == lo and met[0].end == hi:
+            met[0].value = value  # the same span as the last write of these bytes
+            return
+        for span in met:
+            spans.pop(spans.bisect_left(span.addr))
+        if met and met[-1].addr < lo:  # the part of the first span before ``lo`` stays
+            spans.insert(_Span(met[-1].addr, lo, met[-1].value))
         if value is not None:
-            starts.append(lo)
-            ends.append(hi)
-            values.append(value)
-        if j < k and self._ends[k - 1] > hi:  # and the part of the last one after ``hi``
-            starts.append(hi)
-            ends.append(self._ends[k - 1])
-            values.append(self._values[k - 1])
-        self._starts[j:k] = starts
-        self._ends[j:k] = ends
-        self._values[j:k] = values
+            spans.insert(_Span(lo, hi, value))
+        if met and met[0].end > hi:  # and the part of the last one after ``hi``
+            spans.insert(_Span(hi, met[0].end, met[0].value))
 
     def under(self, lo: int, hi: int) -> Iterator[tuple[int, int, V]]:
         """``(start, end, value)`` of each written span inside ``[lo, hi)``, clipped to it."""
-        j, k = self._overlapping(lo, hi)
-        for i in range(j, k):
-            yield max(self._starts[i], lo), min(self._ends[i], hi), self._values[i]
+        if lo >= hi:
+            return
+        for span in reversed(self._spans.ending_after(hi, lo)):
+            yield max(span.addr, lo), min(span.end, hi), span.value
