@@ -14,8 +14,9 @@
 
 #include <algorithm>
 
+#include <climits>
 #include <set>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "clocks.h"
@@ -32,8 +33,9 @@ class ShadowMemory {
 
     ~ShadowMemory() {
         for (auto& level : levels_)
-            for (auto& [key, bucket] : level.buckets)
+            level.buckets.each([](std::vector<Rec*>& bucket) {
                 for (Rec* r : bucket) release(r);
+            });
     }
 
     size_t size() const { return size_; }
@@ -52,14 +54,12 @@ class ShadowMemory {
             if (last < *index.keys.begin() || *index.keys.rbegin() < first) continue;  // all elsewhere
             if (last - first < DIRECT_LOOKUPS) {
                 for (i64 g = first; g <= last; ++g) {
-                    auto it = index.buckets.find(g);
-                    if (it != index.buckets.end() && scan(it->second, rec, clock, host, racer, how))
-                        emptied_.push_back({level, g});
+                    std::vector<Rec*>* bucket = index.buckets.find(g);
+                    if (bucket != nullptr && scan(*bucket, rec, clock, host, racer, how)) emptied_.push_back({level, g});
                 }
             } else {  // a wide access: visit only the granules that exist in its span
                 for (auto key = index.keys.lower_bound(first); key != index.keys.end() && *key <= last; ++key) {
-                    auto it = index.buckets.find(*key);
-                    if (scan(it->second, rec, clock, host, racer, how)) emptied_.push_back({level, *key});
+                    if (scan(*index.buckets.find(*key), rec, clock, host, racer, how)) emptied_.push_back({level, *key});
                 }
             }
         }
@@ -73,18 +73,18 @@ class ShadowMemory {
         retain(rec);
         const i64 key = rec->rng.lo >> bits(level);
         Level& index = levels_[level];
-        auto [it, added] = index.buckets.try_emplace(key);
+        auto [bucket, added] = index.buckets.try_emplace(key);
         if (added) index.keys.insert(key);
-        it->second.push_back(rec);
+        bucket->push_back(rec);
         ++size_;
         used_ |= 1u << level;
         // The buckets the check before left empty go now, but for the one rec went to: in a
         // loop, rec has usually just forgotten its previous iteration, the bucket's only access.
         for (const auto& [at, g] : emptied_) {
             Level& emptied = levels_[at];
-            auto e = emptied.buckets.find(g);
-            if (e != emptied.buckets.end() && e->second.empty()) {
-                emptied.drop(e);
+            std::vector<Rec*>* e = emptied.buckets.find(g);
+            if (e != nullptr && e->empty()) {
+                emptied.drop(g);
                 if (emptied.buckets.empty()) used_ &= ~(1u << at);
             }
         }
@@ -140,13 +140,89 @@ class ShadowMemory {
         return kept == 0;
     }
 
+    // One level's buckets by granule: open addressing, linear probing, at most half full.
+    // The check's hot loop is a lookup per granule per level; std::unordered_map's was a
+    // division and a chase through a node for each.
+    class Granules {
+       public:
+        static constexpr i64 NO_KEY = LLONG_MIN;  // granule keys are >= 0; a lookup's first may be -1
+
+        bool empty() const { return size_ == 0; }
+
+        std::vector<Rec*>* find(i64 key) {
+            if (size_ == 0) return nullptr;
+            for (size_t i = home(key);; i = (i + 1) & mask_) {
+                if (slots_[i].key == key) return &slots_[i].recs;
+                if (slots_[i].key == NO_KEY) return nullptr;
+            }
+        }
+
+        // The key's bucket, and whether it was added (empty).
+        std::pair<std::vector<Rec*>*, bool> try_emplace(i64 key) {
+            if (2 * (size_ + 1) > slots_.size()) grow();
+            size_t i = home(key);
+            for (; slots_[i].key != NO_KEY; i = (i + 1) & mask_)
+                if (slots_[i].key == key) return {&slots_[i].recs, false};
+            slots_[i].key = key;
+            ++size_;
+            return {&slots_[i].recs, true};
+        }
+
+        // Removes the key's bucket, if any; later slots of its run move back into the hole.
+        void erase(i64 key) {
+            if (size_ == 0) return;
+            size_t hole = home(key);
+            for (; slots_[hole].key != key; hole = (hole + 1) & mask_)
+                if (slots_[hole].key == NO_KEY) return;
+            for (size_t j = (hole + 1) & mask_; slots_[j].key != NO_KEY; j = (j + 1) & mask_) {
+                const size_t want = home(slots_[j].key);
+                // Slot j may fill the hole unless its home lies cyclically in (hole, j].
+                if (hole <= j ? (want <= hole || want > j) : (want <= hole && want > j)) {
+                    slots_[hole].key = slots_[j].key;
+                    slots_[hole].recs.swap(slots_[j].recs);
+                    hole = j;
+                }
+            }
+            slots_[hole].key = NO_KEY;
+            slots_[hole].recs.clear();
+            --size_;
+        }
+
+        template <class Visit>
+        void each(Visit&& visit) {
+            for (Slot& slot : slots_)
+                if (slot.key != NO_KEY) visit(slot.recs);
+        }
+
+       private:
+        struct Slot {
+            i64 key = NO_KEY;
+            std::vector<Rec*> recs;
+        };
+        size_t home(i64 key) const { return size_t((unsigned long long)key * 0x9E3779B97F4A7C15ull >> shift_); }
+        void grow() {
+            std::vector<Slot> old;
+            old.swap(slots_);
+            const size_t capacity = old.empty() ? 16 : 2 * old.size();
+            slots_.resize(capacity);
+            mask_ = capacity - 1;
+            shift_ = 64 - __builtin_ctzll(capacity);
+            size_ = 0;
+            for (Slot& slot : old)
+                if (slot.key != NO_KEY) try_emplace(slot.key).first->swap(slot.recs);
+        }
+        std::vector<Slot> slots_;
+        size_t size_ = 0, mask_ = 0;
+        int shift_ = 64;
+    };
+
     // One level: buckets by granule, and their keys in order for wide lookups.
     struct Level {
-        std::unordered_map<i64, std::vector<Rec*>> buckets;
+        Granules buckets;
         std::set<i64> keys;
-        void drop(std::unordered_map<i64, std::vector<Rec*>>::iterator it) {
-            keys.erase(it->first);
-            buckets.erase(it);
+        void drop(i64 key) {
+            keys.erase(key);
+            buckets.erase(key);
         }
     };
     // Above this many granules a lookup walks the ordered keys instead of probing each one.
