@@ -5,15 +5,19 @@ only the first ``n`` rows of ``loc`` before the replay."""
 
 from __future__ import annotations
 
+import pathlib
 from collections.abc import Callable
 
 import pytest
 
 from streamrace.analysis import analyze
 from streamrace.analysis.core import CORE_ENV, cpp_available
-from streamrace.analysis.detectors import DATA_RACE, PADDED_SCATTER
+from streamrace.analysis.detectors import DATA_RACE, PADDED_SCATTER, UNSAFE_FREE
 from streamrace.analysis.findings import Finding
+from streamrace.trace import load_trace
 from streamrace.trace.builder import TraceBuilder
+
+TRACES = pathlib.Path(__file__).resolve().parents[1] / "examples" / "traces"
 
 BS, N_REAL, SLOTS, D = 8, 3, 64, 16
 ROUNDS = 3
@@ -128,6 +132,32 @@ def test_the_padded_scatter_and_a_race_are_reported_apart() -> None:
     assert sorted(f.kind for f in got) == sorted([DATA_RACE, PADDED_SCATTER])
     race = next(f for f in got if f.kind == DATA_RACE)
     assert "wait_stream" in (race.fix or "") and "reserved" not in (race.fix or "")
+
+
+# The real traces (tests/gpu/record_fixtures.py OUTDIR padded, on the H200), each with the
+# kinds it must give and the padded-scatter's count.
+FIXTURES = {
+    "padded_stale": ([PADDED_SCATTER], 4),
+    "padded_reserved": ([], 0),
+    "padded_guarded": ([], 0),
+    "dsv4_padded_race": ([PADDED_SCATTER, UNSAFE_FREE], 3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURES))
+def test_real_padded_traces(name: str) -> None:
+    path = TRACES / f"{name}.jsonl.gz"
+    if not path.exists():
+        pytest.skip(f"{path.name} is not recorded yet: python tests/gpu/record_fixtures.py examples/traces padded")
+    kinds, count = FIXTURES[name]
+    found = analyze(load_trace(path)).findings
+    assert sorted(f.kind for f in found) == kinds, [f.message for f in found]
+    for finding in found:
+        if finding.kind == PADDED_SCATTER:
+            assert finding.count == count and finding.accesses[1].captured is not None
+            assert "first 3 of 8 rows" in finding.message, finding.message
+        else:
+            assert "reserved" not in (finding.fix or ""), "the race keeps its own fix"
 
 
 # The programs above, by name, for the engine differential and the fuzzer's seeds.
