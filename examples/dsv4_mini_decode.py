@@ -27,16 +27,6 @@ every graph is replayed with fresh inputs, and the SWA cache and output are comp
 eager single-stream run. The bug corrupts them; the fixes do not.
 
     python examples/dsv4_mini_decode.py --variant bug --check --trace race.jsonl.gz
-
-``--padding`` replays the largest graph with padded batches, as serving engines do: ``PAD_REAL``
-real rows, the rest padding, the whole program recorded (HAZARDS.md H9, the padded-scatter
-check). ``stale`` refreshes only ``loc[:n]``, so the padding rows write through the warm-up's
-slots into live KV (the bug); ``reserved`` sets the padding rows to a reserved slot every step;
-``guarded`` captures the layer with an index computed in the graph from the real token count.
-With ``--check`` each replay is compared with an eager run of the real rows alone: a changed
-slot outside them is the padding bug, wrong real rows are the race. The two are independent:
-
-    python examples/dsv4_mini_decode.py --variant bug --padding stale --check --trace both.jsonl.gz
 """
 
 from __future__ import annotations
@@ -50,13 +40,10 @@ import torch
 import streamrace
 
 VARIANTS = ("bug", "keep-alive", "record-stream", "join-then-free", "no-overlap")
-PADDINGS = ("stale", "reserved", "guarded")
-PAD_REAL = 3  # real rows of a padded batch of the largest captured size
 BATCH_SIZES = (8, 4, 2)
 MULTI_STREAM_MAX_BS = 64
 HIDDEN, Q_LORA, HEAD, SLOTS = 512, 256, 256, 64
 LATENT_Q_WIDTH = 1 << 18  # q of >= 2 MiB comes from the large pool: qkv's block is never reused
-RESERVED_SLOT = SLOTS - 1  # no request owns it: padding rows may write there
 
 
 def rms_norm(x: torch.Tensor) -> torch.Tensor:
@@ -166,24 +153,13 @@ class CapturedModel:
     x: torch.Tensor  # static input buffers, sized for the largest batch
     loc: torch.Tensor
     graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]]
-    n_real: torch.Tensor | None = None  # the real token count, when the graphs guard their padding rows
 
 
-def capture(layer: MiniDecodeLayer, batch_sizes: tuple[int, ...] = BATCH_SIZES, guard: bool = False) -> CapturedModel:
-    """Warm up twice and capture each batch size, largest first, into one shared pool.
-    ``guard``: the layer gets the slots of the real rows only, the padding rows the reserved
-    slot, computed in the graph from the static real token count ``n_real``."""
-    max_bs = max(batch_sizes)
+def capture(layer: MiniDecodeLayer, sizes: tuple[int, ...] = BATCH_SIZES, guard: Guard | None = None) -> CapturedModel:
+    """Warm up twice and capture each batch size, largest first, into one shared pool (``guard``: see Guard)."""
+    max_bs = max(sizes)
     x = torch.randn(max_bs, HIDDEN, device="cuda")
     loc = torch.arange(max_bs, device="cuda")
-    n_real = torch.full((1,), max_bs, device="cuda") if guard else None
-    positions = torch.arange(max_bs, device="cuda")
-
-    def slots(bs: int) -> torch.Tensor:
-        if n_real is None:
-            return loc[:bs]
-        return torch.where(positions[:bs] < n_real, loc[:bs], RESERVED_SLOT)
-
     pool = torch.cuda.graph_pool_handle()
     capture_stream = torch.cuda.Stream()
     streamrace.name_stream(capture_stream, "main")
@@ -191,16 +167,16 @@ def capture(layer: MiniDecodeLayer, batch_sizes: tuple[int, ...] = BATCH_SIZES, 
     # current stream, as PyTorch's CUDA-graph recipe does (a pool stream does not wait by itself).
     capture_stream.wait_stream(torch.cuda.current_stream())
     graphs = {}
-    for bs in sorted(batch_sizes, reverse=True):
+    for bs in sorted(sizes, reverse=True):
         with torch.cuda.stream(capture_stream):
             for _ in range(2):
-                layer.forward(x[:bs], slots(bs))
+                layer.forward(x[:bs], loc[:bs] if guard is None else guard.slots(loc, bs))
         capture_stream.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool, stream=capture_stream):
-            out = layer.forward(x[:bs], slots(bs))
+            out = layer.forward(x[:bs], loc[:bs] if guard is None else guard.slots(loc, bs))
         graphs[bs] = (graph, out)
-    return CapturedModel(layer, x, loc, graphs, n_real)
+    return CapturedModel(layer, x, loc, graphs)
 
 
 def check_replays(model: CapturedModel, replays: int = 3) -> tuple[int, int]:
@@ -223,6 +199,44 @@ def check_replays(model: CapturedModel, replays: int = 3) -> tuple[int, int]:
     return corrupted, total
 
 
+def run(
+    variant: str, latent: bool = False, check: bool = False, trace: str | None = None, sleep_cycles: int = 20_000_000
+) -> tuple[streamrace.Session, tuple[int, int] | None]:
+    """Capture under streamrace.watch(); optionally replay and compare. Returns (session, replay result)."""
+    streams = DecodeStreams()
+    layer = MiniDecodeLayer(variant, latent, sleep_cycles, streams)
+    with streamrace.watch(trace) as session:
+        model = capture(layer)
+    return session, (check_replays(model) if check else None)
+
+
+# -- padded batches (HAZARDS.md H9, the padded-scatter check) ---------------------------------
+# ``--padding`` replays the largest graph with padded batches, as serving engines do: PAD_REAL
+# real rows, the rest padding, the whole program recorded. ``stale`` refreshes only
+# ``loc[:n]``, so the padding rows write through the warm-up's slots into live KV (the bug);
+# ``reserved`` sets the padding rows to a reserved slot every step; ``guarded`` captures the
+# layer with slots computed in the graph from the real token count (``Guard``). With
+# ``--check`` each replay is compared with an eager run of the real rows alone: a changed slot
+# outside them is the padding bug, wrong real rows are the race. The two are independent:
+#
+#     python examples/dsv4_mini_decode.py --variant bug --padding stale --check --trace both.jsonl.gz
+PADDINGS = ("stale", "reserved", "guarded")
+PAD_REAL = 3  # real rows of a padded batch of the largest captured size
+RESERVED_SLOT = SLOTS - 1  # no request owns it: padding rows may write there
+
+
+class Guard:
+    """The real rows' slots, the padding rows' the reserved one, from the static real token
+    count ``n_real``: computed in the graph, so stale entries of ``loc`` never reach a write."""
+
+    def __init__(self, max_bs: int) -> None:
+        self.n_real = torch.full((1,), max_bs, device="cuda")
+        self.positions = torch.arange(max_bs, device="cuda")
+
+    def slots(self, loc: torch.Tensor, bs: int) -> torch.Tensor:
+        return torch.where(self.positions[:bs] < self.n_real, loc[:bs], RESERVED_SLOT)
+
+
 @dataclass
 class PaddedCheck:
     clobbered: int  # replays after which a live slot outside the real rows changed: the padding bug
@@ -230,7 +244,9 @@ class PaddedCheck:
     total: int
 
 
-def check_padded_replays(model: CapturedModel, padding: str, replays: int = 3) -> PaddedCheck:
+def check_padded_replays(
+    model: CapturedModel, padding: str, guard: Guard | None = None, replays: int = 3
+) -> PaddedCheck:
     """Replay the largest graph with ``PAD_REAL`` real rows over live caches, each time compared
     with an eager single-stream run of the real rows alone."""
     layer, gen, n = model.layer, torch.Generator(device="cuda").manual_seed(1), PAD_REAL
@@ -246,8 +262,8 @@ def check_padded_replays(model: CapturedModel, padding: str, replays: int = 3) -
         model.loc[:n].copy_(real_loc)
         if padding == "reserved":
             model.loc[n:bs].fill_(RESERVED_SLOT)
-        if model.n_real is not None:
-            model.n_real.fill_(n)
+        if guard is not None:
+            guard.n_real.fill_(n)
         caches = (layer.swa_cache, layer.index_k)
         for cache, state in zip(caches, live, strict=True):
             cache.copy_(state)
@@ -271,21 +287,11 @@ def run_padded(
 ) -> tuple[streamrace.Session, PaddedCheck]:
     """The whole program under streamrace.watch(): captures, then padded replays, each checked."""
     layer = MiniDecodeLayer(variant, False, sleep_cycles, DecodeStreams())
+    guard = Guard(max(BATCH_SIZES)) if padding == "guarded" else None
     with streamrace.watch(trace) as session:
-        model = capture(layer, guard=padding == "guarded")
-        check = check_padded_replays(model, padding)
+        model = capture(layer, guard=guard)
+        check = check_padded_replays(model, padding, guard)
     return session, check
-
-
-def run(
-    variant: str, latent: bool = False, check: bool = False, trace: str | None = None, sleep_cycles: int = 20_000_000
-) -> tuple[streamrace.Session, tuple[int, int] | None]:
-    """Capture under streamrace.watch(); optionally replay and compare. Returns (session, replay result)."""
-    streams = DecodeStreams()
-    layer = MiniDecodeLayer(variant, latent, sleep_cycles, streams)
-    with streamrace.watch(trace) as session:
-        model = capture(layer)
-    return session, (check_replays(model) if check else None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -295,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="replay and compare with eager (proves corruption)")
     parser.add_argument("--trace", help="write the recorded trace here (.gz compresses)")
     parser.add_argument("--sleep-cycles", type=int, default=20_000_000, help="delay of the KV-stream reader")
-    parser.add_argument("--padding", choices=PADDINGS, help="replay padded batches, recorded (see above)")
+    parser.add_argument("--padding", choices=PADDINGS, help="replay padded batches, recorded (see PADDINGS)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
