@@ -199,9 +199,9 @@ class CapturedModel:
     graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]]
 
 
-def capture(layer: MiniDecodeLayer, batch_sizes: tuple[int, ...] = BATCH_SIZES) -> CapturedModel:
-    """Warm up twice and capture each batch size, largest first, into one shared pool."""
-    max_bs = max(batch_sizes)
+def capture(layer: MiniDecodeLayer, sizes: tuple[int, ...] = BATCH_SIZES, guard: Guard | None = None) -> CapturedModel:
+    """Warm up twice and capture each batch size, largest first, into one shared pool (``guard``: see Guard)."""
+    max_bs = max(sizes)
     x = torch.randn(max_bs, HIDDEN, device="cuda")
     loc = torch.arange(max_bs, device="cuda")
     pool = torch.cuda.graph_pool_handle()
@@ -211,14 +211,14 @@ def capture(layer: MiniDecodeLayer, batch_sizes: tuple[int, ...] = BATCH_SIZES) 
     # current stream, as PyTorch's CUDA-graph recipe does (a pool stream does not wait by itself).
     capture_stream.wait_stream(torch.cuda.current_stream())
     graphs = {}
-    for bs in sorted(batch_sizes, reverse=True):
+    for bs in sorted(sizes, reverse=True):
         with torch.cuda.stream(capture_stream):
             for _ in range(2):
-                layer.forward(x[:bs], loc[:bs])
+                layer.forward(x[:bs], loc[:bs] if guard is None else guard.slots(loc, bs))
         capture_stream.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool, stream=capture_stream):
-            out = layer.forward(x[:bs], loc[:bs])
+            out = layer.forward(x[:bs], loc[:bs] if guard is None else guard.slots(loc, bs))
         graphs[bs] = (graph, out)
     return CapturedModel(layer, x, loc, graphs)
 
@@ -259,6 +259,90 @@ def run(
     return session, (check_replays(model) if check else None)
 
 
+# -- padded batches (HAZARDS.md H9, the padded-scatter check) ---------------------------------
+# ``--padding`` replays the largest graph with padded batches, as serving engines do: PAD_REAL
+# real rows, the rest padding, the whole program recorded. ``stale`` refreshes only
+# ``loc[:n]``, so the padding rows write through the warm-up's slots into live KV (the bug);
+# ``reserved`` sets the padding rows to a reserved slot every step; ``guarded`` captures the
+# layer with slots computed in the graph from the real token count (``Guard``). With
+# ``--check`` each replay is compared with an eager run of the real rows alone: a changed slot
+# outside them is the padding bug, wrong real rows are the race. The two are independent:
+#
+#     python examples/dsv4_mini_decode.py --variant bug --padding stale --check --trace both.jsonl.gz
+PADDINGS = ("stale", "reserved", "guarded")
+PAD_REAL = 3  # real rows of a padded batch of the largest captured size
+RESERVED_SLOT = SLOTS - 1  # no request owns it: padding rows may write there
+
+
+class Guard:
+    """The real rows' slots, the padding rows' the reserved one, from the static real token
+    count ``n_real``: computed in the graph, so stale entries of ``loc`` never reach a write."""
+
+    def __init__(self, max_bs: int) -> None:
+        self.n_real = torch.full((1,), max_bs, device="cuda")
+        self.positions = torch.arange(max_bs, device="cuda")
+
+    def slots(self, loc: torch.Tensor, bs: int) -> torch.Tensor:
+        return torch.where(self.positions[:bs] < self.n_real, loc[:bs], RESERVED_SLOT)
+
+
+@dataclass
+class PaddedCheck:
+    clobbered: int  # replays after which a live slot outside the real rows changed: the padding bug
+    wrong: int  # replays whose real rows differ from the eager run: the race
+    total: int
+
+
+def check_padded_replays(
+    model: CapturedModel, padding: str, guard: Guard | None = None, replays: int = 3
+) -> PaddedCheck:
+    """Replay the largest graph with ``PAD_REAL`` real rows over live caches, each time compared
+    with an eager single-stream run of the real rows alone."""
+    layer, gen, n = model.layer, torch.Generator(device="cuda").manual_seed(1), PAD_REAL
+    bs = max(model.graphs)
+    graph, out = model.graphs[bs]
+    check = PaddedCheck(0, 0, replays)
+    for _ in range(replays):
+        live = [torch.randn(SLOTS, HEAD, device="cuda", generator=gen) for _ in range(2)]  # other requests' KV
+        real_x = torch.randn(n, HIDDEN, device="cuda", generator=gen)
+        # Real slots never include the warm-up's, so a stale entry always names another request's slot.
+        real_loc = bs + torch.randperm(RESERVED_SLOT - bs, device="cuda", generator=gen)[:n]
+        model.x[:n].copy_(real_x)
+        model.loc[:n].copy_(real_loc)
+        if padding == "reserved":
+            model.loc[n:bs].fill_(RESERVED_SLOT)
+        if guard is not None:
+            guard.n_real.fill_(n)
+        caches = (layer.swa_cache, layer.index_k)
+        for cache, state in zip(caches, live, strict=True):
+            cache.copy_(state)
+        graph.replay()
+        torch.cuda.synchronize()
+        got = [out[:n].clone(), *(cache.clone() for cache in caches)]
+        for cache, state in zip(caches, live, strict=True):
+            cache.copy_(state)
+        want = [layer.forward(real_x, real_loc), *caches]  # eager: single stream, real rows only
+        others = torch.ones(SLOTS, dtype=torch.bool, device="cuda")
+        others[real_loc] = False
+        others[RESERVED_SLOT] = False
+        check.clobbered += any(not torch.equal(g[others], w[others]) for g, w in zip(got[1:], want[1:], strict=True))
+        real = [got[0], *(g[real_loc] for g in got[1:])], [want[0], *(w[real_loc] for w in want[1:])]
+        check.wrong += not all(torch.allclose(g, w, rtol=1e-4, atol=1e-4) for g, w in zip(*real, strict=True))
+    return check
+
+
+def run_padded(
+    variant: str, padding: str, trace: str | None = None, sleep_cycles: int = 20_000_000
+) -> tuple[streamrace.Session, PaddedCheck]:
+    """The whole program under streamrace.watch(): captures, then padded replays, each checked."""
+    layer = MiniDecodeLayer(variant, False, sleep_cycles, DecodeStreams())
+    guard = Guard(max(BATCH_SIZES)) if padding == "guarded" else None
+    with streamrace.watch(trace) as session:
+        model = capture(layer, guard=guard)
+        check = check_padded_replays(model, padding, guard)
+    return session, check
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--variant", choices=VARIANTS, default="bug")
@@ -267,9 +351,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="replay and compare with eager (proves corruption)")
     parser.add_argument("--trace", help="write the recorded trace here (.gz compresses)")
     parser.add_argument("--sleep-cycles", type=int, default=20_000_000, help="delay of the KV-stream reader")
+    parser.add_argument("--padding", choices=PADDINGS, help="replay padded batches, recorded (see PADDINGS)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
+    if args.padding is not None:
+        session, padded = run_padded(args.variant, args.padding, args.trace, args.sleep_cycles)
+        print(session.report())
+        if args.check:
+            print(
+                f"padded replay check: a live slot outside the real rows changed in {padded.clobbered} of "
+                f"{padded.total} replays; the real rows differ from eager in {padded.wrong}"
+            )
+        return 0
     session, replay = run(args.variant, args.latent, args.check, args.trace, args.sleep_cycles, args.index_dtype)
     print(session.report())
     if replay is not None:

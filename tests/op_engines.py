@@ -3,7 +3,8 @@
 * ``python_ops``: a TorchDispatchMode with ``op_accesses``, what the Python hooks record;
 * ``native_ops``: the native hooks (csrc/recorder/), tracking the CPU instead of CUDA.
 
-Both return ``(op, reads, writes)`` for every op that touches bytes, in program order.
+Both return ``(op, reads, writes)`` for every op that touches bytes, in program order;
+``INDEX_ENGINES`` the same two, as ``(op, index)``: the index operands (``index_operands``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from streamrace.record import native
 from streamrace.record.hooks import HookOptions, NativeHooks, op_name
-from streamrace.record.op_accesses import op_accesses
+from streamrace.record.op_accesses import index_operands, op_accesses
 from streamrace.record.stacks import UserCode
 
 CPU = 0  # c10::DeviceType::CPU
@@ -29,6 +30,7 @@ class _Accesses(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.ops: list[Op] = []
+        self.index: list[tuple[str, list[dict[str, Any]]]] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -36,6 +38,9 @@ class _Accesses(TorchDispatchMode):
         reads, writes = op_accesses(func, args, kwargs, out, lambda t: isinstance(t, torch.Tensor))
         if reads or writes:
             self.ops.append((op_name(func), reads, writes))
+            self.index.append(
+                (op_name(func), index_operands(func, args, kwargs, lambda t: isinstance(t, torch.Tensor)))
+            )
         return out
 
 
@@ -76,4 +81,16 @@ def native_ops(fn: Callable[[], object]) -> list[Op]:
     return [(e["op"], e["reads"], e["writes"]) for e in native_events(fn) if e["ev"] == "op"]
 
 
+def python_index(fn: Callable[[], object]) -> list[tuple[str, list[dict[str, Any]]]]:
+    mode = _Accesses()
+    with mode:
+        fn()
+    return mode.index
+
+
+def native_index(fn: Callable[[], object]) -> list[tuple[str, list[dict[str, Any]]]]:
+    return [(e["op"], e.get("index", [])) for e in native_events(fn) if e["ev"] == "op"]
+
+
 ENGINES = {"python": python_ops, "native": native_ops}
+INDEX_ENGINES = {"python": python_index, "native": native_index}

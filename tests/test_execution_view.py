@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable
 
 import pytest
+from test_padded_scatter import PROGRAMS as PADDED_PROGRAMS
 
 from streamrace.analysis import analyze
 from streamrace.analysis.core import CORE_ENV, cpp_available
@@ -501,7 +502,8 @@ def test_progress_and_the_summary_count_the_replays() -> None:
     assert seen[-1].replays == result.summary["replays"] == 3 * ROUNDS
 
 
-# The programs above, by name, for the engine differential (tests/test_core_differential.py).
+# The programs above, and the padded-scatter ones (tests/test_padded_scatter.py), by name, for
+# the engine differential (tests/test_core_differential.py) and the fuzzer's seeds.
 PROGRAMS: dict[str, Callable[[], TraceBuilder]] = {
     **{f"x1 fixed={fixed}": lambda fixed=fixed: static_output_consumer(fixed) for fixed in (False, True)},
     **{f"x2 fixed={fixed}": lambda fixed=fixed: unwaited_input_staging(fixed) for fixed in (False, True)},
@@ -514,4 +516,5 @@ PROGRAMS: dict[str, Callable[[], TraceBuilder]] = {
     "a fresh allocation read": fresh_allocation_read,
     "a block rewritten inside one capture": block_rewritten_inside_one_capture,
     "a replay through a freed output": replay_through_a_freed_output,
+    **PADDED_PROGRAMS,
 }

@@ -43,6 +43,15 @@ def test_mutated_traces_get_honest_answers_from_both_engines(tmp_path: Path) -> 
     assert not failures, f"seed {SEED}: {len(failures)} dishonest answers\n{describe(failures)}"
 
 
+def test_the_fuzzer_knows_the_index_operands() -> None:
+    """Seeds with ops that write through an index (the padded-scatter programs), and index
+    ranges among the extreme ranges it writes."""
+    seeds = seed_traces()
+    assert any('"index":' in line for line in seeds["execution view: padded stale"])
+    made = mutants(400, 5)
+    assert any(" index: " in m.detail for m in made), "an index range made extreme"
+
+
 def test_the_inputs_are_the_same_for_the_same_seed_and_differ_from_their_seeds() -> None:
     first, again = mutants(60, 3), mutants(60, 3)
     assert [m.data for m in first] == [m.data for m in again]

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from op_engines import ENGINES  # noqa: E402
+from op_engines import ENGINES, INDEX_ENGINES  # noqa: E402
 
 from streamrace.record.kernel_params import LiveBlocks  # noqa: E402
 from streamrace.record.op_accesses import tensor_range  # noqa: E402
@@ -25,6 +25,40 @@ def record(request):
         return [(name.split(".")[0], reads, writes) for name, reads, writes in engine(fn)]
 
     return run
+
+
+@pytest.fixture(params=sorted(INDEX_ENGINES))
+def record_index(request):
+    """Record a function's ops with one engine: [(op without overload, index operands)]."""
+    engine = INDEX_ENGINES[request.param]
+    return lambda fn: [(name.split(".")[0], index) for name, index in engine(fn)]
+
+
+def test_ops_that_write_through_an_index_name_it_and_gathers_do_not(record_index):
+    cache, rows, loc = torch.zeros(16, 4), torch.ones(3, 4), torch.tensor([5, 1, 9])
+    index2d = torch.tensor([[1, 2, 3, 4]] * 3)
+    ops = record_index(
+        lambda: (
+            cache.index_copy_(0, loc, rows),
+            cache.__setitem__(loc, rows),  # index_put_
+            cache.index_add_(0, loc, rows),
+            cache.scatter_(0, index2d, rows),
+            cache.scatter(0, index2d, rows),
+            cache.index_select(0, loc),
+            cache.gather(0, index2d),
+        )
+    )
+    loc_range = {"addr": _addr(loc), "shape": [3], "stride": [1], "itemsize": 8}
+    index2d_range = {"addr": _addr(index2d), "shape": [3, 4], "stride": [4, 1], "itemsize": 8}
+    assert ops == [
+        ("aten::index_copy_", [loc_range]),
+        ("aten::index_put_", [loc_range]),
+        ("aten::index_add_", [loc_range]),
+        ("aten::scatter_", [index2d_range]),
+        ("aten::scatter", [index2d_range]),
+        ("aten::index_select", []),
+        ("aten::gather", []),
+    ]
 
 
 def _addr(t: torch.Tensor) -> int:

@@ -339,8 +339,8 @@ def seq_shuffle(rng: random.Random, lines: Lines) -> tuple[Lines, str]:
 
 
 def ranges(rng: random.Random, lines: Lines) -> tuple[Lines, str]:
-    """An op or kernel's byte range made extreme: near 2^62 and 2^63, huge counts, negative
-    and zero strides, shapes and strides of different lengths."""
+    """An op or kernel's byte range (an op's index operand too) made extreme: near 2^62 and
+    2^63, huge counts, negative and zero strides, shapes and strides of different lengths."""
     index = _event_line(rng, lines, lambda ev: ev.get("ev") in ("op", "kernel", "alloc"))
     if not index:
         return lines, "no range"
@@ -352,7 +352,8 @@ def ranges(rng: random.Random, lines: Lines) -> tuple[Lines, str]:
         obj["size"] = rng.choice((obj.get("size"), big, 2**62, 2**63 - 1 - addr if 0 <= addr < 2**63 else 1))
         lines[index] = _dumps(obj)
         return lines, f"line {index + 1}: alloc at {_short(obj.get('addr'))} size {_short(obj['size'])}"
-    key = rng.choice(("reads", "writes"))
+    # An op's index operands (1.2) are ranges too: the padded-scatter check reads them.
+    key = rng.choice(("reads", "writes", "index") if obj["ev"] == "op" else ("reads", "writes"))
     shape = [rng.choice((1, 2, 3, 1 << 20, 1 << 31, 2**62)) for _ in range(rng.randint(1, 4))]
     stride = [rng.choice((0, 1, -1, 7, 1 << 20, -(1 << 40), 2**61)) for _ in shape]
     if rng.random() < 0.1:

@@ -39,8 +39,8 @@ struct Record {
     int32_t graph = 0;  // the capture an alloc happened in; 0: none
     int32_t text = -1;  // op name or error message, an index into texts_
     int32_t where = -1;
-    uint32_t ranges = 0;  // reads then writes, from ranges_[ranges]
-    uint32_t reads = 0, writes = 0;
+    uint32_t ranges = 0;  // reads, writes, then index, from ranges_[ranges]
+    uint32_t reads = 0, writes = 0, index = 0;
     int32_t fact = -1;  // an alloc's exact facts (the allocator's tracker), from facts_[fact]
 };
 
@@ -102,14 +102,16 @@ class EventLog {
     }
     void append(const Locked& held, Record&& r) { append(held, r); }
 
-    // An op's reads then writes, for the record that follows.
+    // An op's reads, writes and index operands, for the record that follows.
     void add_ranges(const Locked&, Record& r, const std::vector<ByteRange>& reads,
-                    const std::vector<ByteRange>& writes) {
+                    const std::vector<ByteRange>& writes, const std::vector<ByteRange>& index) {
         r.ranges = static_cast<uint32_t>(ranges_.size());
         r.reads = static_cast<uint32_t>(reads.size());
         r.writes = static_cast<uint32_t>(writes.size());
+        r.index = static_cast<uint32_t>(index.size());
         ranges_.insert(ranges_.end(), reads.begin(), reads.end());
         ranges_.insert(ranges_.end(), writes.begin(), writes.end());
+        ranges_.insert(ranges_.end(), index.begin(), index.end());
     }
 
     // An alloc's exact facts, for the record that follows.
@@ -234,6 +236,7 @@ class EventLog {
                 d["device"] = r.device;
                 d["reads"] = range_list(ranges, r.ranges, r.reads);
                 d["writes"] = range_list(ranges, r.ranges + r.reads, r.writes);
+                if (r.index > 0) d["index"] = range_list(ranges, r.ranges + r.reads + r.writes, r.index);
                 stack();
                 break;
             case Kind::RecordStream:

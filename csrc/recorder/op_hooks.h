@@ -109,6 +109,7 @@ class OpHooks {
                     frame.written.push_back(tensor);
                 } else if (tensor_range(tensor, range = ByteRange())) {
                     frame.reads.push_back(range);
+                    if (role == Role::Index) frame.index.push_back(range);
                 }
             });
         }
@@ -168,7 +169,7 @@ class OpHooks {
         r.stream = stream;
         r.device = frame.device;
         r.stack = frame.stack;
-        log_.add_ranges(held, r, reads, writes);
+        log_.add_ranges(held, r, reads, writes, frame.index);
         log_.append(held, r);
         if (frame.graph != 0 && frame.graph == graph && stream == frame.stream) {
             if (!after.empty() && after != frame.before) {
@@ -231,6 +232,7 @@ class OpHooks {
             if (outer.recorded) {
                 outer.recorded = false;
                 outer.reads.clear();
+                outer.index.clear();
                 outer.written.clear();
                 t.op_stack = -1;
             }

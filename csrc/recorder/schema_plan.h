@@ -17,7 +17,8 @@
 
 namespace streamrace {
 
-enum class Role : uint8_t { Skip, Read, Write };
+// Index: read, and it picks where an op that writes through an index writes (the trace's `index`).
+enum class Role : uint8_t { Skip, Read, Write, Index };
 
 struct SchemaPlan {
     std::string name;      // "aten::add.Tensor", as reports show it
@@ -57,6 +58,13 @@ inline bool is_factory(const std::string& base) {
     return starts_with(base, tables::kFactoryPrefix) || ends_with(base, tables::kFactorySuffix);
 }
 
+// Writes through its `index` / `indices` arguments (hook_tables.INDEX_WRITE_OPS, by the name
+// without a trailing underscore).
+inline bool writes_through_index(std::string base) {
+    if (ends_with(base, "_")) base.pop_back();
+    return one_of(base, tables::kIndexWriteOps);
+}
+
 // Allocates, no kernel touches the result.
 inline bool allocates_only(std::string base) {
     if (starts_with(base, tables::kFactoryPrefix)) base = base.substr(std::strlen(tables::kFactoryPrefix));
@@ -79,12 +87,15 @@ inline std::unique_ptr<SchemaPlan> make_plan(const c10::FunctionSchema& schema) 
     plan->decomposable = op.has_value() && op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
     for (const char* ns : tables::kTrustedNamespaces) plan->trusted |= detail::starts_with(full, ns);
     bool factory = detail::is_factory(base);
+    bool through_index = detail::writes_through_index(base);
     for (const auto& argument : schema.arguments()) {
         const auto* alias = argument.alias_info();
         if (alias != nullptr && alias->isWrite()) {
             plan->args.push_back(Role::Write);
         } else if (factory || alias != nullptr) {
             plan->args.push_back(Role::Skip);  // metadata only: a view's input, a factory's template
+        } else if (through_index && detail::one_of(argument.name(), tables::kIndexArguments)) {
+            plan->args.push_back(Role::Index);
         } else {
             plan->args.push_back(Role::Read);
         }

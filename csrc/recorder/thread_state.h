@@ -31,6 +31,7 @@ struct OpFrame {
     // may be resized by the op), so written tensors are held while it runs, as its caller
     // holds them anyway.
     std::vector<ByteRange> reads;
+    std::vector<ByteRange> index;  // of its reads, those that pick where it writes (Role::Index)
     c10::SmallVector<at::Tensor, 4> written;
     std::optional<c10::Stream> recorded_on;  // record_stream's stream argument
 };

@@ -100,6 +100,23 @@ FACTORY_PREFIX = "new_"
 FACTORY_SUFFIX = "_like"
 # ops that only allocate (no kernel touches the result), also with the factory prefix.
 ALLOCATE_ONLY_OPS = ("empty", "empty_like", "empty_strided", "empty_permuted")
+# ops that write through an index: where they write is picked by the tensors passed as
+# INDEX_ARGUMENTS (the trace's ``index`` ranges, docs/trace-format.md), in place or into a
+# copy of ``self`` (``index_put``, ``scatter``); by the name without a trailing ``_``.
+# Gathers (index_select, gather, embedding) only read through theirs.
+INDEX_WRITE_OPS = (
+    "index_put",
+    "_index_put_impl",
+    "index_copy",
+    "index_add",
+    "index_fill",
+    "index_reduce",
+    "scatter",
+    "scatter_add",
+    "scatter_reduce",
+    "put",
+)
+INDEX_ARGUMENTS = ("index", "indices")
 
 
 def _strings(values: tuple[str, ...]) -> str:
@@ -144,6 +161,8 @@ inline constexpr const char* kNoAccessOps[] = {{{_strings(NO_ACCESS_OPS)}}};
 inline constexpr const char* kFactoryPrefix = "{FACTORY_PREFIX}";
 inline constexpr const char* kFactorySuffix = "{FACTORY_SUFFIX}";
 inline constexpr const char* kAllocateOnlyOps[] = {{{_strings(ALLOCATE_ONLY_OPS)}}};
+inline constexpr const char* kIndexWriteOps[] = {{{_strings(INDEX_WRITE_OPS)}}};
+inline constexpr const char* kIndexArguments[] = {{{_strings(INDEX_ARGUMENTS)}}};
 
 }}  // namespace streamrace::tables
 """

@@ -34,7 +34,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from streamrace.record.capture_nodes import is_trusted
 from streamrace.record.cuda_runtime import CudaRuntime
 from streamrace.record.hook_tables import GPU_TRACE_HOOKS, MAX_ERRORS
-from streamrace.record.op_accesses import op_accesses
+from streamrace.record.op_accesses import index_operands, op_accesses
 from streamrace.record.stacks import StackTable
 
 GPU_TRACE_REGISTRIES = tuple(h.registry for h in GPU_TRACE_HOOKS)
@@ -353,8 +353,16 @@ class PythonHooks:
         if graph is None and not self.eager_ops:
             return
         name = op_name(func)
+        index = index_operands(func, args, kwargs, self._runtime.is_recorded_tensor) or None
         event = self._emit(
-            "op", op=name, stream=stream, device=device, reads=reads, writes=writes, stack=self._stack_field(stack)
+            "op",
+            op=name,
+            stream=stream,
+            device=device,
+            reads=reads,
+            writes=writes,
+            index=index,
+            stack=self._stack_field(stack),
         )
         if before is not None and before[0] == graph and before[1] == stream:
             after = self._graphs.capture_state(stream)[1]

@@ -11,6 +11,10 @@ The rules follow the op schema, as PyTorch's CUDA sanitizer does, but keyed on s
 * every other tensor argument is read;
 * a returned tensor that does not alias an input is written, unless the op only allocates
   (``empty*``: no kernel touches it).
+
+Of an op that writes through an index (``hook_tables.INDEX_WRITE_OPS``), the tensors of its
+``index``/``indices`` arguments are reads that also pick where it writes: ``index_operands``
+gives their bytes, the trace's ``index`` (docs/trace-format.md), for the padded-scatter check.
 """
 
 from __future__ import annotations
@@ -20,7 +24,14 @@ from typing import Any
 
 import torch
 
-from streamrace.record.hook_tables import ALLOCATE_ONLY_OPS, FACTORY_PREFIX, FACTORY_SUFFIX, NO_ACCESS_OPS
+from streamrace.record.hook_tables import (
+    ALLOCATE_ONLY_OPS,
+    FACTORY_PREFIX,
+    FACTORY_SUFFIX,
+    INDEX_ARGUMENTS,
+    INDEX_WRITE_OPS,
+    NO_ACCESS_OPS,
+)
 
 Range = dict[str, Any]
 
@@ -59,7 +70,7 @@ _SKIP, _READ, _WRITE = 0, 1, 2
 class _Plan:
     """What the schema says about each argument and return of one op, worked out once."""
 
-    __slots__ = ("args", "returns", "touches")
+    __slots__ = ("args", "index_args", "returns", "touches")
 
     def __init__(self, func: Any) -> None:
         schema = func._schema
@@ -68,6 +79,8 @@ class _Plan:
         self.touches = not (base_name in NO_ACCESS_OPS or torch.Tag.inplace_view in func.tags)
         is_factory = base_name.startswith(FACTORY_PREFIX) or base_name.endswith(FACTORY_SUFFIX)
         self.args: list[tuple[int, str, bool, int]] = []  # (position, name, kwarg only, role)
+        writes_through_index = base_name.removesuffix("_") in INDEX_WRITE_OPS
+        self.index_args: list[tuple[int, str, bool]] = []  # (position, name, kwarg only) of the index operands
         for i, argument in enumerate(schema.arguments):
             alias = argument.alias_info
             if alias is not None and alias.is_write:
@@ -77,12 +90,27 @@ class _Plan:
             else:
                 role = _READ
             self.args.append((i, argument.name, argument.kwarg_only, role))
+            if writes_through_index and role == _READ and argument.name in INDEX_ARGUMENTS:
+                self.index_args.append((i, argument.name, argument.kwarg_only))
         # A returned tensor that aliases nothing is written, unless the op only allocates.
         fresh = base_name.removeprefix(FACTORY_PREFIX) not in ALLOCATE_ONLY_OPS
         self.returns = [fresh and ret.alias_info is None for ret in schema.returns]
 
 
 _PLANS: dict[Any, _Plan] = {}
+
+
+def _plan(func: Any) -> _Plan:
+    plan = _PLANS.get(func)
+    if plan is None:
+        plan = _PLANS[func] = _Plan(func)
+    return plan
+
+
+def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], position: int, name: str, kwarg_only: bool) -> Any:
+    if position < len(args) and not kwarg_only:
+        return args[position]
+    return kwargs.get(name)
 
 
 def op_accesses(
@@ -93,9 +121,7 @@ def op_accesses(
     is_tensor: Callable[[Any], bool],
 ) -> tuple[list[Range], list[Range]]:
     """(reads, writes) of one dispatched op; ``is_tensor`` selects the tensors to track."""
-    plan = _PLANS.get(func)
-    if plan is None:
-        plan = _PLANS[func] = _Plan(func)
+    plan = _plan(func)
     if not plan.touches:
         return [], []
     reads: list[Range] = []
@@ -103,11 +129,8 @@ def op_accesses(
     for position, name, kwarg_only, role in plan.args:
         if role == _SKIP:
             continue
-        if position < len(args) and not kwarg_only:
-            value = args[position]
-        elif name in kwargs:
-            value = kwargs[name]
-        else:
+        value = _argument(args, kwargs, position, name, kwarg_only)
+        if value is None:
             continue
         target = writes if role == _WRITE else reads
         for t in _tensors(value, is_tensor):
@@ -129,3 +152,20 @@ def op_accesses(
         # An in-place op reads and writes self: the write covers it for race checking.
         reads = [r for r in reads if r not in writes]
     return reads, writes
+
+
+def index_operands(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], is_tensor: Callable[[Any], bool]
+) -> list[Range]:
+    """The bytes of the index operands of an op that writes through an index (none otherwise):
+    reads of the op that pick where it writes."""
+    plan = _plan(func)
+    if not plan.index_args or not plan.touches:
+        return []
+    index: list[Range] = []
+    for position, name, kwarg_only in plan.index_args:
+        for t in _tensors(_argument(args, kwargs, position, name, kwarg_only), is_tensor):
+            rng = tensor_range(t)
+            if rng is not None:
+                index.append(rng)
+    return index

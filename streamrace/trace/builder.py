@@ -179,10 +179,19 @@ class TraceBuilder:
         reads: Sequence[dict[str, Any]] = (),
         writes: Sequence[dict[str, Any]] = (),
         at: str | None = None,
+        index: Sequence[dict[str, Any]] = (),
     ) -> int:
-        """An op on ``stream``; returns its seq."""
+        """An op on ``stream``; returns its seq. ``index``: of the reads, those that pick where
+        an op that writes through an index writes (1.2)."""
         return self.emit(
-            "op", op=name, stream=stream, device=0, reads=list(reads), writes=list(writes), stack=self._stack(at)
+            "op",
+            op=name,
+            stream=stream,
+            device=0,
+            reads=list(reads),
+            writes=list(writes),
+            index=list(index) or None,
+            stack=self._stack(at),
         )["seq"]
 
     # -- the execution view (1.1) ------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Trace format 1.1: the event kinds, their fields, the limits, and the validation of one event.
+"""Trace format 1.2: the event kinds, their fields, the limits, and the validation of one event.
 
 The trace is the contract between the recorder (GPU side) and the analysis (CPU only), so
 this module is the single place that says what a well-formed event is. docs/trace-format.md
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 FORMAT_NAME = "streamrace-trace"
 FORMAT_VERSION = 1  # the major version: a reader refuses a major it does not know
-FORMAT_MINOR = 1  # additive changes within the major (docs/trace-format.md, versioning)
+FORMAT_MINOR = 2  # additive changes within the major (docs/trace-format.md, versioning)
 
 # Limits, checked here so that every engine can hold what it is given (docs/trace-format.md).
 INT64_MAX = (1 << 63) - 1
@@ -65,9 +65,11 @@ EVENT_FIELDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     ),
     "free": ({"addr": NONNEG}, {"device": NONNEG, "stream": NONNEG, "stack": NONNEG}),
     "record_stream": ({"addr": NONNEG, "stream": NONNEG}, {"device": NONNEG, "stack": NONNEG}),
+    # 1.2, index: of the reads, the index operands of an op that writes through an index
+    # (index_put_, scatter_, index_copy_, ...): where it writes (the padded-scatter check).
     "op": (
         {"op": STR, "stream": NONNEG, "reads": RANGES, "writes": RANGES},
-        {"device": NONNEG, "stack": NONNEG, "nodes": INTS, "inferred": BOOL},
+        {"device": NONNEG, "stack": NONNEG, "nodes": INTS, "inferred": BOOL, "index": RANGES},
     ),
     "event_create": ({"event": NONNEG}, {}),
     "event_delete": ({"event": NONNEG}, {}),

@@ -1,6 +1,7 @@
 """Record the real traces committed under examples/traces/ (run on the GPU machine).
 
 python tests/gpu/record_fixtures.py OUTDIR
+python tests/gpu/record_fixtures.py OUTDIR padded   # only the padded-scatter traces
 """
 
 import pathlib
@@ -10,9 +11,26 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from conftest import load_example
 
 
+def record_padded(out: pathlib.Path) -> None:
+    """padded_{stale,reserved,guarded} (examples/padded_scatter.py) and dsv4_padded_race (the
+    DSV4 decode's race and its stale padding together)."""
+    padded = load_example("padded_scatter")
+    for variant in padded.VARIANTS:
+        name = f"padded_{variant}"
+        session, outcome = padded.record(variant, trace=str(out / f"{name}.jsonl.gz"))
+        print(name, [(f.kind, f.count) for f in session.findings], f"corrupted {outcome.corrupted}/{outcome.rounds}")
+    dsv4 = load_example("dsv4_mini_decode")
+    session, check = dsv4.run_padded("bug", "stale", trace=str(out / "dsv4_padded_race.jsonl.gz"))
+    print("dsv4_padded_race", [(f.kind, f.count) for f in session.findings], check)
+
+
 def main() -> None:
     out = pathlib.Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
+    if sys.argv[2:] == ["padded"]:
+        record_padded(out)
+        return
+    record_padded(out)
     dsv4 = load_example("dsv4_mini_decode")
     for name, variant, latent in [
         ("dsv4_mini_race", "bug", False),

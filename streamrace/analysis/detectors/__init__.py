@@ -18,6 +18,7 @@ from streamrace.analysis.detectors import (
     data_race,
     graph_input_freed,
     model_disagreement,
+    padded_scatter,
     record_stream_noop,
     stale_read,
     unsafe_free,
@@ -31,6 +32,7 @@ DETECTORS: tuple[Detector[Any], ...] = (
     stale_read.DETECTOR,
     graph_input_freed.DETECTOR,
     record_stream_noop.DETECTOR,
+    padded_scatter.DETECTOR,
     model_disagreement.DETECTOR,
 )
 
@@ -40,6 +42,7 @@ STALE_READ = stale_read.KIND
 GRAPH_INPUT_FREED = graph_input_freed.KIND
 RECORD_STREAM_NOOP = record_stream_noop.KIND
 MODEL_DISAGREEMENT = model_disagreement.KIND
+PADDED_SCATTER = padded_scatter.KIND
 
 KINDS: tuple[str, ...] = tuple(d.kind for d in DETECTORS)
 
@@ -97,6 +100,7 @@ __all__ = [
     "GRAPH_INPUT_FREED",
     "KINDS",
     "MODEL_DISAGREEMENT",
+    "PADDED_SCATTER",
     "RECORD_STREAM_NOOP",
     "STALE_READ",
     "UNSAFE_FREE",
