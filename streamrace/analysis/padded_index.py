@@ -104,7 +104,7 @@ class _Span:
 class _Program:
     indices: dict[Span, _Index] = field(default_factory=dict)
     writes: list[Span] = field(default_factory=list)  # every span its program writes
-    merged: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # device -> merged writes
+    merged: dict[int, list[list[int]]] = field(default_factory=dict)  # device -> merged writes
 
 
 class PaddedIndexCheck:
@@ -248,7 +248,7 @@ class PaddedIndexCheck:
                 program = self._programs.get(graph)
                 index = program.indices.get(span) if program is not None else None
                 if index is not None:
-                    index.written = _merge(sorted([*map(tuple, index.written), clipped]))
+                    index.written = _merge(sorted([(lo, hi) for lo, hi in index.written] + [clipped]))
                     index.last = ev
 
     def _replay(self, ev: Mapping[str, Any]) -> None:

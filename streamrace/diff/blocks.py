@@ -13,7 +13,7 @@ in the other.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +66,7 @@ class AllocationTable:
         self._records: list[AllocationRecord] = []
         self._by_seq: dict[int, AllocationRecord] = {}
 
-    def observe(self, events: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
+    def observe(self, events: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         """Pass the events through, keeping the allocations (and the stacks they name)."""
         for event in events:
             kind = event.get("ev")
