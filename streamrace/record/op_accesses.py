@@ -10,7 +10,9 @@ The rules follow the op schema, as PyTorch's CUDA sanitizer does, but keyed on s
 * every argument of a factory (``*_like``, ``new_*``) is metadata only;
 * every other tensor argument is read;
 * a returned tensor that does not alias an input is written, unless the op only allocates
-  (``empty*``: no kernel touches it).
+  (``empty*``: no kernel touches it);
+* a c10d collective writes the arguments ``COLLECTIVE_OUTPUTS`` lists and reads its other
+  tensors (hook_tables.py: its schema does not say); where it runs is collectives.py's part.
 """
 
 from __future__ import annotations
@@ -20,7 +22,13 @@ from typing import Any
 
 import torch
 
-from streamrace.record.hook_tables import ALLOCATE_ONLY_OPS, FACTORY_PREFIX, FACTORY_SUFFIX, NO_ACCESS_OPS
+from streamrace.record.hook_tables import (
+    ALLOCATE_ONLY_OPS,
+    COLLECTIVE_OUTPUTS,
+    FACTORY_PREFIX,
+    FACTORY_SUFFIX,
+    NO_ACCESS_OPS,
+)
 
 Range = dict[str, Any]
 
@@ -67,10 +75,13 @@ class _Plan:
         # Metadata-only in-place views (resize_, as_strided_) carry a tag.
         self.touches = not (base_name in NO_ACCESS_OPS or torch.Tag.inplace_view in func.tags)
         is_factory = base_name.startswith(FACTORY_PREFIX) or base_name.endswith(FACTORY_SUFFIX)
+        collective_outputs = COLLECTIVE_OUTPUTS.get(schema.name)
         self.args: list[tuple[int, str, bool, int]] = []  # (position, name, kwarg only, role)
         for i, argument in enumerate(schema.arguments):
             alias = argument.alias_info
-            if alias is not None and alias.is_write:
+            if collective_outputs is not None:
+                role = _WRITE if argument.name in collective_outputs else _READ
+            elif alias is not None and alias.is_write:
                 role = _WRITE
             elif is_factory or alias is not None:
                 role = _SKIP  # metadata only: a view's input, a factory's template
@@ -78,7 +89,7 @@ class _Plan:
                 role = _READ
             self.args.append((i, argument.name, argument.kwarg_only, role))
         # A returned tensor that aliases nothing is written, unless the op only allocates.
-        fresh = base_name.removeprefix(FACTORY_PREFIX) not in ALLOCATE_ONLY_OPS
+        fresh = base_name.removeprefix(FACTORY_PREFIX) not in ALLOCATE_ONLY_OPS and collective_outputs is None
         self.returns = [fresh and ret.alias_info is None for ret in schema.returns]
 
 
