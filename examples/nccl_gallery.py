@@ -197,7 +197,7 @@ def captured_input_freed(fixed: bool) -> Outcome:
         graph.replay()
         torch.cuda.synchronize()
         corrupted += not torch.equal(out, _expected(0, world))
-    del kept
+    del graph, kept  # the graph first: freeing its input after it is gone is no hazard
     return Outcome(corrupted, ROUNDS, premise)
 
 
