@@ -83,14 +83,16 @@ def test_each_collective_writes_its_outputs_and_reads_its_inputs(gloo, record_op
 def _issued_async(tb: TraceBuilder, caller: int, reads, writes, at: str, nccl: int | None = None) -> int:
     """One ``async_op=True`` collective as the hooks drain it: inside the op, the fork (an event
     recorded on the caller, waited for by the internal stream, seen for the first time there),
-    the end event recorded on the internal stream; then the op itself, on the caller (where the
-    hooks write it when it returns). Returns the internal stream and its end event."""
+    the end event recorded on the internal stream, then a second event the group records there
+    (as torch 2.11 does on the H200); then the op itself, on the caller (where the hooks write it
+    when it returns). Returns the internal stream and its end event, the one work.wait() waits."""
     if nccl is None:
         nccl = tb.stream()
     fork, done = tb.event(), tb.event()
     tb.record(fork, caller, at)
     tb.wait(fork, nccl, at)
     tb.record(done, nccl, at)
+    tb.record(tb.event(), nccl, at)
     tb.op(GATHER, caller, reads, writes, at)
     return nccl, done
 
@@ -130,7 +132,13 @@ def test_an_async_collective_moves_between_its_fork_and_its_end_event():
     trace, streams = _reordered(tb)
     assert streams == {nccl}
     order = [(e["ev"], e.get("stream")) for e in trace.events if e["ev"] in ("event_record", "event_wait", "op")]
-    assert order == [("event_record", main), ("event_wait", nccl), ("op", nccl), ("event_record", nccl)]
+    assert order == [
+        ("event_record", main),
+        ("event_wait", nccl),
+        ("op", nccl),  # before the end event work.wait() waits on, not after the group's later one
+        ("event_record", nccl),
+        ("event_record", nccl),
+    ]
     seqs = [e["seq"] for e in trace.events]
     assert seqs == sorted(set(seqs)), "seqs stay strictly increasing"
 

@@ -14,9 +14,12 @@ the end event's record, on the wrong stream.
 
 ``order_collectives`` puts it right in the hooks' drained events before anything else reads
 them: a collective op preceded, inside its own call (the same user stack, no op between), by
-that fork and end record is moved onto the internal stream, between the fork's wait and the
-end record (the four events trade seqs among themselves, so host order stays strictly
-increasing), and the internal stream is named. Everything else is ordinary events: the
+that fork and a record on the internal stream is moved onto the internal stream, right after
+the fork's wait, before the first record there, which is the end event ``work.wait()`` waits
+on (on the H200 with torch 2.11 the group records a second event after it; placing the op
+after that one made a correct ``wait()`` look unordered). The events between the wait and the
+op each move one seq later, so host order stays strictly increasing; and the internal
+stream is named. Everything else is ordinary events: the
 fork and join are event edges both engines already know, in captures (where CUDA makes them
 graph edges) and in the execution view alike. A collective that ran on the caller's stream
 has no fork and is left alone.
@@ -57,27 +60,33 @@ def order_collectives(events: list[Event]) -> set[int]:
 
 
 def _move_onto_internal_stream(op: Event, events: list[Event], start: int, end: int) -> int | None:
-    """The fork and end record among ``events[start:end]`` (the collective's own, latest
-    first); when found, the op moves between them and the internal stream is returned."""
+    """The fork among ``events[start:end]`` (the collective's own): the caller's record and
+    the internal stream's wait for it, then a record on the internal stream (the end event).
+    When found, the op moves to just after the fork's wait and the internal stream is
+    returned; the events between the wait and the op each move one seq later."""
     caller, stack = op["stream"], op.get("stack")
-    end_record = fork_wait = fork_record = None
-    for event in reversed(events[start:end]):
-        if event.get("stack") != stack:
-            continue
-        kind = event["ev"]
-        if end_record is None:
-            if kind == "event_record" and event["stream"] != caller:
-                end_record = event
-        elif fork_wait is None:
-            if kind == "event_wait" and event["stream"] == end_record["stream"]:
-                fork_wait = event
-        elif kind == "event_record" and event["event"] == fork_wait["event"]:
-            fork_record = event if event["stream"] == caller else None
+    fork_wait_at = None
+    for index in range(end - 1, start - 1, -1):
+        event = events[index]
+        if event["ev"] == "event_wait" and event["stream"] != caller and event.get("stack") == stack:
+            fork_wait_at = index
             break
-    if end_record is None or fork_wait is None or fork_record is None:
+    if fork_wait_at is None:
         return None
-    in_order = [fork_record, fork_wait, op, end_record]
-    for event, seq in zip(in_order, sorted(e["seq"] for e in in_order), strict=True):
+    fork_wait = events[fork_wait_at]
+    internal = fork_wait["stream"]
+    forked = any(
+        e["ev"] == "event_record" and e["event"] == fork_wait["event"] and e["stream"] == caller
+        for e in events[start:fork_wait_at]
+    )
+    # The end event is the first record on the internal stream after the wait: work.wait()
+    # waits on it, so the kernel is before it (a later record there is the group's own).
+    ended = any(e["ev"] == "event_record" and e["stream"] == internal for e in events[fork_wait_at + 1 : end])
+    if not (forked and ended):
+        return None
+    moved = events[fork_wait_at + 1 : end]
+    seqs = [e["seq"] for e in moved] + [op["seq"]]
+    for event, seq in zip([op, *moved], seqs, strict=True):
         event["seq"] = seq
-    op["stream"] = end_record["stream"]
-    return end_record["stream"]
+    op["stream"] = internal
+    return internal
