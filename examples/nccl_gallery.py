@@ -50,7 +50,9 @@ import torch.distributed as dist  # noqa: E402
 import streamrace  # noqa: E402
 
 N = 1 << 20  # elements a rank contributes (4 MiB of float32)
-BUSY = 1 << 27  # elements of the all-gather that keeps the internal stream busy (512 MiB)
+# elements of the all-gather that keeps the internal stream busy (2 GiB, about 1.5 ms on the
+# H200): 512 MiB was not enough when the Python hooks slow the host down (N3 corrupted 0 of 4)
+BUSY = 1 << 29
 ROUNDS = 4
 # NCCL's watchdog thread queries events while a capture runs: only this capture's own thread
 # is held to the capture's rules.
