@@ -71,6 +71,14 @@ inline bool allocates_only(std::string base) {
     return one_of(base, tables::kAllocateOnlyOps);
 }
 
+// A c10d collective's written arguments (hook_tables.COLLECTIVE_OUTPUTS): its schema does not say.
+inline bool collective_writes(const std::string& op, const std::string& argument) {
+    for (const auto& pair : tables::kCollectiveOutputs) {
+        if (op == pair[0] && argument == pair[1]) return true;
+    }
+    return false;
+}
+
 }  // namespace detail
 
 inline std::unique_ptr<SchemaPlan> make_plan(const c10::FunctionSchema& schema) {
@@ -88,9 +96,12 @@ inline std::unique_ptr<SchemaPlan> make_plan(const c10::FunctionSchema& schema) 
     for (const char* ns : tables::kTrustedNamespaces) plan->trusted |= detail::starts_with(full, ns);
     bool factory = detail::is_factory(base);
     bool through_index = detail::writes_through_index(base);
+    bool collective = detail::one_of(full, tables::kCollectives);
     for (const auto& argument : schema.arguments()) {
         const auto* alias = argument.alias_info();
-        if (alias != nullptr && alias->isWrite()) {
+        if (collective) {
+            plan->args.push_back(detail::collective_writes(full, argument.name()) ? Role::Write : Role::Read);
+        } else if (alias != nullptr && alias->isWrite()) {
             plan->args.push_back(Role::Write);
         } else if (factory || alias != nullptr) {
             plan->args.push_back(Role::Skip);  // metadata only: a view's input, a factory's template
@@ -100,7 +111,7 @@ inline std::unique_ptr<SchemaPlan> make_plan(const c10::FunctionSchema& schema) 
             plan->args.push_back(Role::Read);
         }
     }
-    bool fresh = !detail::allocates_only(base);
+    bool fresh = !detail::allocates_only(base) && !collective;
     for (const auto& ret : schema.returns()) {
         bool written = fresh && ret.alias_info() == nullptr;
         plan->returns.push_back(written);

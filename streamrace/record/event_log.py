@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from streamrace.record.collectives import NCCL_STREAM_NAME, order_collectives
 from streamrace.record.hook_tables import MAX_ERRORS
 from streamrace.record.hooks import Hooks
 
@@ -42,6 +43,7 @@ class EventLog:
         self._sorted = True
         self._settlers: dict[str, list[Callable[[Event], Event]]] = {}
         self._detached: list[Event] = []  # emitted from a garbage collection, joined at the next ingest
+        self._collective_streams: set[int] = set()  # NCCL's internal streams (collectives.py)
         # Taken by emit and by a flush's taking of events: a Recorder event numbered on one
         # thread is in the log before another thread's flush takes the events around it.
         self.lock = threading.RLock()
@@ -96,10 +98,13 @@ class EventLog:
             self._sorted = False
         if self.hooks is None:
             return
-        for event in self.hooks.drain():
+        drained = self.hooks.drain()
+        # Collectives onto the stream they ran on, before anything reads their seqs.
+        self._collective_streams |= order_collectives(drained)
+        for event in drained:
             ev = event["ev"]
             if ev == "stream":
-                name = _STREAM_NAMES.get(event["stream"]) or ("default" if event["stream"] == 0 else None)
+                name = _STREAM_NAMES.get(event["stream"]) or self._default_name(event["stream"])
                 if name is not None:
                     event["name"] = name
             elif ev == "recorder_error" and len(self.errors) < MAX_ERRORS:
@@ -108,6 +113,12 @@ class EventLog:
                 event = settler(event)
             self.events.append(event)
             self._sorted = False
+
+    def _default_name(self, stream: int) -> str | None:
+        """A stream's name where the program gave it none."""
+        if stream == 0:
+            return "default"
+        return NCCL_STREAM_NAME if stream in self._collective_streams else None
 
     def _sort(self) -> None:
         if not self._sorted:

@@ -118,9 +118,41 @@ INDEX_WRITE_OPS = (
 )
 INDEX_ARGUMENTS = ("index", "indices")
 
+# The c10d collectives (torch.distributed's ops, whatever the backend), by full name: the
+# arguments each one writes. Their schemas carry no write annotation (they return their
+# outputs instead, so the rule for returns would miss ``alltoall_base_`` and the coalesced
+# ones), so these replace the schema's rule: every listed argument is written, every other
+# tensor argument read, no return written (each aliases an argument). ``allreduce_`` and
+# ``broadcast_`` read and write in place, and the write covers the read. ``reduce_`` writes
+# only on the root rank, which the schema cannot tell: counted as a write everywhere.
+COLLECTIVE_OUTPUTS: dict[str, tuple[str, ...]] = {
+    "c10d::allreduce_": ("tensors",),
+    "c10d::allreduce_coalesced_": ("tensors",),
+    "c10d::broadcast_": ("tensors",),
+    "c10d::reduce_": ("tensors",),
+    "c10d::_allgather_base_": ("output_tensor",),
+    "c10d::allgather_": ("output_tensors",),
+    "c10d::allgather_coalesced_": ("output_lists",),
+    "c10d::allgather_into_tensor_coalesced_": ("outputs",),
+    "c10d::_reduce_scatter_base_": ("output_tensor",),
+    "c10d::reduce_scatter_": ("output_tensors",),
+    "c10d::reduce_scatter_tensor_coalesced_": ("outputs",),
+    "c10d::alltoall_": ("output_tensors",),
+    "c10d::alltoall_base_": ("output",),
+    "c10d::gather_": ("output_tensors",),
+    "c10d::scatter_": ("output_tensors",),
+    "c10d::recv_": ("tensors",),
+    "c10d::recv_any_source_": ("tensors",),
+    "c10d::send": (),
+}
+
 
 def _strings(values: tuple[str, ...]) -> str:
     return ", ".join(f'"{v}"' for v in values)
+
+
+def _pairs(table: dict[str, tuple[str, ...]]) -> str:
+    return ", ".join(f'{{"{op}", "{arg}"}}' for op, args in table.items() for arg in args)
 
 
 def _camel(name: str) -> str:
@@ -163,6 +195,10 @@ inline constexpr const char* kFactorySuffix = "{FACTORY_SUFFIX}";
 inline constexpr const char* kAllocateOnlyOps[] = {{{_strings(ALLOCATE_ONLY_OPS)}}};
 inline constexpr const char* kIndexWriteOps[] = {{{_strings(INDEX_WRITE_OPS)}}};
 inline constexpr const char* kIndexArguments[] = {{{_strings(INDEX_ARGUMENTS)}}};
+
+// COLLECTIVE_OUTPUTS: each collective, and {{collective, written argument}} pairs.
+inline constexpr const char* kCollectives[] = {{{_strings(tuple(COLLECTIVE_OUTPUTS))}}};
+inline constexpr const char* kCollectiveOutputs[][2] = {{{_pairs(COLLECTIVE_OUTPUTS)}}};
 
 }}  // namespace streamrace::tables
 """

@@ -10,7 +10,9 @@ The rules follow the op schema, as PyTorch's CUDA sanitizer does, but keyed on s
 * every argument of a factory (``*_like``, ``new_*``) is metadata only;
 * every other tensor argument is read;
 * a returned tensor that does not alias an input is written, unless the op only allocates
-  (``empty*``: no kernel touches it).
+  (``empty*``: no kernel touches it);
+* a c10d collective writes the arguments ``COLLECTIVE_OUTPUTS`` lists and reads its other
+  tensors (hook_tables.py: its schema does not say); where it runs is collectives.py's part.
 
 Of an op that writes through an index (``hook_tables.INDEX_WRITE_OPS``), the tensors of its
 ``index``/``indices`` arguments are reads that also pick where it writes: ``index_operands``
@@ -26,6 +28,7 @@ import torch
 
 from streamrace.record.hook_tables import (
     ALLOCATE_ONLY_OPS,
+    COLLECTIVE_OUTPUTS,
     FACTORY_PREFIX,
     FACTORY_SUFFIX,
     INDEX_ARGUMENTS,
@@ -78,12 +81,15 @@ class _Plan:
         # Metadata-only in-place views (resize_, as_strided_) carry a tag.
         self.touches = not (base_name in NO_ACCESS_OPS or torch.Tag.inplace_view in func.tags)
         is_factory = base_name.startswith(FACTORY_PREFIX) or base_name.endswith(FACTORY_SUFFIX)
+        collective_outputs = COLLECTIVE_OUTPUTS.get(schema.name)
         self.args: list[tuple[int, str, bool, int]] = []  # (position, name, kwarg only, role)
         writes_through_index = base_name.removesuffix("_") in INDEX_WRITE_OPS
         self.index_args: list[tuple[int, str, bool]] = []  # (position, name, kwarg only) of the index operands
         for i, argument in enumerate(schema.arguments):
             alias = argument.alias_info
-            if alias is not None and alias.is_write:
+            if collective_outputs is not None:
+                role = _WRITE if argument.name in collective_outputs else _READ
+            elif alias is not None and alias.is_write:
                 role = _WRITE
             elif is_factory or alias is not None:
                 role = _SKIP  # metadata only: a view's input, a factory's template
@@ -93,7 +99,7 @@ class _Plan:
             if writes_through_index and role == _READ and argument.name in INDEX_ARGUMENTS:
                 self.index_args.append((i, argument.name, argument.kwarg_only))
         # A returned tensor that aliases nothing is written, unless the op only allocates.
-        fresh = base_name.removeprefix(FACTORY_PREFIX) not in ALLOCATE_ONLY_OPS
+        fresh = base_name.removeprefix(FACTORY_PREFIX) not in ALLOCATE_ONLY_OPS and collective_outputs is None
         self.returns = [fresh and ret.alias_info is None for ret in schema.returns]
 
 

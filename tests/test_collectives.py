@@ -1,0 +1,283 @@
+"""NCCL collectives (streamrace/record/collectives.py, docs/recording.md): what each c10d
+collective reads and writes, seen through the real dispatcher with a one-rank gloo group on
+the CPU, with both hook kinds; how an async collective's events, in the order the hooks
+see ProcessGroupNCCL issue them, are put on NCCL's internal stream; and what both engines
+report of the three hazards (examples/nccl_gallery.py, proven on the H200) and their fixes.
+The real traces recorded on the H200 are checked at the end, once they are committed."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from streamrace.analysis import analyze
+from streamrace.analysis.core import CORE_ENV, cpp_available
+from streamrace.analysis.detectors import DATA_RACE, GRAPH_INPUT_FREED
+from streamrace.record.collectives import NCCL_STREAM_NAME, collective_name, order_collectives
+from streamrace.trace.builder import TraceBuilder
+from streamrace.trace.io import Trace, load_trace
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+N = 4 << 20
+CORES = [
+    "python",
+    pytest.param("cpp", marks=pytest.mark.skipif(not cpp_available(), reason="the C++ core is not built")),
+]
+GATHER = "c10d::_allgather_base_"
+
+
+# -- the accesses, through the real dispatcher ---------------------------------------------------
+@pytest.fixture(scope="module")
+def gloo():
+    torch = pytest.importorskip("torch")
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    yield torch, dist
+    dist.destroy_process_group()
+
+
+@pytest.fixture(params=["python", "native"])
+def record_ops(request):
+    from op_engines import ENGINES
+
+    return ENGINES[request.param]
+
+
+def _addr(t) -> int:
+    return t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
+
+
+def _collectives(ops):
+    return [
+        (name.split(".")[0], [r["addr"] for r in reads], [w["addr"] for w in writes]) for name, reads, writes in ops
+    ]
+
+
+def test_each_collective_writes_its_outputs_and_reads_its_inputs(gloo, record_ops):
+    torch, dist = gloo
+    tensor, inp, out = torch.ones(8), torch.ones(8), torch.zeros(8)
+    chunks = [torch.zeros(8)]
+
+    def program():
+        dist.all_reduce(tensor, async_op=True).wait()
+        dist.all_gather_into_tensor(out, inp)
+        dist.all_to_all_single(out, inp)  # its schema returns only the Work: the rule for returns misses it
+        dist.all_gather(chunks, inp)
+        dist.broadcast(tensor, 0)
+
+    got = [op for op in _collectives(record_ops(program)) if collective_name(op[0])]
+    assert got == [
+        ("c10d::allreduce_", [], [_addr(tensor)]),  # in place: the write covers the read
+        (GATHER, [_addr(inp)], [_addr(out)]),
+        ("c10d::alltoall_base_", [_addr(inp)], [_addr(out)]),
+        ("c10d::allgather_", [_addr(inp)], [_addr(chunks[0])]),
+        ("c10d::broadcast_", [], [_addr(tensor)]),
+    ]
+
+
+# -- the hooks' events of an async collective, as ProcessGroupNCCL issues them -----------------
+def _issued_async(tb: TraceBuilder, caller: int, reads, writes, at: str, nccl: int | None = None) -> int:
+    """One ``async_op=True`` collective as the hooks drain it: inside the op, the fork (an event
+    recorded on the caller, waited for by the internal stream, seen for the first time there),
+    the end event recorded on the internal stream, then a second event the group records there
+    (as torch 2.11 does on the H200); then the op itself, on the caller (where the hooks write it
+    when it returns). Returns the internal stream and its end event, the one work.wait() waits."""
+    if nccl is None:
+        nccl = tb.stream()
+    fork, done = tb.event(), tb.event()
+    tb.record(fork, caller, at)
+    tb.wait(fork, nccl, at)
+    tb.record(done, nccl, at)
+    tb.record(tb.event(), nccl, at)
+    tb.op(GATHER, caller, reads, writes, at)
+    return nccl, done
+
+
+class _Drained:
+    """Hooks that have recorded ``events`` (what EventLog.ingest drains)."""
+
+    def __init__(self, events):
+        self.events = events
+
+    def drain(self):
+        events, self.events = self.events, []
+        return events
+
+
+def _reordered(tb: TraceBuilder) -> tuple[Trace, set[int]]:
+    """What the event log keeps of the hooks' events (collectives on their stream, which is
+    named, in seq order), and the streams they were moved onto."""
+    from streamrace.record.event_log import EventLog
+
+    log = EventLog()
+    log.hooks = _Drained([dict(e) for e in tb.events])
+    log.ingest()
+    events = log.in_order(0, set())
+    stacks = {e["id"]: e["frames"] for e in events if e["ev"] == "stack"}
+    moved = {e["stream"] for e in events if e["ev"] == "op" and collective_name(e["op"])}
+    return Trace(header=tb.header, events=events, stacks=stacks), moved - {
+        e["stream"] for e in tb.events if e["ev"] == "op"
+    }
+
+
+def test_an_async_collective_moves_between_its_fork_and_its_end_event():
+    tb = TraceBuilder()
+    main = tb.stream("main")
+    x, y = tb.alloc(N, main), tb.alloc(N, main)
+    nccl, _done = _issued_async(tb, main, [tb.span(x, N)], [tb.span(y, N)], at="n.py:5")
+    trace, streams = _reordered(tb)
+    assert streams == {nccl}
+    order = [(e["ev"], e.get("stream")) for e in trace.events if e["ev"] in ("event_record", "event_wait", "op")]
+    assert order == [
+        ("event_record", main),
+        ("event_wait", nccl),
+        ("op", nccl),  # before the end event work.wait() waits on, not after the group's later one
+        ("event_record", nccl),
+        ("event_record", nccl),
+    ]
+    seqs = [e["seq"] for e in trace.events]
+    assert seqs == sorted(set(seqs)), "seqs stay strictly increasing"
+
+
+def test_a_collective_on_the_callers_stream_and_the_users_own_edges_stay_put():
+    tb = TraceBuilder()
+    main, side = tb.stream("main"), tb.stream("side")
+    x, y = tb.alloc(N, main), tb.alloc(N, main)
+    # The user's own fork to a side stream, from another line, then a synchronous collective
+    # (torch >= 2.7 runs it on the caller's stream, with no events).
+    fork, done = tb.event(), tb.event()
+    tb.record(fork, main, "n.py:3")
+    tb.wait(fork, side, "n.py:3")
+    tb.record(done, side, "n.py:4")
+    tb.op(GATHER, main, [tb.span(x, N)], [tb.span(y, N)], at="n.py:5")
+    trace, streams = _reordered(tb)
+    assert streams == set()
+    assert next(e for e in trace.events if e["ev"] == "op")["stream"] == main
+
+
+def test_the_internal_stream_is_named_and_the_direct_order_kept():
+    tb = TraceBuilder()
+    main = tb.stream("main")
+    x, y = tb.alloc(N, main), tb.alloc(N, main)
+    nccl, _ = _issued_async(tb, main, [tb.span(x, N)], [tb.span(y, N)], at="n.py:5")
+    events = [dict(e) for e in tb.events]
+    assert order_collectives(events) == {nccl}
+    trace, _ = _reordered(tb)
+    names = {e["stream"]: e.get("name") for e in trace.events if e["ev"] == "stream"}
+    assert names == {main: "main", nccl: NCCL_STREAM_NAME}
+
+
+# -- what both engines report ----------------------------------------------------------------
+@pytest.fixture(params=CORES)
+def core(request, monkeypatch):
+    monkeypatch.setenv(CORE_ENV, request.param)
+    return request.param
+
+
+def output_read_before_wait(fixed: bool, captured: bool) -> TraceBuilder:
+    """N1 (captured) and N3 (eager): the gathered output is doubled before work.wait()."""
+    tb = TraceBuilder()
+    main = tb.stream("main")
+    inp, out = tb.alloc(N, main, at="n1.py:3"), tb.alloc(N, main, at="n1.py:4")
+
+    def body(pool):
+        _nccl, done = _issued_async(tb, main, [tb.span(inp, N)], [tb.span(out, N)], at="n1.py:8")
+        if fixed:
+            tb.wait(done, main, at="n1.py:10")
+        doubled = tb.alloc(N, main, at="n1.py:11", pool=pool)
+        tb.op("aten::mul", main, [tb.span(out, N)], [tb.span(doubled, N)], at="n1.py:11")
+        if not fixed:
+            tb.wait(done, main, at="n1.py:13")
+
+    if captured:
+        with tb.capture(main) as graph:
+            body((graph, 0))
+    else:
+        body(None)
+    return tb
+
+
+def input_overwritten_before_wait(fixed: bool) -> TraceBuilder:
+    """N2: the next layer writes the gather's input in place before work.wait()."""
+    tb = TraceBuilder()
+    main = tb.stream("main")
+    inp, out = tb.alloc(N, main, at="n2.py:3"), tb.alloc(N, main, at="n2.py:4")
+    with tb.capture(main):
+        _nccl, done = _issued_async(tb, main, [tb.span(inp, N)], [tb.span(out, N)], at="n2.py:8")
+        if fixed:
+            tb.wait(done, main, at="n2.py:10")
+        tb.op("aten::add_", main, writes=[tb.span(inp, N)], at="n2.py:11")
+        if not fixed:
+            tb.wait(done, main, at="n2.py:13")
+    return tb
+
+
+def captured_input_freed(fixed: bool) -> TraceBuilder:
+    """N4: the gather's input, made outside the graph's pool, is freed while the graph lives."""
+    tb = TraceBuilder()
+    main = tb.stream("main")
+    inp, out = tb.alloc(N, main, at="n4.py:3"), tb.alloc(N, main, at="n4.py:4")
+    with tb.capture(main) as graph:
+        _nccl, done = _issued_async(tb, main, [tb.span(inp, N)], [tb.span(out, N)], at="n4.py:7")
+        tb.wait(done, main, at="n4.py:8")
+    if not fixed:
+        tb.free(inp, at="n4.py:12")
+        other = tb.alloc(N, main, addr=inp, at="n4.py:13")
+        tb.op("aten::fill_", main, writes=[tb.span(other, N)], at="n4.py:16")
+    tb.replay(graph, main, at="n4.py:17")
+    return tb
+
+
+def _findings(tb: TraceBuilder):
+    trace, _ = _reordered(tb)
+    return analyze(trace).findings
+
+
+@pytest.mark.parametrize("captured", [True, False], ids=["captured", "eager"])
+def test_reading_the_output_before_wait_is_a_race_and_waiting_fixes_it(core, captured):
+    [finding] = _findings(output_read_before_wait(False, captured))
+    assert (finding.kind, finding.hazard) == (DATA_RACE, "RAW")
+    assert {a.op.split(".")[0] for a in finding.accesses} == {GATHER, "aten::mul"}
+    assert {a.stream_label for a in finding.accesses if a.op == GATHER} == {NCCL_STREAM_NAME}
+    assert _findings(output_read_before_wait(True, captured)) == []
+
+
+def test_overwriting_the_input_before_wait_is_a_race_and_waiting_fixes_it(core):
+    [finding] = _findings(input_overwritten_before_wait(False))
+    assert (finding.kind, finding.hazard) == (DATA_RACE, "WAR")
+    assert GATHER in {a.op for a in finding.accesses}
+    assert _findings(input_overwritten_before_wait(True)) == []
+
+
+def test_freeing_a_captured_collectives_input_is_a_freed_graph_input(core):
+    findings = _findings(captured_input_freed(False))
+    assert [f.kind for f in findings] == [GRAPH_INPUT_FREED], [f.message for f in findings]
+    assert GATHER in {a.op for a in findings[0].accesses} or GATHER in findings[0].message
+    assert _findings(captured_input_freed(True)) == []
+
+
+def test_without_the_move_the_race_would_be_missed(core):
+    """The recorder's part matters: as the hooks first write it, on the caller's stream after
+    its end event, the read before wait() looks ordered."""
+    tb = output_read_before_wait(False, captured=True)
+    assert analyze(tb.trace()).findings == []
+
+
+# -- the real traces, recorded on the H200 (tests/gpu/record_nccl_fixtures.py) ----------------
+NCCL_FIXTURES = {"N1": DATA_RACE, "N2": DATA_RACE, "N3": DATA_RACE, "N4": GRAPH_INPUT_FREED}
+
+
+@pytest.mark.parametrize("key", sorted(NCCL_FIXTURES))
+def test_real_nccl_traces(core, key):
+    buggy = ROOT / "examples" / "traces" / f"nccl_{key}_buggy.jsonl.gz"
+    fixed = ROOT / "examples" / "traces" / f"nccl_{key}_fixed.jsonl.gz"
+    if not (buggy.exists() and fixed.exists()):
+        pytest.skip("recorded on the GPU machine: tests/gpu/record_nccl_fixtures.py")
+    findings = analyze(load_trace(str(buggy))).findings
+    assert {f.kind for f in findings} == {NCCL_FIXTURES[key]}
+    assert any(collective_name(a.op) for f in findings for a in f.accesses)
+    assert analyze(load_trace(str(fixed))).findings == []
