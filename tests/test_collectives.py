@@ -143,6 +143,40 @@ def test_an_async_collective_moves_between_its_fork_and_its_end_event():
     assert seqs == sorted(set(seqs)), "seqs stay strictly increasing"
 
 
+def test_in_a_capture_the_node_nccl_launched_is_the_collective_itself():
+    """The recorder caught up the node the collective launched on the internal stream as a
+    kernel event inside its call; that event becomes the op (the capture's node record points
+    at it), so there is one launch there, named for the collective, not a memcpy beside it."""
+    from streamrace.record.event_log import EventLog
+
+    tb = TraceBuilder()
+    main = tb.stream("main")
+    x, y = tb.alloc(N, main), tb.alloc(N, main)
+    nccl, _ = _issued_async(tb, main, [tb.span(x, N)], [tb.span(y, N)], at="n.py:5")
+    events = [dict(e, seq=e["seq"] * 10) for e in tb.events]  # room for the recorder's event
+    wait = next(e for e in events if e["ev"] == "event_wait")
+    op = next(e for e in events if e["ev"] == "op")
+    caught_up = {
+        "seq": wait["seq"] + 5,
+        "ev": "kernel",
+        "graph": 1,
+        "node": 0,
+        "name": "memcpy",
+        "stream": nccl,
+        "reads": [],
+        "writes": [],
+        "inferred": True,
+        "stack": op["stack"],
+    }
+    log = EventLog()
+    log.events.append(caught_up)  # emitted by the recorder before the hooks are drained
+    log.hooks = _Drained(events)
+    log.ingest()
+    on_nccl = [e for e in log.in_order(0, set()) if e.get("stream") == nccl and e["ev"] in ("op", "kernel")]
+    assert on_nccl == [caught_up] and caught_up["ev"] == "op" and caught_up["op"] == GATHER
+    assert caught_up["seq"] == wait["seq"] + 5 and caught_up["writes"] == op["writes"]
+
+
 def test_a_collective_on_the_callers_stream_and_the_users_own_edges_stay_put():
     tb = TraceBuilder()
     main, side = tb.stream("main"), tb.stream("side")
@@ -165,7 +199,7 @@ def test_the_internal_stream_is_named_and_the_direct_order_kept():
     x, y = tb.alloc(N, main), tb.alloc(N, main)
     nccl, _ = _issued_async(tb, main, [tb.span(x, N)], [tb.span(y, N)], at="n.py:5")
     events = [dict(e) for e in tb.events]
-    assert order_collectives(events) == {nccl}
+    assert [moved.stream for moved in order_collectives(events)] == [nccl]
     trace, _ = _reordered(tb)
     names = {e["stream"]: e.get("name") for e in trace.events if e["ev"] == "stream"}
     assert names == {main: "main", nccl: NCCL_STREAM_NAME}

@@ -152,7 +152,7 @@ class CaptureNodes:
         blocks = live()
         for index, event in self.kernels.items():
             access = self._accesses.get(index)
-            if access is None:
+            if access is None or event["ev"] != "kernel":  # a collective's own node keeps the op's accesses
                 continue
             event["name"] = access.name or self._nodes[index]["type"]
             if access.kind == "kernel":

@@ -27,6 +27,7 @@ has no fork and is left alone.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from streamrace.record.hook_tables import COLLECTIVE_OUTPUTS
@@ -43,23 +44,66 @@ def collective_name(op: str) -> str | None:
     return name if name in COLLECTIVE_OUTPUTS else None
 
 
-def order_collectives(events: list[Event]) -> set[int]:
+@dataclass
+class MovedCollective:
+    """A collective put on NCCL's internal stream: the op, and the seq of its fork's wait."""
+
+    op: Event
+    stream: int
+    after: int
+
+
+def order_collectives(events: list[Event]) -> list[MovedCollective]:
     """Move each async collective in ``events`` (one drain of the hooks, in seq order) onto
-    the stream it ran on; returns those streams (NCCL's internal ones)."""
-    streams: set[int] = set()
+    the stream it ran on; returns those moved."""
+    moved: list[MovedCollective] = []
     start = 0  # the first event after the previous op: a collective's own events come after it
     for index, event in enumerate(events):
         if event["ev"] != "op":
             continue
         if collective_name(event["op"]) is not None:
-            stream = _move_onto_internal_stream(event, events, start, index)
-            if stream is not None:
-                streams.add(stream)
+            found = _move_onto_internal_stream(event, events, start, index)
+            if found is not None:
+                moved.append(found)
         start = index + 1
-    return streams
+    return moved
 
 
-def _move_onto_internal_stream(op: Event, events: list[Event], start: int, end: int) -> int | None:
+def own_catch_up_kernel(moved: MovedCollective, logged: list[Event]) -> Event | None:
+    """In a capture, the node a collective launched on the internal stream is one the hooks
+    saw no launch make there (the op is written on the caller's stream when it returns), so
+    the recorder caught it up as a ``kernel`` event inside the collective's call, before the
+    op. Of ``logged`` (the events kept so far, newest last), that kernel event, or None.
+
+    The event log makes that event the op itself (``absorb``), so the node is the
+    collective's: one launch, named for the collective, with its semantic reads and writes
+    (an NCCL kernel's parameters say neither), and the graph check sees the node as the op's."""
+    op = moved.op
+    for event in reversed(logged[-_LOOK_BACK:]):  # kept in the order they came, not by seq
+        if (
+            moved.after < event["seq"] < op["seq"]
+            and event["ev"] == "kernel"
+            and event.get("inferred")
+            and event["stream"] == moved.stream
+            and event.get("stack") == op.get("stack")
+        ):
+            return event
+    return None
+
+
+_LOOK_BACK = 64  # events kept since the collective's fork: its own catch-ups are among them
+
+
+def absorb(kernel: Event, op: Event) -> None:
+    """The catch-up ``kernel`` event becomes the collective ``op`` at the kernel's seq (the
+    capture's node records point at this event)."""
+    seq = kernel["seq"]
+    kernel.clear()
+    kernel.update(op)
+    kernel["seq"] = seq
+
+
+def _move_onto_internal_stream(op: Event, events: list[Event], start: int, end: int) -> MovedCollective | None:
     """The fork among ``events[start:end]`` (the collective's own): the caller's record and
     the internal stream's wait for it, then a record on the internal stream (the end event).
     When found, the op moves to just after the fork's wait and the internal stream is
@@ -89,4 +133,4 @@ def _move_onto_internal_stream(op: Event, events: list[Event], start: int, end: 
     for event, seq in zip([op, *moved], seqs, strict=True):
         event["seq"] = seq
     op["stream"] = internal
-    return internal
+    return MovedCollective(op, internal, fork_wait["seq"])

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from streamrace.record.collectives import NCCL_STREAM_NAME, order_collectives
+from streamrace.record.collectives import NCCL_STREAM_NAME, absorb, order_collectives, own_catch_up_kernel
 from streamrace.record.hook_tables import MAX_ERRORS
 from streamrace.record.hooks import Hooks
 
@@ -100,7 +100,8 @@ class EventLog:
             return
         drained = self.hooks.drain()
         # Collectives onto the stream they ran on, before anything reads their seqs.
-        self._collective_streams |= order_collectives(drained)
+        moved = {id(m.op): m for m in order_collectives(drained)}
+        self._collective_streams |= {m.stream for m in moved.values()}
         for event in drained:
             ev = event["ev"]
             if ev == "stream":
@@ -109,9 +110,17 @@ class EventLog:
                     event["name"] = name
             elif ev == "recorder_error" and len(self.errors) < MAX_ERRORS:
                 self.errors.append(f"{event['where']}: {event['message']}")
+            collective = moved.get(id(event))
             for settler in self._settlers.get(ev, ()):
                 event = settler(event)
-            self.events.append(event)
+            kernel = None
+            if collective is not None:
+                collective.op = event
+                kernel = own_catch_up_kernel(collective, self.events)
+            if kernel is not None:
+                absorb(kernel, event)  # the node the capture caught up is the collective's
+            else:
+                self.events.append(event)
             self._sorted = False
 
     def _default_name(self, stream: int) -> str | None:
