@@ -46,11 +46,13 @@ def collective_name(op: str) -> str | None:
 
 @dataclass
 class MovedCollective:
-    """A collective put on NCCL's internal stream: the op, and the seq of its fork's wait."""
+    """A collective put on NCCL's internal stream: the op, the seq of its fork's wait, and the
+    seq the op had before the move (when its call returned)."""
 
     op: Event
     stream: int
     after: int
+    returned: int
 
 
 def order_collectives(events: list[Event]) -> list[MovedCollective]:
@@ -81,7 +83,7 @@ def own_catch_up_kernel(moved: MovedCollective, logged: list[Event]) -> Event | 
     op = moved.op
     for event in reversed(logged[-_LOOK_BACK:]):  # kept in the order they came, not by seq
         if (
-            moved.after < event["seq"] < op["seq"]
+            moved.after < event["seq"] < moved.returned
             and event["ev"] == "kernel"
             and event.get("inferred")
             and event["stream"] == moved.stream
@@ -95,12 +97,12 @@ _LOOK_BACK = 64  # events kept since the collective's fork: its own catch-ups ar
 
 
 def absorb(kernel: Event, op: Event) -> None:
-    """The catch-up ``kernel`` event becomes the collective ``op`` at the kernel's seq (the
-    capture's node records point at this event)."""
-    seq = kernel["seq"]
+    """The catch-up ``kernel`` event becomes the collective ``op``, at the op's place (the
+    capture's node records point at this event and read its seq only at the capture's end).
+    The kernel's own seq may be after the end event: the catch-up comes when the hooks next
+    look, not at the launch."""
     kernel.clear()
     kernel.update(op)
-    kernel["seq"] = seq
 
 
 def _move_onto_internal_stream(op: Event, events: list[Event], start: int, end: int) -> MovedCollective | None:
@@ -133,4 +135,4 @@ def _move_onto_internal_stream(op: Event, events: list[Event], start: int, end: 
     for event, seq in zip([op, *moved], seqs, strict=True):
         event["seq"] = seq
     op["stream"] = internal
-    return MovedCollective(op, internal, fork_wait["seq"])
+    return MovedCollective(op, internal, fork_wait["seq"], seqs[-1])
