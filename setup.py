@@ -94,6 +94,8 @@ setup(
             "ninja>=1.11",
             # tests/test_cxx_warnings.py compiles the analysis core with its headers.
             "pybind11>=2.11",
+            # tests/test_browser_report.py drives headless Chromium (Debian's, through its chromedriver).
+            "selenium>=4.10",
         ],
     },
     ext_modules=EXT_MODULES,

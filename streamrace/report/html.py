@@ -27,6 +27,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from streamrace import __version__
+from streamrace.report.escape import for_terminal
 from streamrace.report.options import DEFAULT, ReportOptions
 from streamrace.report.sources import SourceLines
 from streamrace.report.text import by_graph, finding_text, split_location
@@ -189,7 +190,8 @@ def embedded_json(data: Any) -> str:
 
 def _title(traces: Sequence[TraceResult]) -> str:
     names = ", ".join(item.path for item in traces[:3]) + (", ..." if len(traces) > 3 else "")
-    return f"streamrace: {names}" if names else "streamrace"
+    # for_terminal: the title is text outside the JSON, where a lone surrogate cannot be encoded
+    return for_terminal(f"streamrace: {names}" if names else "streamrace")
 
 
 def render(traces: Sequence[TraceResult], options: ReportOptions = DEFAULT) -> str:

@@ -123,7 +123,8 @@
     canvas.style.height = h + "px";
     ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
     state.colW = Math.min(state.colW, MAX_SPACER / Math.max(1, view.columns));
-    spacer.style.width = Math.max(width, Math.ceil(view.columns * state.colW)) + "px";
+    // Half a screen of room past the last column, so that the last ops can be centred too.
+    spacer.style.width = Math.max(width, Math.ceil(view.columns * state.colW + width / 2)) + "px";
     spacer.style.height = h + "px";
     redraw();
   }
@@ -265,7 +266,7 @@
 
   function blockName(block) {
     return "tensor " + (block.source ? "`" + block.source + "` " : "") + "(" + block.size.toLocaleString("en") + " bytes on " +
-      block.stream + ") allocated at " + (block.alloc_location || "?");
+      block.stream + ")" + (block.alloc_location ? " allocated at " + block.alloc_location : "");
   }
 
   function drawPair(view, hl, x, laneY, frame) {
