@@ -300,7 +300,10 @@
       ctx.font = "600 11px system-ui, sans-serif";
       const label = "missing edge";
       const w = ctx.measureText(label).width;
-      const mx = (p.right + q.left) / 2 - w / 2, my = p.y === q.y ? p.y - ROW / 2 : (p.y + q.y) / 2;
+      // Beside the arrow, in the upper access's lane, on the side away from the other access.
+      const upperIsLater = q.y < p.y;
+      const my = p.y === q.y ? p.y - ROW / 2 : Math.min(p.y, q.y);
+      const mx = p.y === q.y ? (p.right + q.left) / 2 - w / 2 : upperIsLater ? q.left - w - 10 : p.right + 10;
       ctx.fillStyle = "rgba(255, 255, 255, 0.92)";
       ctx.fillRect(mx - 2, my - 8, w + 4, 16);
       ctx.fillStyle = BAD;
