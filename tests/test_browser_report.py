@@ -47,15 +47,23 @@ def _open(browser: Any, page: Path) -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         if browser.execute_script("return document.body.dataset.ready === 'true' && !!window.streamrace.frame()"):
-            return
+            break
         time.sleep(0.05)
-    raise AssertionError("the page never drew its timeline")
+    else:
+        raise AssertionError("the page never drew its timeline")
+    _no_errors(browser)
+
+
+def _no_errors(browser: Any) -> None:
+    """Nothing went wrong in the page's script (an uncaught error, a refused resource)."""
+    errors = [entry["message"] for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+    assert not errors, errors
 
 
 def _frame(browser: Any) -> dict[str, Any]:
     """The next frame the page draws (it draws on the next animation frame)."""
-    browser.execute_script("window.__frameAsked = window.streamrace.frame();")
-    time.sleep(0.1)
+    browser.execute_async_script("requestAnimationFrame(() => requestAnimationFrame(arguments[0]))")
+    _no_errors(browser)
     return browser.execute_script("return window.streamrace.frame()")
 
 
@@ -109,6 +117,14 @@ def test_the_execution_view_shows_the_replay_that_races(browser: Any, tmp_path: 
     browser.execute_script("document.querySelectorAll('#views button')[1].click()")
     assert _frame(browser)["view"] == "graph 1 (capture)", "another view is a click away"
     assert browser.save_screenshot(str(tmp_path / "x1.png"))
+
+
+@pytest.mark.parametrize("name", ["execution_X4_buggy", "execution_X5_buggy", "gallery_H4_buggy", "cupy_buggy"])
+def test_other_findings_draw_without_a_script_error(browser: Any, tmp_path: Path, name: str) -> None:
+    _open(browser, _report(tmp_path, DSV4_RACE.parent / f"{name}.jsonl.gz", f"{name}.html"))
+    frame = _frame(browser)
+    assert frame["highlighted"], "the finding's accesses are drawn"
+    assert browser.find_element("id", "finding-text").text.startswith("[1] error")
 
 
 def test_a_hostile_trace_runs_no_script_and_shows_its_strings_as_text(browser: Any, tmp_path: Path) -> None:

@@ -25,6 +25,8 @@
   const canvas = $("canvas"), scroller = $("scroller"), spacer = $("spacer"), tooltip = $("tooltip");
   const ctx = canvas.getContext("2d");
 
+  // "read aten::mm", but "free", not "free free": a free or a record_stream is its own op.
+  function accessText(a) { return a.op === a.access ? a.access : a.access + " " + a.op; }
   function plural(n, one, many) { return n.toLocaleString("en") + " " + (n === 1 ? one : (many || one + "s")); }
 
   // -- the page around the timeline ---------------------------------------------------------
@@ -262,12 +264,15 @@
     ctx.fillStyle = BAD;
     ctx.textBaseline = "middle";
     ctx.fillText(text, x + 4, top + h / 2 + 0.5);
+    return { x: x, y: top, w: w, h: h };
   }
 
   function blockName(block) {
     return "tensor " + (block.source ? "`" + block.source + "` " : "") + "(" + block.size.toLocaleString("en") + " bytes on " +
       block.stream + ")" + (block.alloc_location ? " allocated at " + block.alloc_location : "");
   }
+
+  function overlaps(a, b) { return a.x < b.x + b.w && b.x < a.x + a.w && a.y < b.y + b.h && b.y < a.y + a.h; }
 
   function drawPair(view, hl, x, laneY, frame) {
     const colW = state.colW;
@@ -289,10 +294,11 @@
       frame.highlighted.push({ op: a.op, access: a.access, lane: view.lanes[a.lane], column: a.column, exact: a.exact });
     }
     // Labels: the upper access's above its lane, the lower's below (the first's above on one lane).
+    const taken = [];
     const order = points.slice().sort((p, q) => p.a.lane - q.a.lane || (p === points[0] ? -1 : 1));
     order.forEach((p, i) => {
       const above = i === 0 && order.length > 1 ? true : order.length === 1;
-      callout(p.a.access + " " + p.a.op, p.left, above ? laneY(p.a.lane) + 3 : laneY(p.a.lane) + ROW - 3, above);
+      taken.push(callout(accessText(p.a), p.left, above ? laneY(p.a.lane) + 3 : laneY(p.a.lane) + ROW - 3, above));
     });
     if (points.length === 2) {
       const [p, q] = points[0].left <= points[1].left ? points : [points[1], points[0]];
@@ -300,15 +306,22 @@
       ctx.font = "600 11px system-ui, sans-serif";
       const label = "missing edge";
       const w = ctx.measureText(label).width;
-      // Beside the arrow, in the upper access's lane, on the side away from the other access.
-      const upperIsLater = q.y < p.y;
-      const my = p.y === q.y ? p.y - ROW / 2 : Math.min(p.y, q.y);
-      const mx = p.y === q.y ? (p.right + q.left) / 2 - w / 2 : upperIsLater ? q.left - w - 10 : p.right + 10;
+      // Beside the arrow, where no access's label is: the first free place of a few.
+      const h = 16, top = Math.min(p.y, q.y), bottom = Math.max(p.y, q.y), mid = (p.right + q.left) / 2 - w / 2;
+      for (const point of points) taken.push({ x: point.left, y: point.y - ROW / 2 + 3, w: point.right - point.left, h: ROW - 6 });
+      const places = [
+        { x: q.y < p.y ? q.left - w - 10 : p.right + 10, y: top - h / 2 },
+        { x: mid, y: (top + bottom) / 2 - h / 2 },
+        { x: q.left - w - 10, y: bottom + ROW / 2 - 2 },
+        { x: p.right + 10, y: top - ROW / 2 - h + 2 },
+        { x: Math.max(p.right, q.right) + 8, y: top - h / 2 },
+      ].map((c) => ({ x: c.x - 2, y: c.y, w: w + 4, h: h }));
+      const place = places.find((c) => taken.every((t) => !overlaps(c, t))) || places[places.length - 1];
       ctx.fillStyle = "rgba(255, 255, 255, 0.92)";
-      ctx.fillRect(mx - 2, my - 8, w + 4, 16);
+      ctx.fillRect(place.x, place.y, place.w, place.h);
       ctx.fillStyle = BAD;
       ctx.textBaseline = "middle";
-      ctx.fillText(label, mx, my);
+      ctx.fillText(label, place.x + 2, place.y + h / 2);
       frame.missingEdge = true;
     }
     frame.block = Boolean(hl.block);
@@ -387,7 +400,7 @@
     };
     f.accesses.forEach((a, i) => {
       const where = a.view === null ? "not on the timeline" : data.views[a.view].title;
-      row(i === 0 ? "first" : "second", a.access + " " + a.op + " on " + a.stream + (a.location ? " at " + a.location : "") +
+      row(i === 0 ? "first" : "second", accessText(a) + " on " + a.stream + (a.location ? " at " + a.location : "") +
         (a.captured ? " (captured at " + a.captured + ")" : "") + " \u2014 " + where, "access");
     });
     if (f.block) row("block", blockName(f.block) + (f.block.free_location ? ", freed at " + f.block.free_location : "") +
