@@ -112,6 +112,25 @@ def test_every_committed_trace_draws_each_finding_on_its_own_columns(name: str) 
     json.loads(perfetto.render([item]))
 
 
+def test_several_traces_are_one_page_each_finding_in_its_own_trace_s_view() -> None:
+    items = [analysed(DSV4_RACE), analysed(REPLAY_RACE)]
+    data = page_data(html.render(items))
+    assert [t["path"] for t in data["traces"]] == [str(DSV4_RACE), str(REPLAY_RACE)]
+    assert [f["trace"] for f in data["findings"]] == [0, 1]
+    for finding in data["findings"]:
+        view = data["views"][finding["view"]]
+        assert view["trace"] == finding["trace"]
+        names = data["traces"][view["trace"]]["names"]
+        second = finding["accesses"][-1]
+        assert _columns(view, names)[second["column"]][2] == second["seq"]
+    events = json.loads(perfetto.render(items))["traceEvents"]
+    processes = [e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"]
+    assert any(p.startswith(str(DSV4_RACE)) for p in processes) and any(
+        p.startswith(str(REPLAY_RACE)) for p in processes
+    )
+    assert len({e["pid"] for e in events}) == len(processes), "a process per view of every trace"
+
+
 def test_reports_are_the_same_whichever_engine_ran(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("streamrace._core")
     pages = {}
