@@ -66,7 +66,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["streamrace", "streamrace.*"]),
-    package_data={"streamrace": ["py.typed"]},
+    package_data={"streamrace": ["py.typed"], "streamrace.report": ["assets/*"]},
     # torch is deliberately absent: recording uses the torch the user already has, and the
     # analysis needs none. An unpinned torch requirement would pull a multi-GB CUDA build.
     # orjson parses traces about twice as fast as the standard library (docs/performance.md); a
@@ -94,6 +94,8 @@ setup(
             "ninja>=1.11",
             # tests/test_cxx_warnings.py compiles the analysis core with its headers.
             "pybind11>=2.11",
+            # tests/test_browser_report.py drives headless Chromium (Debian's, through its chromedriver).
+            "selenium>=4.10",
         ],
     },
     ext_modules=EXT_MODULES,

@@ -34,7 +34,7 @@ from streamrace.outcome import (
     nothing_recorded_note,
     recorded_nothing,
 )
-from streamrace.report import REPORTERS, STACK_DEPTH
+from streamrace.report import DRAWN, REPORTERS, STACK_DEPTH
 from streamrace.report.escape import for_terminal
 from streamrace.trace.events import FORMAT_MINOR, FORMAT_VERSION
 
@@ -73,7 +73,10 @@ class Command:
 
 
 # -- analyze ---------------------------------------------------------------------------------
-FORMAT_HELP = "text for people (default), json for machines (docs/json-report.md), sarif for code scanning"
+FORMAT_HELP = (
+    "text for people (default), json for machines (docs/json-report.md), sarif for code scanning, "
+    "html (a timeline to open in a browser) or perfetto (for ui.perfetto.dev): docs/report.md"
+)
 
 
 def _stack_depth(value: str) -> int | None:
@@ -129,10 +132,12 @@ def _analyze_files(
     paths: Sequence[str],
     source_roots: Sequence[str] = (),
     observers: Sequence[Callable[[Iterator[dict[str, Any]]], Iterator[dict[str, Any]]]] = (),
+    drawn: bool = False,
 ) -> list[TraceResult]:
     """Each trace analysed, streaming; its fixes use the names of the source files it names,
     read as the text report reads them (the same roots and rules, streamrace/report/sources.py).
-    ``observers[i]``, if given, sees the events of ``paths[i]`` on their way to the engine."""
+    ``observers[i]``, if given, sees the events of ``paths[i]`` on their way to the engine;
+    ``drawn``: a visual report will draw them, so each trace's timeline is noted on the way."""
     from streamrace.analysis import analyze
     from streamrace.errors import TraceError, TraceLimitError
     from streamrace.progress import analysis_progress
@@ -148,12 +153,19 @@ def _analyze_files(
         header = next(events)
         if index < len(observers):
             events = observers[index](events)
+        builder = None
+        if drawn:
+            from streamrace.report.timeline import TimelineBuilder
+
+            builder = TimelineBuilder()
+            events = builder.observe(events)
         with analysis_progress(path, events) as counted:
             try:
                 result = analyze(header, counted, sources=source_reader(header, source_roots))
             except TraceLimitError as exc:  # the trace loads, but what it holds is not a recording
                 raise TraceError(shown, None, str(exc)) from None
-            results.append(TraceResult(shown, result, workdir=recorded_workdir(header)))
+            timeline = builder.timeline() if builder is not None else None
+            results.append(TraceResult(shown, result, workdir=recorded_workdir(header), timeline=timeline))
     return results
 
 
@@ -224,7 +236,7 @@ def _check_source_roots(args: argparse.Namespace) -> None:
 def _run_analyze(args: argparse.Namespace) -> int:
     _check_source_roots(args)
     gate = _gate(args)
-    results = _apply_gate(gate, _analyze_files(args.traces, args.source_root))
+    results = _apply_gate(gate, _analyze_files(args.traces, args.source_root, drawn=args.format in DRAWN))
     _report(results, args.format, args.output, args)
     return _verdict(results, args, _traces_named(len(results)))
 
@@ -284,6 +296,8 @@ def _configure_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=list(REPORTERS), default="text", help=f"on stdout: {FORMAT_HELP}")
     parser.add_argument("--json", metavar="FILE", help="also write the JSON report to FILE")
     parser.add_argument("--sarif", metavar="FILE", help="also write the SARIF report to FILE")
+    parser.add_argument("--html", metavar="FILE", help="also write the HTML report (a timeline) to FILE")
+    parser.add_argument("--perfetto", metavar="FILE", help="also write the Perfetto report to FILE")
     _configure_recording(parser)
     _configure_report(parser)
     parser.add_argument("program", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...", help="the program to run")
@@ -302,10 +316,12 @@ def _run_run(args: argparse.Namespace) -> int:
     returncode, traces = record_program(command, args.capture_only)
     if args.output and traces:
         traces = keep_traces(traces, args.output)
-    results = _apply_gate(gate, _analyze_files(traces, args.source_root))
+    extra = {"json": args.json, "sarif": args.sarif, "html": args.html, "perfetto": args.perfetto}
+    drawn = args.format in DRAWN or any(extra[format] for format in DRAWN)
+    results = _apply_gate(gate, _analyze_files(traces, args.source_root, drawn=drawn))
     if traces:
         _report(results, args.format, None, args)
-    for format, path in (("json", args.json), ("sarif", args.sarif)):
+    for format, path in extra.items():
         if path:
             _report(results, format, path, args)
     if traces:

@@ -40,6 +40,7 @@ import pytest
 
 if TYPE_CHECKING:
     from streamrace.analysis import AnalysisResult
+    from streamrace.report import TraceResult
     from streamrace.suppressions import Gate
     from streamrace.trace import Trace
 
@@ -101,6 +102,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--streamrace-capture-only",
         action="store_true",
         help="record only each test's CUDA graph captures (no eager op, no replay)",
+    )
+    group.addoption(
+        "--streamrace-html",
+        metavar="DIR",
+        help="write the HTML report (a timeline, docs/report.md) of every test with findings into DIR",
     )
     group.addoption(
         "--streamrace-suppressions",
@@ -218,17 +224,18 @@ class _StreamracePlugin:
                 raise test_error from None
             pytest.fail(f"streamrace: {exc}", pytrace=False)
         if test_error is not None:
-            self._judge(item, marker, session.result, test_failed=True)
+            self._judge(item, marker, session, test_failed=True)
             raise test_error
-        failure = self._judge(item, marker, session.result, test_failed=False)
+        failure = self._judge(item, marker, session, test_failed=False)
         if failure:
             pytest.fail(failure, pytrace=False)
         return value
 
-    def _judge(self, item: pytest.Item, marker: _Marker, result: AnalysisResult | None, test_failed: bool) -> str:
+    def _judge(self, item: pytest.Item, marker: _Marker, session: Any, test_failed: bool) -> str:
         """Record the outcome on the item and return the failure message ('' for a pass)."""
         from streamrace.report import TraceResult, text
 
+        result: AnalysisResult | None = session.result
         if result is None:
             return ""
         traces = (
@@ -246,6 +253,8 @@ class _StreamracePlugin:
             "entries": sorted({s.entry for s in traces[0].suppressed if s.entry is not None}),
         }
         report = text.render(traces)
+        if kept and self.config.getoption("streamrace_html"):
+            report += self._write_html(item, traces[0], getattr(session, "trace", None))
         if test_failed or found == marker.expect:
             if kept or traces[0].suppressed or result.notes:  # worth a look, even where it passes
                 item.add_report_section("call", "streamrace", report)
@@ -256,6 +265,24 @@ class _StreamracePlugin:
             count = sum(f.kind in unexpected for f in kept)
             problems.append(f"{count} finding{'s' if count != 1 else ''} ({', '.join(unexpected)})")
         return f"streamrace: {'; '.join(problems)} in this test's CUDA graph captures\n\n{report}"
+
+    def _write_html(self, item: pytest.Item, traced: TraceResult, trace: Trace | None) -> str:
+        """The test's HTML report in --streamrace-html's directory; the line that says where."""
+        import dataclasses
+        import re
+
+        from streamrace.report import html
+        from streamrace.report.timeline import build_timeline
+
+        if trace is None:
+            return "\nstreamrace: no HTML report: the recording kept no trace to draw\n"
+        directory = self.config.getoption("streamrace_html")
+        path = os.path.join(directory, re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid).strip("_")[:200] + ".html")
+        timeline = build_timeline(trace.events, trace.stacks)
+        os.makedirs(directory, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(html.render([dataclasses.replace(traced, timeline=timeline)]))
+        return f"\nstreamrace: HTML report: {path}\n"
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(

@@ -16,7 +16,7 @@ import pytest
 
 from streamrace.analysis import analyze
 from streamrace.cli import main
-from streamrace.report import ReportOptions, TraceResult, sarif, text
+from streamrace.report import ReportOptions, TraceResult, html, perfetto, sarif, text
 from streamrace.report.escape import for_markdown, for_terminal
 from streamrace.report.sources import MAX_FILE_BYTES, SourceLines
 from streamrace.trace.builder import TraceBuilder
@@ -178,6 +178,49 @@ def test_sarif_messages_carry_no_markup_and_uris_stay_under_the_root(tmp_path: P
     rendered = sarif.render([_hostile_result(tmp_path)])
     rendered.encode("utf-8")  # encodable: the lone surrogate of the trace is a JSON escape there
     assert json.loads(rendered) == json.loads(json.dumps(doc))
+
+
+def _hostile_drawn(tmp_path: Path) -> TraceResult:
+    """The hostile race, with markup and script in its names, analysed with its timeline."""
+    from streamrace.report.timeline import build_timeline
+    from streamrace.trace import load_trace
+
+    path = _race_at(
+        tmp_path / "drawn.jsonl",
+        "</script><script>window.__pwned=1</script>.py:1",
+        "<!--<img src=x onerror=window.__pwned=1>.py:2",
+        main="</script><script>window.__pwned=1</script>",
+        side="<img src=x onerror=window.__pwned=1>",
+        op=f"aten::<b>bold</b>&amp;{IN_TRACE}",
+    )
+    trace = load_trace(path)
+    timeline = build_timeline(trace.events)
+    return TraceResult(f"<i>{HOSTILE}</i>.jsonl", analyze(trace), timeline=timeline)
+
+
+def test_html_report_keeps_trace_strings_out_of_the_markup(tmp_path: Path) -> None:
+    page = html.render([_hostile_drawn(tmp_path)])
+    head, _, body = page.partition("<body>")
+    assert "<i>" not in head and "&lt;i&gt;" in head, "the title is escaped"
+    data_start = body.index(f'<script type="application/json" id="{html.DATA_ID}">') + len(html.DATA_ID) + 38
+    data = body[data_start : body.index("</script>", data_start)]
+    assert not re.search(r"[<>&]", data), "no markup character inside the data element"
+    assert page.count("</script>") == 2 and page.count("<script") == 2, "no trace string ends or opens a script"
+    assert "<img" not in page and "<b>" not in page
+    decoded = json.loads(data)
+    labels = [lane for view in decoded["views"] for lane in view["lanes"]]
+    assert "</script><script>window.__pwned=1</script> (0x5000)" in labels, "shown as itself, once decoded"
+    (finding,) = decoded["findings"]
+    assert "<!--<img src=x onerror=window.__pwned=1>.py:2" in finding["text"]
+    assert any(f"aten::<b>bold</b>&amp;{IN_TRACE}" == name for name in decoded["traces"][0]["names"])
+    page.encode("utf-8")  # the lone surrogate is a JSON escape there
+
+
+def test_perfetto_report_is_strict_json_with_the_strings_as_they_are(tmp_path: Path) -> None:
+    rendered = perfetto.render([_hostile_drawn(tmp_path)])
+    rendered.encode("utf-8")
+    names = {event["name"] for event in json.loads(rendered)["traceEvents"]}
+    assert f"aten::<b>bold</b>&amp;{IN_TRACE}" in names
 
 
 @pytest.mark.parametrize(

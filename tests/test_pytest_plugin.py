@@ -81,6 +81,31 @@ def test_a_racy_test_fails_with_the_report(pytester: pytest.Pytester):
     assert _summary(result) == "streamrace: 1 test recorded, 1 with CUDA graph captures, 1 with findings"
 
 
+def test_streamrace_html_writes_the_report_of_each_test_with_findings(pytester: pytest.Pytester, tmp_path: Path):
+    pytester.makeconftest(PER_TEST_CONFTEST)
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.trace("dsv4_mini_race")
+        def test_racy():
+            pass
+
+        @pytest.mark.trace("dsv4_mini_fixed")
+        def test_clean():
+            pass
+        """
+    )
+    reports = tmp_path / "reports"
+    result = pytester.runpytest("--streamrace", f"--streamrace-html={reports}")
+    result.assert_outcomes(failed=1, passed=1)
+    (page,) = reports.iterdir()
+    assert page.name == "test_streamrace_html_writes_the_report_of_each_test_with_findings.py_test_racy.html"
+    assert f"streamrace: HTML report: {page}" in result.stdout.str()
+    text = page.read_text()
+    assert '"kind":"unsafe-free"' in text and "aten::mul.Tensor" in text
+
+
 def test_a_clean_test_passes(pytester: pytest.Pytester):
     pytester.makepyfile("def test_decode():\n    pass\n")
     result = pytester.runpytest(f"--streamrace-replay={FIXED}")

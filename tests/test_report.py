@@ -274,10 +274,12 @@ def test_json_is_deterministic(model_py: str) -> None:
 def test_reporters_registry_and_render(model_py: str) -> None:
     result = _result([_unsafe_free(model_py)])
 
-    assert list(REPORTERS) == ["text", "json", "sarif"]
+    assert list(REPORTERS) == ["text", "json", "sarif", "html", "perfetto"]
     assert render(result).startswith("<memory>\n")
     assert json.loads(render(result, format="json"))["findings"][0]["trace"] == "<memory>"
-    with pytest.raises(ValueError, match="unknown report format 'html'"):
+    with pytest.raises(ValueError, match="unknown report format 'svg'"):
+        render(result, format="svg")
+    with pytest.raises(ValueError, match="the html report draws the trace's events: pass trace="):
         render(result, format="html")
 
 

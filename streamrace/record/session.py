@@ -87,11 +87,16 @@ class Session:
         return list(self.recorder.errors)
 
     def report(self, format: str = "text") -> str:
-        """The report as ``analyze`` prints it (``format``: "text" or "json")."""
-        if self.result is None:  # (the trace itself is not needed: a file's is not read back for this)
+        """The report as ``analyze`` prints it (``format``: "text", "json", "sarif", "html"
+        or "perfetto")."""
+        if self.result is None:
             raise RuntimeError("the watch() block has not ended yet")
-        from streamrace.report import REPORTERS, ReportOptions, TraceResult
+        from streamrace.report import DRAWN, REPORTERS, ReportOptions, TraceResult, render
 
+        if format in DRAWN:  # these draw the trace's events too (a file's is read back for them)
+            trace = self.trace
+            if trace is not None:
+                return render(self.result, format, trace)
         return REPORTERS[format]([TraceResult(self.path or "<watch>", self.result)], ReportOptions())
 
     def _finish(self) -> None:

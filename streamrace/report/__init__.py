@@ -1,8 +1,10 @@
-"""Reporters: turn analysis results into text for people, JSON or SARIF for machines.
+"""Reporters: turn analysis results into text for people, JSON or SARIF for machines, and
+pictures (an HTML timeline, a Perfetto trace) of where the findings are in the trace.
 
 Each reporter is a module with a ``render(traces, options) -> str`` function and one entry in
 ``REPORTER_MODULES``; the CLI offers exactly the keys of that table as ``--format`` choices, so
-a new reporter (HTML) is a module plus one line here.
+a new reporter is a module plus one line here. The visual reporters (``DRAWN``) draw the
+trace's events too: their results carry its ``Timeline`` (streamrace/report/timeline.py).
 
 This package's own module is light on purpose: the command line builds its parser (and
 prints ``--help``) from the format names and ``STACK_DEPTH`` alone. A reporter module is
@@ -30,7 +32,10 @@ REPORTER_MODULES: dict[str, str] = {
     "text": "streamrace.report.text",
     "json": "streamrace.report.json_report",
     "sarif": "streamrace.report.sarif",
+    "html": "streamrace.report.html",
+    "perfetto": "streamrace.report.perfetto",
 }
+DRAWN = frozenset({"html", "perfetto"})  # formats that need the trace's timeline, not only its findings
 
 
 class _Reporters(Mapping[str, Reporter]):
@@ -69,20 +74,30 @@ def render(
     """One analysed trace, reported as ``streamrace analyze --format FORMAT`` would.
 
     For callers that hold a result rather than a file (``streamrace.watch()`` sessions);
-    ``trace`` only supplies the path the report names; ``options`` defaults to ``DEFAULT``.
+    ``trace`` supplies the path the report names and, for ``html`` and ``perfetto``, the
+    events they draw (required there); ``options`` defaults to ``DEFAULT``.
     """
     from streamrace.report.options import DEFAULT
-    from streamrace.report.results import TraceResult
+    from streamrace.report.results import TraceResult, recorded_workdir
 
     reporter = REPORTERS.get(format)
     if reporter is None:
         raise ValueError(f"unknown report format {format!r}; choose from {', '.join(REPORTERS)}")
     path = trace.path if trace is not None else "<memory>"
-    return reporter([TraceResult(path, result)], options or DEFAULT)
+    timeline = None
+    if format in DRAWN:
+        if trace is None:
+            raise ValueError(f"the {format} report draws the trace's events: pass trace=")
+        from streamrace.report.timeline import build_timeline
+
+        timeline = build_timeline(trace.events, trace.stacks)
+    workdir = recorded_workdir(trace.header) if trace is not None else None
+    return reporter([TraceResult(path, result, workdir=workdir, timeline=timeline)], options or DEFAULT)
 
 
 __all__ = [
     "DEFAULT",
+    "DRAWN",
     "REPORTERS",
     "REPORTER_MODULES",
     "STACK_DEPTH",

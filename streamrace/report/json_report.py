@@ -55,15 +55,17 @@ def document(traces: Sequence[TraceResult]) -> dict[str, Any]:
     }
 
 
-def to_json(document: Any) -> str:
+def to_json(document: Any, compact: bool = False) -> str:
     """A machine report as text: UTF-8 as it is, unless a trace string holds a lone surrogate
     (JSON allows ``"\\ud800"``, UTF-8 cannot encode it), then every non-ASCII character as
-    a JSON escape. Strict JSON either way: NaN and infinities are refused."""
-    text = json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False)
+    a JSON escape. Strict JSON either way: NaN and infinities are refused. ``compact``: no
+    indentation or spaces, for documents of one entry per op (the Perfetto report)."""
+    layout: dict[str, Any] = {"separators": (",", ":")} if compact else {"indent": 2}
+    text = json.dumps(document, ensure_ascii=False, allow_nan=False, **layout)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        text = json.dumps(document, indent=2, ensure_ascii=True, allow_nan=False)
+        text = json.dumps(document, ensure_ascii=True, allow_nan=False, **layout)
     return text + "\n"
 
 

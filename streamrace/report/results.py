@@ -9,6 +9,7 @@ from dataclasses import dataclass
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (docs/performance.md, start-up)
 if TYPE_CHECKING:
     from streamrace.analysis import AnalysisResult
+    from streamrace.report.timeline import Timeline
     from streamrace.suppressions import Suppressed
 
 
@@ -19,13 +20,15 @@ class TraceResult:
     ``suppressed``: findings a CI gate accepted (suppressions, a baseline); they are no
     longer in ``result.findings`` (``streamrace.suppressions.Gate.apply``). ``workdir``: the
     directory the program was recorded in (the header's ``process.cwd``), where the trace's
-    relative paths start.
+    relative paths start. ``timeline``: the trace's lanes and columns, for the visual reports
+    (html, perfetto); built only when one of them is asked for (streamrace/report/timeline.py).
     """
 
     path: str
     result: AnalysisResult
     suppressed: tuple[Suppressed, ...] = ()
     workdir: str | None = None
+    timeline: Timeline | None = None
 
 
 def recorded_workdir(header: Mapping[str, object]) -> str | None:

@@ -136,7 +136,16 @@ def _pool(pool: list[int] | None) -> str | None:
     return f"{kind} ({pool[0]}, {pool[1]})"
 
 
-def _split_location(location: str) -> tuple[str, int] | None:
+def by_graph(findings: Sequence[Finding]) -> dict[int | None, list[Finding]]:
+    """Findings grouped by the graph they occur in (None: eager), groups and members in order
+    of first occurrence, as findings come: the report's order, which numbers them from 1."""
+    groups: dict[int | None, list[Finding]] = {}
+    for finding in findings:
+        groups.setdefault(finding.graph, []).append(finding)
+    return groups
+
+
+def split_location(location: str) -> tuple[str, int] | None:
     path, _, line = location.rpartition(":")
     return (path, int(line)) if path and line.isdigit() else None
 
@@ -260,7 +269,7 @@ class _Report:
         if location is None:
             first(self.style("no user source line recorded", "dim"))
             return
-        parsed = _split_location(location)
+        parsed = split_location(location)
         func = next((fn for file, line, fn in frames if parsed == (file, line)), None)
         # near: the line is only the next recorded event's (a kernel the dispatcher never saw)
         first(
@@ -371,7 +380,7 @@ class _Report:
         where = " (" if hint.exact else " (it dies at "
         self.labelled(depth, "suggestion", hint.why, where, self.style(hint.before, "location"), "):")
         self.continued(depth, self.style(f"{'+':>6} | ", "dim"), self.style(hint.code, "code"))
-        parsed = _split_location(hint.before)
+        parsed = split_location(hint.before)
         text = self.source(*parsed) if parsed is not None and hint.exact else None
         if text is not None and parsed is not None:
             self.continued(depth, self.style(f"{parsed[1]:>6} | ", "dim"), self.style(text, "source"))
@@ -387,11 +396,8 @@ class _Report:
             self.add(1, self.style("note: ", "note"), lines[0])
             for line in lines[1:]:
                 self.add(1, " " * len("note: "), line)
-        groups: dict[int | None, list[Finding]] = {}
-        for finding in findings:  # findings come in order of first occurrence; groups keep it
-            groups.setdefault(finding.graph, []).append(finding)
         number = 0
-        for graph, members in groups.items():
+        for graph, members in by_graph(findings).items():
             name = "eager (outside any capture)" if graph is None else f"graph {graph}"
             self.add(1, self.style(name, "heading"), f": {_plural(len(members), 'finding')} ({_severities(members)})")
             for finding in members:
@@ -452,6 +458,15 @@ def _accepted_counts(suppressed: Sequence[Suppressed]) -> str:
     parts = [f"{by_entry} suppressed"] if by_entry else []
     parts += [f"{known} known from the baseline"] if known else []
     return "".join(f", {part}" for part in parts)
+
+
+def finding_text(finding: Finding, number: int, options: ReportOptions = DEFAULT, workdir: str | None = None) -> str:
+    """One finding as the text report shows it, numbered ``number``, with its source lines:
+    what the visual reports show when a finding is clicked."""
+    report = _Report(options)
+    report.workdir = workdir
+    report.finding(0, number, finding)
+    return "\n".join(report.lines) + "\n"
 
 
 def render(traces: Sequence[TraceResult], options: ReportOptions = DEFAULT) -> str:
