@@ -143,7 +143,8 @@ def test_an_async_collective_moves_between_its_fork_and_its_end_event():
     assert seqs == sorted(set(seqs)), "seqs stay strictly increasing"
 
 
-def test_in_a_capture_the_node_nccl_launched_is_the_collective_itself():
+@pytest.mark.parametrize("late", [False, True], ids=["before the end event", "after it"])
+def test_in_a_capture_the_node_nccl_launched_is_the_collective_itself(late):
     """The recorder caught up the node the collective launched on the internal stream as a
     kernel event inside its call; that event becomes the op (the capture's node record points
     at it), so there is one launch there, named for the collective, not a memcpy beside it."""
@@ -157,7 +158,8 @@ def test_in_a_capture_the_node_nccl_launched_is_the_collective_itself():
     wait = next(e for e in events if e["ev"] == "event_wait")
     op = next(e for e in events if e["ev"] == "op")
     caught_up = {
-        "seq": wait["seq"] + 15,  # after the end event's record: the hooks looked late (H200, N1)
+        # after the first moved event (H200, N1); "late": after the end event's record too
+        "seq": wait["seq"] + (25 if late else 15),
         "ev": "kernel",
         "graph": 1,
         "node": 0,
@@ -173,10 +175,13 @@ def test_in_a_capture_the_node_nccl_launched_is_the_collective_itself():
     log.hooks = _Drained(events)
     log.ingest()
     on_nccl = [e for e in log.in_order(0, set()) if e.get("stream") == nccl and e["ev"] in ("op", "kernel")]
-    assert on_nccl == [caught_up] and caught_up["ev"] == "op" and caught_up["op"] == GATHER
-    assert caught_up["writes"] == op["writes"]
     records = [e["seq"] for e in log.in_order(0, set()) if e["ev"] == "event_record" and e["stream"] == nccl]
-    assert wait["seq"] < caught_up["seq"] < min(records), "the op keeps its place: before the end event"
+    if late:  # the op cannot take a place past its end event: the kernel stays beside it
+        assert [e["ev"] for e in on_nccl] == ["op", "kernel"] and on_nccl[0]["seq"] < min(records)
+        return
+    assert on_nccl == [caught_up] and caught_up["ev"] == "op" and caught_up["op"] == GATHER
+    assert caught_up["writes"] == op["writes"] and caught_up["seq"] == wait["seq"] + 15, "at the node's seq"
+    assert wait["seq"] < caught_up["seq"] < min(records), "before the end event"
 
 
 def test_a_collective_on_the_callers_stream_and_the_users_own_edges_stay_put():

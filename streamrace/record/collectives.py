@@ -47,12 +47,12 @@ def collective_name(op: str) -> str | None:
 @dataclass
 class MovedCollective:
     """A collective put on NCCL's internal stream: the op, the seq of its fork's wait, and the
-    seq the op had before the move (when its call returned)."""
+    seq of its end event's record there (after the move)."""
 
     op: Event
     stream: int
     after: int
-    returned: int
+    ends: int
 
 
 def order_collectives(events: list[Event]) -> list[MovedCollective]:
@@ -74,8 +74,10 @@ def order_collectives(events: list[Event]) -> list[MovedCollective]:
 def own_catch_up_kernel(moved: MovedCollective, logged: list[Event]) -> Event | None:
     """In a capture, the node a collective launched on the internal stream is one the hooks
     saw no launch make there (the op is written on the caller's stream when it returns), so
-    the recorder caught it up as a ``kernel`` event inside the collective's call, before the
-    op. Of ``logged`` (the events kept so far, newest last), that kernel event, or None.
+    the recorder caught it up as a ``kernel`` event inside the collective's call. Of ``logged``
+    (the events kept so far, newest last), that kernel event if it lies between the fork's
+    wait and the end event's record, or None (one caught up later stays a kernel of its own:
+    the op cannot move past its end event).
 
     The event log makes that event the op itself (``absorb``), so the node is the
     collective's: one launch, named for the collective, with its semantic reads and writes
@@ -83,7 +85,7 @@ def own_catch_up_kernel(moved: MovedCollective, logged: list[Event]) -> Event | 
     op = moved.op
     for event in reversed(logged[-_LOOK_BACK:]):  # kept in the order they came, not by seq
         if (
-            moved.after < event["seq"] < moved.returned
+            moved.after < event["seq"] < moved.ends
             and event["ev"] == "kernel"
             and event.get("inferred")
             and event["stream"] == moved.stream
@@ -97,12 +99,13 @@ _LOOK_BACK = 64  # events kept since the collective's fork: its own catch-ups ar
 
 
 def absorb(kernel: Event, op: Event) -> None:
-    """The catch-up ``kernel`` event becomes the collective ``op``, at the op's place (the
-    capture's node records point at this event and read its seq only at the capture's end).
-    The kernel's own seq may be after the end event: the catch-up comes when the hooks next
-    look, not at the launch."""
+    """The catch-up ``kernel`` event becomes the collective ``op``, at the kernel's seq: the
+    capture's node records name that seq (read at the capture's end, maybe before this), and
+    it lies between the fork's wait and the end event, where the op belongs."""
+    seq = kernel["seq"]
     kernel.clear()
     kernel.update(op)
+    kernel["seq"] = seq
 
 
 def _move_onto_internal_stream(op: Event, events: list[Event], start: int, end: int) -> MovedCollective | None:
@@ -135,4 +138,5 @@ def _move_onto_internal_stream(op: Event, events: list[Event], start: int, end: 
     for event, seq in zip([op, *moved], seqs, strict=True):
         event["seq"] = seq
     op["stream"] = internal
-    return MovedCollective(op, internal, fork_wait["seq"], seqs[-1])
+    ends = min(e["seq"] for e in moved if e["ev"] == "event_record" and e["stream"] == internal)
+    return MovedCollective(op, internal, fork_wait["seq"], ends)
