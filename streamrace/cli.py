@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from streamrace import __version__
 from streamrace.errors import StreamraceError, UsageError
 from streamrace.outcome import (
+    DIFF_EXIT_CODES,
     EXIT_CLEAN,
     EXIT_CODES,
     EXIT_ERROR,
@@ -65,11 +66,13 @@ class Command:
         help: str,
         configure: Callable[[argparse.ArgumentParser], None],
         run: Callable[[argparse.Namespace], int],
+        exit_codes: str = EXIT_CODES,
     ) -> None:
         self.name = name
         self.help = help
         self.configure = configure
         self.run = run
+        self.exit_codes = exit_codes
 
 
 # -- analyze ---------------------------------------------------------------------------------
@@ -243,7 +246,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
 
 # -- diff ------------------------------------------------------------------------------------
 def _configure_diff(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("a", metavar="A", help="the baseline trace (.jsonl or .jsonl.gz)")
+    parser.add_argument("a", metavar="A", help="the baseline trace (.jsonl or .jsonl.gz; - for standard input)")
     parser.add_argument("b", metavar="B", help="the new trace: a finding A lacks fails (exit 1)")
     parser.add_argument(
         "--format", choices=["text", "json"], default="text", help="text for people (default), json for machines"
@@ -264,7 +267,8 @@ def _run_diff(args: argparse.Namespace) -> int:
     results = _analyze_files([args.a, args.b], observers=[table.observe for table in tables])
     empty = [item for item in results if recorded_nothing(item.result.summary)]
     if empty:
-        _warn(nothing_recorded_note([item.result.summary for item in empty], f"the trace {empty[0].path}"))
+        summaries = [item.result.summary for item in empty]
+        _warn(nothing_recorded_note(summaries, f"the trace {empty[0].path}", exit_zero=False))
         return EXIT_NOTHING_RECORDED
     a, b = (Side(item.path, item.result.findings, table) for item, table in zip(results, tables, strict=True))
     entries = compare(a, b)
@@ -384,6 +388,7 @@ COMMANDS: tuple[Command, ...] = (
         "Compare the findings of two traces: which appear, disappear and persist, and why the block was reused.",
         _configure_diff,
         _run_diff,
+        DIFF_EXIT_CODES,
     ),
     Command("run", "Run a program with its CUDA work recorded, then analyse.", _configure_run, _run_run),
     Command("env", "Print shell exports that record every Python process started later.", _configure_env, _run_env),
@@ -408,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
             command.name,
             help=command.help,
             description=command.help,
-            epilog=EXIT_CODES,
+            epilog=command.exit_codes,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         # SUPPRESS: `streamrace --debug analyze` is not undone by the subcommand's default

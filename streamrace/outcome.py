@@ -29,6 +29,13 @@ EXIT_CODES = f"""exit codes:
   {EXIT_NOTHING_RECORDED}  nothing recorded: no op or kernel in any trace (no CUDA, or no capture)
 --exit-zero turns {EXIT_FINDINGS} and {EXIT_NOTHING_RECORDED} into 0, for jobs that only report."""
 
+DIFF_EXIT_CODES = f"""exit codes:
+  {EXIT_CLEAN}  B has no finding that A lacks
+  {EXIT_FINDINGS}  B has a finding that A lacks (a new finding fails)
+  {EXIT_ERROR}  usage or input error (one line on stderr)
+  {EXIT_INTERNAL}  internal error: a bug in streamrace (one line; --debug shows the traceback)
+  {EXIT_NOTHING_RECORDED}  nothing recorded in A or B: there is nothing to compare"""
+
 DEBUG_ENV = "STREAMRACE_DEBUG"
 
 
@@ -42,9 +49,9 @@ def recorded_nothing(summary: Mapping[str, int]) -> bool:
     return not summary.get("ops") and not summary.get("accesses")
 
 
-def nothing_recorded_note(summaries: Sequence[Mapping[str, int]], what: str) -> str:
+def nothing_recorded_note(summaries: Sequence[Mapping[str, int]], what: str, exit_zero: bool = True) -> str:
     """The one line that says why the exit code is EXIT_NOTHING_RECORDED; ``what`` names the
-    inputs ("the trace", "2 traces", "the program")."""
+    inputs ("the trace", "2 traces", "the program"); ``exit_zero``: the command has --exit-zero."""
     graphs = sum(int(s.get("graphs", 0)) for s in summaries)
     if graphs:
         seen = f"{graphs} CUDA graph capture{'s' if graphs != 1 else ''} but no op or kernel in them"
@@ -52,5 +59,5 @@ def nothing_recorded_note(summaries: Sequence[Mapping[str, int]], what: str) -> 
         seen = "no CUDA graph capture and no op"
     return (
         f"streamrace: nothing recorded: {what} had {seen} (no CUDA on this machine, or the code did not "
-        f"capture a graph); exit code {EXIT_NOTHING_RECORDED} (--exit-zero accepts it)"
+        f"capture a graph); exit code {EXIT_NOTHING_RECORDED}" + (" (--exit-zero accepts it)" if exit_zero else "")
     )

@@ -13,6 +13,7 @@ from streamrace.analysis.detectors import DATA_RACE, UNSAFE_FREE
 from streamrace.cli import main
 from streamrace.diff import bug_signature
 from streamrace.diff.blocks import rounded, size_class
+from streamrace.outcome import EXIT_NOTHING_RECORDED
 from streamrace.trace.builder import TraceBuilder
 
 QKV = 16384  # the freed tensor: small pool
@@ -217,3 +218,13 @@ def test_trace_strings_are_escaped_in_the_text(capsys, tmp_path):
     assert code == 1
     assert "\x1b" not in out and "\u202e" not in out
     assert "evil\\x1b[31m.py:10" in out and "evil\\u202e.py:15" in out and "main\\x1b[2J" in out
+
+
+def test_diff_has_its_own_exit_codes_and_no_exit_zero_hint(tmp_path, capsys):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"format": "streamrace-trace", "version": 1}\n')
+    assert main(["diff", str(empty), str(empty)]) == EXIT_NOTHING_RECORDED
+    assert "--exit-zero" not in capsys.readouterr().err
+    assert main(["diff", "--help"]) == 0
+    help_text = capsys.readouterr().out
+    assert "B has a finding that A lacks" in help_text and "--exit-zero" not in help_text

@@ -212,15 +212,19 @@ def test_html_report_keeps_trace_strings_out_of_the_markup(tmp_path: Path) -> No
     assert "</script><script>window.__pwned=1</script> (0x5000)" in labels, "shown as itself, once decoded"
     (finding,) = decoded["findings"]
     assert "<!--<img src=x onerror=window.__pwned=1>.py:2" in finding["text"]
-    assert any(f"aten::<b>bold</b>&amp;{IN_TRACE}" == name for name in decoded["traces"][0]["names"])
+    # Printable as in the text report: no bidirectional override or control character
+    # reorders or hides what the page shows.
+    assert any(f"aten::<b>bold</b>&amp;{for_terminal(IN_TRACE)}" == name for name in decoded["traces"][0]["names"])
+    assert not re.search(r"[\x00-\x1f\u202a-\u202e\u2066-\u2069]", json.dumps(decoded, ensure_ascii=False))
     page.encode("utf-8")  # the lone surrogate is a JSON escape there
 
 
-def test_perfetto_report_is_strict_json_with_the_strings_as_they_are(tmp_path: Path) -> None:
+def test_perfetto_report_is_strict_json_with_the_strings_printable(tmp_path: Path) -> None:
     rendered = perfetto.render([_hostile_drawn(tmp_path)])
     rendered.encode("utf-8")
     names = {event["name"] for event in json.loads(rendered)["traceEvents"]}
-    assert f"aten::<b>bold</b>&amp;{IN_TRACE}" in names
+    assert f"aten::<b>bold</b>&amp;{for_terminal(IN_TRACE)}" in names
+    assert all(name.isprintable() for name in names), "no override or control character in a slice's name"
 
 
 @pytest.mark.parametrize(

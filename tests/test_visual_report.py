@@ -217,3 +217,18 @@ def test_run_writes_the_html_and_perfetto_reports_beside_the_others(tmp_path: Pa
     assert main(args) == 1
     assert page_data(page.read_text())["findings"][0]["accesses"][1]["op"] == "aten::mm"
     assert any(e.get("name") == "missing edge" for e in json.loads(events.read_text())["traceEvents"])
+
+
+def test_a_trace_that_recorded_nothing_is_not_drawn_as_a_clean_run(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"format": "streamrace-trace", "version": 1}\n')
+    (trace,) = page_data(html.render([analysed(empty)]))["traces"]
+    assert trace["recorded_nothing"] is True
+    (race,) = page_data(html.render([analysed(DSV4_RACE)]))["traces"]
+    assert race["recorded_nothing"] is False
+
+
+def test_a_padded_scatter_draws_no_missing_edge_between_its_ordered_pair() -> None:
+    traces = Path(__file__).resolve().parent.parent / "examples" / "traces"
+    data = page_data(html.render([analysed(traces / "dsv4_padded_race.jsonl.gz")]))
+    assert {(f["kind"], f["unordered"]) for f in data["findings"]} == {("unsafe-free", True), ("padded-scatter", False)}

@@ -11,6 +11,7 @@ string must not become a link or HTML there.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 _UNPRINTABLE = re.compile(r"[^ -~]")  # everything but printable ASCII goes to the slow path
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~&])")
@@ -42,3 +43,17 @@ def for_markdown(text: str) -> str:
     character markdown or inline HTML gives a meaning is backslash-escaped, so a trace string
     shows as itself and never becomes a link, an image, a tag or a heading."""
     return _MARKDOWN.sub(r"\\\1", for_terminal(text))
+
+
+def printable_strings(data: Any, keep: frozenset[str] = frozenset()) -> Any:
+    """``data`` (JSON-ready: dicts, lists, strings, numbers) with every string passed through
+    ``for_terminal``, except the values of the keys in ``keep`` (text already made safe, with
+    its own line breaks). A page or a trace viewer draws a bidirectional override or a
+    control character as the trace's writer wanted: a name that reads as another."""
+    if isinstance(data, str):
+        return for_terminal(data)
+    if isinstance(data, dict):
+        return {k: v if k in keep else printable_strings(v, keep) for k, v in data.items()}
+    if isinstance(data, list):
+        return [printable_strings(v, keep) for v in data]
+    return data

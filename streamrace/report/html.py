@@ -27,7 +27,9 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from streamrace import __version__
-from streamrace.report.escape import for_terminal
+from streamrace.analysis.detectors import PADDED_SCATTER
+from streamrace.outcome import recorded_nothing
+from streamrace.report.escape import for_terminal, printable_strings
 from streamrace.report.options import DEFAULT, ReportOptions
 from streamrace.report.sources import SourceLines
 from streamrace.report.text import by_graph, finding_text, split_location
@@ -141,6 +143,9 @@ def _finding(
         "signature": finding.signature,
         "message": finding.message,
         "missing_edge": finding.missing_edge,
+        # the two accesses are unordered (an edge is missing), but for a padded scatter: the
+        # refreshing write and the replay are ordered, the index's tail was never written
+        "unordered": finding.kind != PADDED_SCATTER,
         "text": finding_text(finding, number, options, workdir),
         "view": view_index,
         "accesses": accesses,
@@ -175,9 +180,11 @@ def document(traces: Sequence[TraceResult], options: ReportOptions = DEFAULT) ->
                 "summary": {key: summary.get(key, 0) for key in ("findings", "graphs", "replays", "ops", "accesses")},
                 "notes": [note.message for note in item.result.notes],
                 "suppressed": len(item.suppressed),
+                "recorded_nothing": recorded_nothing(summary),
             }
         )
-    return out
+    # "text" is the text report's, escaped already and with its own line breaks.
+    return printable_strings(out, keep=frozenset({"text"}))
 
 
 def embedded_json(data: Any) -> str:

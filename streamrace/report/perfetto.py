@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from streamrace.report.escape import printable_strings
 from streamrace.report.html import stream_text
 from streamrace.report.json_report import to_json
 from streamrace.report.options import DEFAULT, ReportOptions
@@ -162,7 +163,7 @@ def document(traces: Sequence[TraceResult]) -> dict[str, Any]:
                 number += 1
                 _finding(out, number, finding, timeline, pids, item.path, number)
     other = {"columns": f"{COLUMN_US} us each: program order, not time"}
-    return {"traceEvents": out.events, "displayTimeUnit": "ns", "otherData": other}
+    return printable_strings({"traceEvents": out.events, "displayTimeUnit": "ns", "otherData": other})
 
 
 def render(traces: Sequence[TraceResult], options: ReportOptions = DEFAULT) -> str:

@@ -45,7 +45,11 @@
 
   function findingsList() {
     const list = $("findings");
-    if (!data.findings.length) list.appendChild(el("li", "none", "No findings."));
+    if (!data.findings.length) {
+      // Nothing recorded is not a clean run (exit code 5): say so, not "No findings".
+      const nothing = data.traces.length && data.traces.every((t) => t.recorded_nothing);
+      list.appendChild(el("li", "none", nothing ? "Nothing was recorded: no op and no capture to check. This is not a clean run." : "No findings."));
+    }
     data.findings.forEach((f, index) => {
       const item = el("li", "finding");
       item.dataset.index = String(index);
@@ -300,7 +304,7 @@
       const above = i === 0 && order.length > 1 ? true : order.length === 1;
       taken.push(callout(accessText(p.a), p.left, above ? laneY(p.a.lane) + 3 : laneY(p.a.lane) + ROW - 3, above));
     });
-    if (points.length === 2) {
+    if (points.length === 2 && hl.finding.unordered) {  // a padded scatter's pair is ordered: no missing edge
       const [p, q] = points[0].left <= points[1].left ? points : [points[1], points[0]];
       arrow(p.right, p.y, q.left, q.y, BAD, true, 2.5);
       ctx.font = "600 11px system-ui, sans-serif";
