@@ -1,5 +1,6 @@
-"""Choosing the analysis engine inside a test, for tests that compare the two on one input
-(a hypothesis example cannot take a function-scoped fixture such as monkeypatch)."""
+"""The two analysis engines in tests: ``ENGINES`` to run a test on each, and ``core(name)`` to
+choose one inside a test that compares the two on one input (a hypothesis example cannot
+take a function-scoped fixture such as monkeypatch)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from streamrace.analysis.core import CORE_ENV
+import pytest
+
+from streamrace.analysis.core import CORE_ENV, cpp_available
+
+# Both engines as pytest parameters: the C++ core skips, with its reason, where it is not built.
+ENGINES = [
+    "python",
+    pytest.param("cpp", marks=pytest.mark.skipif(not cpp_available(), reason="the C++ core is not built")),
+]
 
 
 @contextlib.contextmanager

@@ -10,9 +10,10 @@ from __future__ import annotations
 import pathlib
 
 import pytest
+from analysis_engines import ENGINES
 
 from streamrace.analysis import analyze
-from streamrace.analysis.core import CORE_ENV, cpp_available
+from streamrace.analysis.core import CORE_ENV
 from streamrace.analysis.detectors import DATA_RACE, GRAPH_INPUT_FREED
 from streamrace.record.collectives import NCCL_STREAM_NAME, collective_name, order_collectives
 from streamrace.trace.builder import TraceBuilder
@@ -20,10 +21,7 @@ from streamrace.trace.io import Trace, load_trace
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 N = 4 << 20
-CORES = [
-    "python",
-    pytest.param("cpp", marks=pytest.mark.skipif(not cpp_available(), reason="the C++ core is not built")),
-]
+CORES = ENGINES
 GATHER = "c10d::_allgather_base_"
 
 

@@ -11,20 +11,18 @@ import json
 from collections.abc import Callable
 
 import pytest
+from analysis_engines import ENGINES
 from test_padded_scatter import PROGRAMS as PADDED_PROGRAMS
 
 from streamrace.analysis import analyze
-from streamrace.analysis.core import CORE_ENV, cpp_available
+from streamrace.analysis.core import CORE_ENV
 from streamrace.analysis.detectors import DATA_RACE, GRAPH_INPUT_FREED, STALE_READ, UNSAFE_FREE
 from streamrace.analysis.findings import Finding
 from streamrace.trace.builder import TraceBuilder
 
 N = 4 << 20  # 4 MiB: one large-pool block per tensor
 ROUNDS = 3
-CORES = [
-    "python",
-    pytest.param("cpp", marks=pytest.mark.skipif(not cpp_available(), reason="the C++ core is not built")),
-]
+CORES = ENGINES
 
 
 @pytest.fixture(autouse=True, params=CORES)

@@ -9,9 +9,10 @@ import pathlib
 from collections.abc import Callable
 
 import pytest
+from analysis_engines import ENGINES
 
 from streamrace.analysis import analyze
-from streamrace.analysis.core import CORE_ENV, cpp_available
+from streamrace.analysis.core import CORE_ENV
 from streamrace.analysis.detectors import DATA_RACE, PADDED_SCATTER, UNSAFE_FREE
 from streamrace.analysis.findings import Finding
 from streamrace.trace import load_trace
@@ -21,10 +22,7 @@ TRACES = pathlib.Path(__file__).resolve().parents[1] / "examples" / "traces"
 
 BS, N_REAL, SLOTS, D = 8, 3, 64, 16
 ROUNDS = 3
-CORES = [
-    "python",
-    pytest.param("cpp", marks=pytest.mark.skipif(not cpp_available(), reason="the C++ core is not built")),
-]
+CORES = ENGINES
 
 
 @pytest.fixture(autouse=True, params=CORES)

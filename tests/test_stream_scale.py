@@ -6,6 +6,7 @@ entry per stream for every stream; both engines must finish and find the right r
 from __future__ import annotations
 
 import pytest
+from analysis_engines import ENGINES
 
 from streamrace.analysis import analyze
 from streamrace.analysis.core import CORE_ENV, cpp_available
@@ -17,7 +18,7 @@ CAPTURED = 2_000  # side streams that join one capture
 SLOT = 1 << 21  # one 2 MiB granule per stream: the shadow memory stays small, the clocks do not
 BASE = 0x7000_0000_0000
 
-CORES = ["python", pytest.param("cpp", marks=pytest.mark.skipif(not cpp_available(), reason="C++ core not built"))]
+CORES = ENGINES
 
 
 def many_streams() -> tuple[TraceBuilder, set[int], set[int]]:

@@ -16,18 +16,16 @@ import pathlib
 import sys
 
 import pytest
+from analysis_engines import ENGINES
 
 from streamrace.analysis import Progress, analyze
-from streamrace.analysis.core import cpp_available, live_records, new_engine
+from streamrace.analysis.core import live_records, new_engine
 from streamrace.analysis.engine import PROGRESS_EVERY
 from streamrace.analysis.shadow import AccessRecord
 from streamrace.trace.builder import TraceBuilder
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-CORES = [
-    "python",
-    pytest.param("cpp", marks=pytest.mark.skipif(not cpp_available(), reason="the C++ core is not built")),
-]
+CORES = ENGINES
 
 
 def _synthetic():
