@@ -317,6 +317,10 @@ def _run_run(args: argparse.Namespace) -> int:
     command = args.program[1:] if args.program[:1] == ["--"] else args.program
     _check_source_roots(args)
     gate = _gate(args)
+    # A typo in a report's or the trace's path must not cost the run of a long program.
+    for path in (args.output, args.json, args.sarif, args.html, args.perfetto):
+        if path:
+            _check_writable(path)
     returncode, traces = record_program(command, args.capture_only)
     if args.output and traces:
         traces = keep_traces(traces, args.output)
@@ -359,6 +363,18 @@ def _emit(report: str, output: str | None) -> None:
             out.write(report)
     except OSError as exc:
         raise UsageError(f"{output}: cannot write the report: {exc.strerror or exc}") from None
+
+
+def _check_writable(path: str) -> None:
+    """UsageError unless a file can be written at ``path`` (its folder exists and takes files),
+    checked before anything runs; ``_emit`` still says why if the write fails later."""
+    folder = os.path.dirname(path) or "."
+    if os.path.isdir(path):
+        raise UsageError(f"{path}: is a directory, not a file to write")
+    if not os.path.isdir(folder):
+        raise UsageError(f"{path}: no such directory: {folder}")
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"{path}: cannot write in {folder}")
 
 
 # -- env -------------------------------------------------------------------------------------

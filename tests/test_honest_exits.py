@@ -177,6 +177,17 @@ def test_a_failing_program_is_exit_3_even_when_it_recorded_nothing(capsys) -> No
     assert "exit code 7" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag", ["-o", "--json", "--sarif", "--html", "--perfetto"])
+def test_run_refuses_a_path_it_cannot_write_before_the_program_runs(tmp_path, capsys, flag: str) -> None:
+    ran = tmp_path / "ran"
+    program = ["--", sys.executable, "-c", f"open({str(ran)!r}, 'w')"]
+    assert main(["run", flag, str(tmp_path / "no" / "such" / "r.out"), *program]) == EXIT_ERROR
+    assert "no such directory" in _one_line(capsys.readouterr().err)
+    assert main(["run", flag, str(tmp_path), *program]) == EXIT_ERROR
+    assert "is a directory" in _one_line(capsys.readouterr().err)
+    assert not ran.exists(), "the program never ran"
+
+
 def test_source_root_must_be_a_directory(tmp_path, capsys) -> None:
     assert main(["analyze", "--source-root", str(tmp_path / "nope"), str(RACE)]) == EXIT_ERROR
     assert "--source-root" in _one_line(capsys.readouterr().err)
