@@ -88,7 +88,10 @@ def test_a_partly_refreshed_static_index_is_a_padded_scatter() -> None:
     assert f"first {N_REAL} of {BS} rows ({N_REAL * 8} of {BS * 8} bytes)" in message, message
     assert "aten::copy_ on main (padded.py:31)" in message and "(padded.py:35" in message
     assert "captured at padded.py:20" in message and "allocated at padded.py:11" in message
+    assert message.count("captured at padded.py:20") == 1, message
     assert finding.fix is not None and "reserved" in finding.fix and "torch.where" in finding.fix
+    # the example fix uses this replay's rows: the tail from the real count, the captured batch
+    assert f"[{N_REAL}:].fill_(reserved)" in finding.fix and f"torch.arange({BS}, " in finding.fix, finding.fix
 
 
 @pytest.mark.parametrize("variant", ["reserved", "guarded", "reset-once", "same-batch"])

@@ -98,20 +98,24 @@ class PaddedScatterDetector(Detector[PaddedScatter]):
             prefix = f"its first {found.refreshed} of {found.nbytes} bytes"
             stale = "the rest"
         others = f" (and {found.more} more of its captured ops)" if found.more else ""
-        captured_at = (replay.captured or {}).get("location")
         message = (
-            f"Graph {graph}'s {use['op']}{others}{f' (captured at {captured_at})' if captured_at else ''} writes "
+            f"Graph {graph}'s {use['op']}{others} writes "
             f"through {tensor}, a static input of the graph; before "
             f"its replay{at(replay)} the program refreshed only {prefix}, by {what(refresh)}, so {stale} still "
             "hold indices from before the previous replay, and the replay writes the padded rows through them "
             "into live slots"
         )
+        # The example in the fix uses the program's own name and this replay's rows where known.
+        named = _index_variable(describer, found.alloc)
+        index = named or "index"
+        tail = f"{index}[{found.rows[0]}:]" if found.rows is not None else f"{index}[n:]"
+        size = str(found.rows[1]) if found.rows is not None else "bs"
         fix = (
             f"refresh every row of the index before each replay: after the partial refresh{at(refresh)} set the "
-            "padding rows to a reserved slot that no request owns (`loc[n:].fill_(reserved)`), or compute the "
-            "index inside the graph from the real token count "
-            "(`torch.where(torch.arange(bs, device=loc.device) < n, loc, reserved)`), as serving engines guard "
-            "their padded batches"
+            f"padding rows to a reserved slot that no request owns (`{tail}.fill_(reserved)` here), or compute "
+            "the index inside the graph from the real row count, kept in a static tensor `n_real` refreshed "
+            f"each step (`torch.where(torch.arange({size}, device={index}.device) < n_real, {index}, reserved)`), "
+            "as serving engines guard their padded batches" + ("" if named else f"; `{index}` is {tensor}")
         )
         allocation = None
         if found.alloc is not None:
@@ -159,13 +163,21 @@ def _replay_access(describer: Describer, found: PaddedScatter) -> Access:
     )
 
 
+def _index_variable(describer: Describer, alloc: Mapping[str, Any] | None) -> str | None:
+    """The program's name of the index tensor, where its source line says it."""
+    if alloc is None:
+        return None
+    named = describer.tensor(Lifetime(0, alloc["addr"], alloc["size"], alloc["stream"], 0, dict(alloc)))
+    return named[0] if named is not None else None
+
+
 def _index_name(describer: Describer, alloc: Mapping[str, Any] | None) -> str:
     if alloc is None:
         return "its index tensor"
-    named = describer.tensor(Lifetime(0, alloc["addr"], alloc["size"], alloc["stream"], 0, dict(alloc)))
+    named = _index_variable(describer, alloc)
     site = describer.site(alloc)[1]
     where = f" allocated at {site}" if site else ""
-    return f"the index tensor `{named[0]}`{where}" if named is not None else f"the index tensor{where}"
+    return f"the index tensor `{named}`{where}" if named is not None else f"the index tensor{where}"
 
 
 DETECTOR = PaddedScatterDetector()
