@@ -10,10 +10,8 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-from analysis_engines import ENGINES
 
 from streamrace.analysis import analyze
-from streamrace.analysis.core import CORE_ENV
 from streamrace.analysis.detectors import DATA_RACE, GRAPH_INPUT_FREED
 from streamrace.record.collectives import NCCL_STREAM_NAME, collective_name, order_collectives
 from streamrace.trace.builder import TraceBuilder
@@ -21,7 +19,6 @@ from streamrace.trace.io import Trace, load_trace
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 N = 4 << 20
-CORES = ENGINES
 GATHER = "c10d::_allgather_base_"
 
 
@@ -211,12 +208,6 @@ def test_the_internal_stream_is_named_and_the_direct_order_kept():
 
 
 # -- what both engines report ----------------------------------------------------------------
-@pytest.fixture(params=CORES)
-def core(request, monkeypatch):
-    monkeypatch.setenv(CORE_ENV, request.param)
-    return request.param
-
-
 def output_read_before_wait(fixed: bool, captured: bool) -> TraceBuilder:
     """N1 (captured) and N3 (eager): the gathered output is doubled before work.wait()."""
     tb = TraceBuilder()
@@ -277,7 +268,7 @@ def _findings(tb: TraceBuilder):
 
 
 @pytest.mark.parametrize("captured", [True, False], ids=["captured", "eager"])
-def test_reading_the_output_before_wait_is_a_race_and_waiting_fixes_it(core, captured):
+def test_reading_the_output_before_wait_is_a_race_and_waiting_fixes_it(engine, captured):
     [finding] = _findings(output_read_before_wait(False, captured))
     assert (finding.kind, finding.hazard) == (DATA_RACE, "RAW")
     assert {a.op.split(".")[0] for a in finding.accesses} == {GATHER, "aten::mul"}
@@ -285,21 +276,21 @@ def test_reading_the_output_before_wait_is_a_race_and_waiting_fixes_it(core, cap
     assert _findings(output_read_before_wait(True, captured)) == []
 
 
-def test_overwriting_the_input_before_wait_is_a_race_and_waiting_fixes_it(core):
+def test_overwriting_the_input_before_wait_is_a_race_and_waiting_fixes_it(engine):
     [finding] = _findings(input_overwritten_before_wait(False))
     assert (finding.kind, finding.hazard) == (DATA_RACE, "WAR")
     assert GATHER in {a.op for a in finding.accesses}
     assert _findings(input_overwritten_before_wait(True)) == []
 
 
-def test_freeing_a_captured_collectives_input_is_a_freed_graph_input(core):
+def test_freeing_a_captured_collectives_input_is_a_freed_graph_input(engine):
     findings = _findings(captured_input_freed(False))
     assert [f.kind for f in findings] == [GRAPH_INPUT_FREED], [f.message for f in findings]
     assert GATHER in {a.op for a in findings[0].accesses} or GATHER in findings[0].message
     assert _findings(captured_input_freed(True)) == []
 
 
-def test_without_the_move_the_race_would_be_missed(core):
+def test_without_the_move_the_race_would_be_missed(engine):
     """The recorder's part matters: as the hooks first write it, on the caller's stream after
     its end event, the read before wait() looks ordered."""
     tb = output_read_before_wait(False, captured=True)
@@ -311,7 +302,7 @@ NCCL_FIXTURES = {"N1": DATA_RACE, "N2": DATA_RACE, "N3": DATA_RACE, "N4": GRAPH_
 
 
 @pytest.mark.parametrize("key", sorted(NCCL_FIXTURES))
-def test_real_nccl_traces(core, key):
+def test_real_nccl_traces(engine, key):
     buggy = ROOT / "examples" / "traces" / f"nccl_{key}_buggy.jsonl.gz"
     fixed = ROOT / "examples" / "traces" / f"nccl_{key}_fixed.jsonl.gz"
     if not (buggy.exists() and fixed.exists()):

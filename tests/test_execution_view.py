@@ -11,24 +11,16 @@ import json
 from collections.abc import Callable
 
 import pytest
-from analysis_engines import ENGINES
 from test_padded_scatter import PROGRAMS as PADDED_PROGRAMS
 
 from streamrace.analysis import analyze
-from streamrace.analysis.core import CORE_ENV
 from streamrace.analysis.detectors import DATA_RACE, GRAPH_INPUT_FREED, STALE_READ, UNSAFE_FREE
 from streamrace.analysis.findings import Finding
 from streamrace.trace.builder import TraceBuilder
 
 N = 4 << 20  # 4 MiB: one large-pool block per tensor
 ROUNDS = 3
-CORES = ENGINES
-
-
-@pytest.fixture(autouse=True, params=CORES)
-def core(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv(CORE_ENV, request.param)
-    return str(request.param)
+pytestmark = pytest.mark.usefixtures("engine")  # every test on both engines
 
 
 def kinds(tb: TraceBuilder) -> list[str]:

@@ -9,10 +9,8 @@ import pathlib
 from collections.abc import Callable
 
 import pytest
-from analysis_engines import ENGINES
 
 from streamrace.analysis import analyze
-from streamrace.analysis.core import CORE_ENV
 from streamrace.analysis.detectors import DATA_RACE, PADDED_SCATTER, UNSAFE_FREE
 from streamrace.analysis.findings import Finding
 from streamrace.trace import load_trace
@@ -22,13 +20,7 @@ TRACES = pathlib.Path(__file__).resolve().parents[1] / "examples" / "traces"
 
 BS, N_REAL, SLOTS, D = 8, 3, 64, 16
 ROUNDS = 3
-CORES = ENGINES
-
-
-@pytest.fixture(autouse=True, params=CORES)
-def core(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv(CORE_ENV, request.param)
-    return str(request.param)
+pytestmark = pytest.mark.usefixtures("engine")  # every test on both engines
 
 
 def padded(variant: str, rounds: int = ROUNDS, real: Callable[[int], int] = lambda step: N_REAL) -> TraceBuilder:

@@ -18,8 +18,6 @@ CAPTURED = 2_000  # side streams that join one capture
 SLOT = 1 << 21  # one 2 MiB granule per stream: the shadow memory stays small, the clocks do not
 BASE = 0x7000_0000_0000
 
-CORES = ENGINES
-
 
 def many_streams() -> tuple[TraceBuilder, set[int], set[int]]:
     """Eager: every stream writes its own slot once; the even ones are synchronized with the
@@ -54,7 +52,7 @@ def many_streams() -> tuple[TraceBuilder, set[int], set[int]]:
     return tb, eager_racers, captured_racers
 
 
-@pytest.mark.parametrize("core", CORES)
+@pytest.mark.parametrize("core", ENGINES)
 def test_twenty_thousand_streams_of_one_op_each(core: str, monkeypatch: pytest.MonkeyPatch) -> None:
     tb, eager_racers, captured_racers = many_streams()
     monkeypatch.setenv(CORE_ENV, core)

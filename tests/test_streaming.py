@@ -25,7 +25,6 @@ from streamrace.analysis.shadow import AccessRecord
 from streamrace.trace.builder import TraceBuilder
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-CORES = ENGINES
 
 
 def _synthetic():
@@ -42,7 +41,7 @@ def records_alive(core: str) -> int:
     return sum(type(obj) is AccessRecord for obj in gc.get_objects())
 
 
-@pytest.mark.parametrize("core", CORES)
+@pytest.mark.parametrize("core", ENGINES)
 def test_capture_after_capture_keeps_only_the_live_graphs_programs(core):
     """A graph's program (its captured accesses, which a replay runs) lives as long as the
     graph; everything else of an ended capture goes with it, and the program with the graph."""
@@ -79,7 +78,7 @@ def eager_loop(tb: TraceBuilder, main: int, side: int, steps: int, addr: int | N
     return addr
 
 
-@pytest.mark.parametrize("core", CORES)
+@pytest.mark.parametrize("core", ENGINES)
 def test_an_eager_loop_keeps_a_constant_amount(core):
     tb = TraceBuilder()
     main, side = tb.stream("main"), tb.stream("side")
@@ -107,7 +106,7 @@ def _replay_loop():
     return module
 
 
-@pytest.mark.parametrize("core", CORES)
+@pytest.mark.parametrize("core", ENGINES)
 def test_a_serving_loop_of_replays_keeps_a_constant_amount(core):
     """Each replay runs the graph's program through the shadow memory and the last writes: the
     accesses of the previous replay that it covers are forgotten, its writes replace theirs,
@@ -132,7 +131,7 @@ def test_a_serving_loop_of_replays_keeps_a_constant_amount(core):
     assert engine.replays == 120 and engine.detections == []
 
 
-@pytest.mark.parametrize("core", CORES)
+@pytest.mark.parametrize("core", ENGINES)
 def test_progress_is_reported_every_few_thousand_events_and_at_the_end(core, monkeypatch):
     monkeypatch.setenv("STREAMRACE_CORE", core)
     events = list(_synthetic().synthetic_events(layers=3, ops_per_layer=40, captures=5))
@@ -143,7 +142,7 @@ def test_progress_is_reported_every_few_thousand_events_and_at_the_end(core, mon
     assert all(a.accesses <= b.accesses and a.ops <= b.ops for a, b in itertools.pairwise(seen))
 
 
-@pytest.mark.parametrize("core", CORES)
+@pytest.mark.parametrize("core", ENGINES)
 def test_an_error_in_the_event_stream_propagates(core, monkeypatch):
     monkeypatch.setenv("STREAMRACE_CORE", core)
 
