@@ -27,7 +27,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from streamrace import __version__
-from streamrace.analysis.detectors import PADDED_SCATTER
+from streamrace.analysis.detectors import detector
 from streamrace.outcome import recorded_nothing
 from streamrace.report.escape import for_terminal, printable_strings
 from streamrace.report.options import DEFAULT, ReportOptions
@@ -143,9 +143,7 @@ def _finding(
         "signature": finding.signature,
         "message": finding.message,
         "missing_edge": finding.missing_edge,
-        # the two accesses are unordered (an edge is missing), but for a padded scatter: the
-        # refreshing write and the replay are ordered, the index's tail was never written
-        "unordered": finding.kind != PADDED_SCATTER,
+        "unordered": detector(finding.kind).pair_unordered,  # so the page draws a missing edge
         "text": finding_text(finding, number, options, workdir),
         "view": view_index,
         "accesses": accesses,

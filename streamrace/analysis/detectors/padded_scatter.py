@@ -62,6 +62,7 @@ class PaddedScatterDetector(Detector[PaddedScatter]):
     severity = "warning"
     docs_anchor = "padded-scatter-warning"
     records = (PaddedScatter,)
+    pair_unordered = False
     rule = SarifRule(
         name="PaddedScatter",
         short="A captured scatter writes through an index the program refreshed only in part before a replay",
@@ -89,7 +90,8 @@ class PaddedScatterDetector(Detector[PaddedScatter]):
         graph, use = found.graph, found.use
         refresh = describer.launch(found.refresh, "write")
         replay = _replay_access(describer, found)
-        tensor = _index_name(describer, found.alloc)
+        named = _index_variable(describer, found.alloc)
+        tensor = _index_name(describer, found.alloc, named)
         if found.rows is not None:
             done, rows = found.rows
             prefix = f"its first {done} of {rows} rows ({found.refreshed} of {found.nbytes} bytes)"
@@ -106,7 +108,6 @@ class PaddedScatterDetector(Detector[PaddedScatter]):
             "into live slots"
         )
         # The example in the fix uses the program's own name and this replay's rows where known.
-        named = _index_variable(describer, found.alloc)
         index = named or "index"
         tail = f"{index}[{found.rows[0]}:]" if found.rows is not None else f"{index}[n:]"
         size = str(found.rows[1]) if found.rows is not None else "bs"
@@ -171,10 +172,10 @@ def _index_variable(describer: Describer, alloc: Mapping[str, Any] | None) -> st
     return named[0] if named is not None else None
 
 
-def _index_name(describer: Describer, alloc: Mapping[str, Any] | None) -> str:
+def _index_name(describer: Describer, alloc: Mapping[str, Any] | None, named: str | None) -> str:
+    """The index tensor as the message names it; ``named``: its variable (``_index_variable``)."""
     if alloc is None:
         return "its index tensor"
-    named = _index_variable(describer, alloc)
     site = describer.site(alloc)[1]
     where = f" allocated at {site}" if site else ""
     return f"the index tensor `{named}`{where}" if named is not None else f"the index tensor{where}"
