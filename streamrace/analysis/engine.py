@@ -25,6 +25,7 @@ from streamrace.analysis.last_writes import LastWrites
 from streamrace.analysis.lifetimes import Lifetime, Lifetimes
 from streamrace.analysis.ranges import Overlap, normalize, overlaps
 from streamrace.analysis.shadow import AccessRecord, ShadowMemory, issued_at
+from streamrace.analysis.stream_devices import StreamDevices
 from streamrace.errors import TraceLimitError
 
 
@@ -154,7 +155,7 @@ class Engine:
         self.stacks: dict[int, list[list[Any]]] = dict(stacks or {})
         self.names: dict[int, str] = {}  # stream -> the name its `stream` event gave
         self.appearance: dict[int, int] = {}  # stream -> order of first appearance
-        self.devices: dict[int, int] = {}  # stream -> device
+        self.devices = StreamDevices()
         self.events = self.graphs = self.ops = self.accesses = 0
         self.replays = 0
         self.unknown_replays = 0  # replays of graphs the trace has no capture of
@@ -220,18 +221,11 @@ class Engine:
         """Accesses the shadow memories still hold (not forgotten)."""
         return sum(len(shadow) for shadow in self.shadows.values())
 
-    def _device(self, ev: Mapping[str, Any], stream: int | None) -> int:
-        device = ev.get("device")
-        if device is None:
-            device = self.devices.get(stream, 0) if stream is not None else 0
-        return device
-
     # -- declarations ------------------------------------------------------------------------
     def _stream(self, ev: Mapping[str, Any]) -> None:
         if ev.get("name"):
             self.names[ev["stream"]] = ev["name"]
-        if ev.get("device") is not None:
-            self.devices[ev["stream"]] = ev["device"]
+        self.devices.declare(ev)
 
     def _stack(self, ev: Mapping[str, Any]) -> None:
         self.stacks[ev["id"]] = ev["frames"]
@@ -242,8 +236,7 @@ class Engine:
     # -- captures ----------------------------------------------------------------------------
     def _capture_begin(self, ev: Mapping[str, Any]) -> None:
         self.graphs += 1
-        if ev.get("device") is not None:
-            self.devices.setdefault(ev["stream"], ev["device"])
+        self.devices.capture_begin(ev)
         self._graph_gone(ev)  # a graph id captured again: the old program is gone
         self._programs[ev["graph"]] = []
         self.hb.capture_begin(ev["graph"], ev["stream"])
@@ -269,10 +262,10 @@ class Engine:
                 unsafe = UnsafeFree(recs[-1], lifetime, domain, pending=recs)
                 self._unfolded.setdefault((domain, lifetime.device), []).append(unsafe)
                 self.detections.append(unsafe)
-        self.lifetimes.alloc(ev, self._device(ev, owner), domain)
+        self.lifetimes.alloc(ev, self.devices.of(ev, owner), domain)
 
     def _free(self, ev: Mapping[str, Any]) -> None:
-        lifetime = self.lifetimes.free(ev["addr"], self._device(ev, ev.get("stream")), ev)
+        lifetime = self.lifetimes.free(ev["addr"], self.devices.of(ev, ev.get("stream")), ev)
         if lifetime is None:
             return
         self.lifetimes.await_reuse(lifetime, self.hb.domain(lifetime.owner))
@@ -286,7 +279,7 @@ class Engine:
 
     def _record_stream(self, ev: Mapping[str, Any]) -> None:
         stream = ev["stream"]
-        lifetime = self.lifetimes.record_stream(ev["addr"], stream, self._device(ev, stream))
+        lifetime = self.lifetimes.record_stream(ev["addr"], stream, self.devices.of(ev, stream))
         if lifetime is not None and lifetime.owner == stream:
             users = sorted({user for _, user in lifetime.last_use}, key=self.appearance.__getitem__)
             self.detections.append(RecordStreamNoop(ev, lifetime, self.hb.domain(stream), users))
@@ -300,7 +293,7 @@ class Engine:
         stream = ev.get("stream")
         if stream is None:  # a kernel node nobody placed on a stream: nothing to order it by
             return
-        device = self._device(ev, stream)
+        device = self.devices.of(ev, stream)
         domain, clock, tick = self.hb.op(stream)
         host = self.hb.host_clock(domain)
         shadow = self._shadow(domain, device)

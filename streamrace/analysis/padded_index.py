@@ -40,6 +40,7 @@ from streamrace.analysis.clocks import EAGER, HappensBefore
 from streamrace.analysis.detectors.padded_scatter import PaddedScatter
 from streamrace.analysis.ranges import normalize
 from streamrace.analysis.sorted_blocks import SortedBlocks
+from streamrace.analysis.stream_devices import StreamDevices
 
 Span = tuple[int, int, int]  # (device, lo, hi)
 
@@ -112,7 +113,7 @@ class PaddedIndexCheck:
 
     def __init__(self) -> None:
         self._hb = HappensBefore()  # the capture membership of streams, as the engines have it
-        self._devices: dict[int, int] = {}  # stream -> device
+        self._devices = StreamDevices()
         self._live: dict[int, SortedBlocks[_Block]] = {}  # device -> live blocks
         self._capturing: dict[int, _Program] = {}
         self._programs: dict[int, _Program] = {}  # graph -> its program's index facts
@@ -127,20 +128,12 @@ class PaddedIndexCheck:
             yield ev
 
     # -- streams and captures ------------------------------------------------------------------
-    def _device(self, ev: Mapping[str, Any], stream: int | None) -> int:
-        device = ev.get("device")
-        if device is None:
-            device = self._devices.get(stream, 0) if stream is not None else 0
-        return device
-
     def _stream(self, ev: Mapping[str, Any]) -> None:
-        if ev.get("device") is not None:
-            self._devices[ev["stream"]] = ev["device"]
+        self._devices.declare(ev)
 
     def _capture_begin(self, ev: Mapping[str, Any]) -> None:
         graph = ev["graph"]
-        if ev.get("device") is not None:
-            self._devices.setdefault(ev["stream"], ev["device"])
+        self._devices.capture_begin(ev)
         self._gone(ev)
         self._capturing[graph] = _Program()
         self._hb.capture_begin(graph, ev["stream"])
@@ -189,11 +182,11 @@ class PaddedIndexCheck:
 
     # -- memory --------------------------------------------------------------------------------
     def _alloc(self, ev: Mapping[str, Any]) -> None:
-        blocks = self._live.setdefault(self._device(ev, ev["stream"]), SortedBlocks())
+        blocks = self._live.setdefault(self._devices.of(ev, ev["stream"]), SortedBlocks())
         blocks.insert(_Block(ev["addr"], ev["addr"] + ev["size"], ev))
 
     def _free(self, ev: Mapping[str, Any]) -> None:
-        blocks = self._live.get(self._device(ev, ev.get("stream")))
+        blocks = self._live.get(self._devices.of(ev, ev.get("stream")))
         if blocks is None:
             return
         pos = blocks.bisect_left(ev["addr"])
@@ -210,7 +203,7 @@ class PaddedIndexCheck:
         stream = ev.get("stream")
         if stream is None:
             return
-        device = self._device(ev, stream)
+        device = self._devices.of(ev, stream)
         domain = self._hb.domain(stream)
         if domain is EAGER:
             if self._watched:
