@@ -4,14 +4,17 @@ The DSV4 decode example (examples/dsv4_mini_decode.py, fixed variant) stacked N 
 captured repeatedly:
 
 * plain, under ``streamrace.watch()`` with the native hooks, the same without reading the
-  captured graph back (what the read-back costs), the native hooks taking allocation facts
-  from the allocator's history instead of its trace tracker (what the tracker saves: no
-  history kept, none read back), and with the Python reference hooks (in turn, so drift hits
-  all alike);
+  captured graph back (what the read-back costs), the native hooks hearing torch's GPU-trace
+  calls through ``torch.cuda._gpu_trace`` instead of straight from its C++ (what the
+  interposer saves), the native hooks taking allocation facts from the allocator's history
+  instead of its trace tracker (what the tracker saves: no history kept, none read back), and
+  with the Python reference hooks (in turn, so drift hits all alike);
 * then under PyTorch's CUDA sanitizer (CSAN), last, because enabling it cannot be undone;
 
 and the graphs captured plain and under streamrace are replayed alternately. Printed: median
 times and the ratios to plain. Absolute times only mean something on the machine that ran it.
+``--hook-times`` builds the native hooks with their phase timers (csrc/recorder/hook_timers.h,
+a build of its own) and prints where a streamrace capture's hook time goes.
 
     python benchmarks/capture_overhead.py --layers 32 --repeats 7
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import os
 import pathlib
 import statistics
 import sys
@@ -57,6 +61,7 @@ class DeepDecoder:
 
 
 PHASES: dict[str, list[float]] = {}  # --breakdown: config -> [body, end] seconds, summed
+HOOK_TIMES: list[dict[str, tuple[int, float]]] = []  # --hook-times: each streamrace capture's
 
 
 def capture(
@@ -73,6 +78,20 @@ def capture(
     if phase is not None:
         PHASES.setdefault(phase, []).append((body - start, end - body))
     return end - start, graph, out
+
+
+@contextlib.contextmanager
+def through_python(enabled: bool):
+    """The native hooks hearing torch's GPU-trace calls through torch.cuda._gpu_trace."""
+    from streamrace.record.hooks import NativeHooks
+
+    original = NativeHooks.interpose
+    if enabled:
+        NativeHooks.interpose = lambda self, gpu_trace: ()
+    try:
+        yield
+    finally:
+        NativeHooks.interpose = original
 
 
 @contextlib.contextmanager
@@ -136,7 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replays", type=int, default=200)
     parser.add_argument("--no-csan", action="store_true", help="skip the CUDA sanitizer comparison")
     parser.add_argument("--profile", metavar="FILE", help="also write a cProfile of one recorded capture here")
+    parser.add_argument("--hook-times", action="store_true", help="time the native hooks' phases (own build)")
     args = parser.parse_args(argv)
+    if args.hook_times:
+        from streamrace.record import native
+
+        os.environ[native.ENV_HOOK_TIMES] = "1"  # before the hooks are first loaded
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
 
@@ -154,9 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     configs = {
         "streamrace": {"hooks": "native"},
         "no read-back": {"hooks": "native", "read_graphs": False},
+        "via python": {"hooks": "native", "via_python": True},
         "history facts": {"hooks": "native", "history": True},
         "python hooks": {"hooks": "python"},
     }
+    from streamrace.record import native
+
     sources: dict[str, object] = {}
     times: dict[str, list[float]] = {"plain": [], **{name: [] for name in configs}}
     graphs = {}
@@ -165,9 +192,18 @@ def main(argv: list[str] | None = None) -> int:
         elapsed, graphs["plain"], _ = capture(model, x, loc, stream, pool, "plain")
         times["plain"].append(elapsed)
         for name, options in configs.items():
-            watch_options = {k: v for k, v in options.items() if k != "history"}
-            with history_facts(bool(options.get("history"))), streamrace.watch(**watch_options) as session:
+            watch_options = {k: v for k, v in options.items() if k not in ("history", "via_python")}
+            timed = name == "streamrace" and args.hook_times
+            with (
+                history_facts(bool(options.get("history"))),
+                through_python(bool(options.get("via_python"))),
+                streamrace.watch(**watch_options) as session,
+            ):
+                if timed:
+                    native.load().reset_hook_times()
                 elapsed, graph, _ = capture(model, x, loc, stream, pool, name)
+                if timed:
+                    HOOK_TIMES.append(native.load().hook_times())
             assert session.recorder.hooks_kind == options["hooks"] and not session.errors, session.errors
             sources[name] = session.trace.header["allocator"].get("facts")
             assert session.findings == [], session.report()
@@ -207,7 +243,18 @@ def main(argv: list[str] | None = None) -> int:
         end = statistics.median(v[1] for v in values)
         print(f"{name:<14}{body * 1e3:>10.2f}{end * 1e3:>10.2f}")
     print_replays(replays, 12)
+    if HOOK_TIMES:
+        print_hook_times(HOOK_TIMES, statistics.median(v[0] for v in PHASES["plain"]), ops)
     return 0
+
+
+def print_hook_times(captures: list[dict[str, tuple[int, float]]], plain_body: float, ops: int) -> None:
+    """Each phase's median time a capture, against the plain capture's body and per op."""
+    print(f"{'hook phase':<20}{'calls':>8}{'ms':>9}{'x plain body':>14}{'us per op':>11}   (median capture)")
+    for phase in captures[0]:
+        calls = statistics.median(c[phase][0] for c in captures)
+        seconds = statistics.median(c[phase][1] for c in captures)
+        print(f"{phase:<20}{calls:>8.0f}{seconds * 1e3:>9.2f}{seconds / plain_body:>14.3f}{seconds / ops * 1e6:>11.2f}")
 
 
 if __name__ == "__main__":

@@ -78,6 +78,7 @@ class FakeCuda:
 
     device_type = 0  # c10::DeviceType::CPU: the native hooks record CPU tensors
     reads_graphs = True
+    interposes_gpu_trace = False  # the script calls the registries itself
 
     def __init__(
         self,

@@ -1,5 +1,6 @@
-// torch.cuda._gpu_trace callbacks (GIL held): allocations, frees, CUDA event create, record,
-// wait and delete, synchronizations. The C++ twin of PythonHooks' _on_* callbacks; an
+// torch's GPU-trace calls: allocations, frees, CUDA event create, record, wait and delete,
+// synchronizations; from torch's C++ directly (trace_interposer.h), the GIL held or not, or as
+// torch.cuda._gpu_trace callbacks (GIL held). The C++ twin of PythonHooks' _on_* callbacks; an
 // allocation takes its exact size, stream and pool from the allocator's tracker where it runs
 // (allocator_facts.h), else the recorder settles them from the allocator's history.
 #pragma once
@@ -10,6 +11,7 @@
 #include "capture_tracker.h"
 #include "event_log.h"
 #include "hook_stacks.h"
+#include "hook_timers.h"
 #include "streams.h"
 #include "thread_state.h"
 #include "unseen_launches.h"
@@ -23,6 +25,7 @@ class GpuTraceHooks {
         : log_(log), captures_(captures), streams_(streams), stacks_(stacks), unseen_(unseen) {}
 
     void on_alloc(int64_t ptr) {
+        STREAMRACE_TIMED(Alloc);
         int32_t device = streams_.current_device();
         int64_t stream = streams_.current_stream(device);
         AllocFact fact;
@@ -38,6 +41,7 @@ class GpuTraceHooks {
     }
 
     void on_free(int64_t ptr) {
+        STREAMRACE_TIMED(Free);
         int32_t device = streams_.current_device();
         if (!in_op() && captures_.any_open()) unseen_.check(streams_.current_stream(device));
         int32_t stack = stacks_.op_stack();
@@ -46,26 +50,29 @@ class GpuTraceHooks {
     }
 
     void on_event(Kind kind, int64_t event) {
+        STREAMRACE_TIMED(OtherTrace);
         Locked held = log_.lock();
         if (kind == Kind::EventDelete) captures_.event_deleted(held, event);
         log_.append(held, simple(kind, event));
     }
 
     void on_event_record(int64_t event, int64_t stream) {
+        STREAMRACE_TIMED(EventRecord);
         tls.last_stream = 0;
         captures_.event_recorded(event, stream);
         unseen_.check(stream);
         log_.see_stream(stream, streams_.current_device());
-        int32_t stack = stacks_.stack();
+        int32_t stack = stacks_.python_stack();
         Locked held = log_.lock();
         log_.append(held, simple(Kind::EventRecord, event, stream, -1, stack));
     }
 
     void on_event_wait(int64_t event, int64_t stream) {
+        STREAMRACE_TIMED(EventWait);
         tls.last_stream = 0;
         log_.see_stream(stream, streams_.current_device());
         unseen_.check_wait(stream);
-        int32_t stack = stacks_.stack();
+        int32_t stack = stacks_.python_stack();
         {
             Locked held = log_.lock();
             log_.append(held, simple(Kind::EventWait, event, stream, -1, stack));

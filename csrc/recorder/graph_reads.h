@@ -16,6 +16,7 @@
 
 #include "driver.h"
 #include "hook_tables.h"
+#include "hook_timers.h"
 
 namespace streamrace {
 
@@ -26,6 +27,7 @@ namespace streamrace {
 using Frontier = c10::SmallVector<int64_t, 4>;
 
 inline Frontier frontier(const Driver& driver, int64_t stream) {
+    STREAMRACE_TIMED(Frontier);
     Frontier nodes;
     if (driver.capture_info == nullptr) return nodes;
     int status = 0;

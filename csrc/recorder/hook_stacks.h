@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "event_log.h"
+#include "hook_timers.h"
 #include "thread_state.h"
 #include "user_stacks.h"
 
@@ -30,6 +31,7 @@ class HookStacks {
     // The user stack of an op: torch's Python bindings let go of the GIL while an op runs,
     // so it is taken back for the walk (a thread that never ran Python has no frames).
     int32_t python_stack() {
+        STREAMRACE_TIMED(Stack);
         if (PyGILState_Check()) return stack();
         if (PyGILState_GetThisThreadState() == nullptr) return -1;
         py::gil_scoped_acquire gil;

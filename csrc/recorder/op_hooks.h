@@ -20,6 +20,7 @@
 #include "capture_tracker.h"
 #include "event_log.h"
 #include "hook_stacks.h"
+#include "hook_timers.h"
 #include "schema_plan.h"
 #include "streams.h"
 #include "tensor_range.h"
@@ -46,6 +47,7 @@ class OpHooks {
           unseen_(unseen) {}
 
     void op_start(const at::RecordFunction& fn) {
+        STREAMRACE_TIMED(OpStart);
         ThreadState& t = tls;
         size_t index = t.frames.size();
         t.frames.emplace_back();
@@ -116,6 +118,7 @@ class OpHooks {
     }
 
     void op_end(const at::RecordFunction& fn) {
+        STREAMRACE_TIMED(OpEnd);
         ThreadState& t = tls;
         if (t.frames.empty()) return;  // began before recording did
         OpFrame frame = std::move(t.frames.back());

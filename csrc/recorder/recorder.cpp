@@ -7,8 +7,11 @@
 // * event_log.h: the records in seq order, the one mutex, stacks and streams defined;
 // * capture_tracker.h: which streams capture into which graph, frontiers, claims;
 // * op_hooks.h: the RecordFunction callback for every operator, and Triton's bracket;
-// * gpu_trace_hooks.h: torch.cuda._gpu_trace callbacks (allocations, frees, CUDA events,
+// * gpu_trace_hooks.h: torch's GPU-trace calls (allocations, frees, CUDA events,
 //   synchronizations);
+// * trace_interposer.h, trace_forwarding.h (generated from torch's own header by
+//   streamrace/record/trace_forwarding.py): those calls straight from torch's C++ to the
+//   hooks, instead of through torch.cuda._gpu_trace;
 // * allocator_facts.h: each allocation's exact size, stream and pool, from the caching
 //   allocator's trace tracker (where CUDA headers were found at build time);
 // * unseen_launches.h: noticing launches the dispatcher never saw (the recorder catches up);
@@ -45,9 +48,12 @@
 #include "graph_reads.h"
 #include "hook_stacks.h"
 #include "hook_tables.h"
+#include "hook_timers.h"
 #include "op_hooks.h"
 #include "streams.h"
 #include "thread_state.h"
+#include "trace_forwarding.h"
+#include "trace_interposer.h"
 #include "unseen_launches.h"
 
 namespace py = pybind11;
@@ -244,6 +250,94 @@ void on_device_sync() {
 }
 }  // namespace hook
 
+// torch's GPU-trace calls straight to the hooks (trace_interposer.h): the generated vtable
+// asks the Sink, by hook name, to run the hook and whether torch's own interpreter is still
+// needed for others' Python callbacks.
+namespace interposing {
+enum Registry : size_t {
+#define STREAMRACE_INDEX(name, text, direct) k_##name,
+    STREAMRACE_GPU_TRACE_HOOKS(STREAMRACE_INDEX)
+#undef STREAMRACE_INDEX
+};
+
+TraceInterposer& interposer() {
+    static auto* instance = new TraceInterposer();  // never destroyed: calls may come at exit
+    return *instance;
+}
+
+#ifndef STREAMRACE_NO_INTERPOSER
+struct Sink {
+    static const c10::impl::PyInterpreter* inner() { return interposer().inner(); }
+#define STREAMRACE_SINK(name, text, direct)                         \
+    template <typename... A>                                        \
+    static bool name(c10::DeviceType type, A... args) {             \
+        if (interposer().records(type)) hook::name(args...);        \
+        return interposer().others(k_##name);                       \
+    }
+    STREAMRACE_GPU_TRACE_HOOKS(STREAMRACE_SINK)
+#undef STREAMRACE_SINK
+};
+
+const c10::impl::PyInterpreter* ours() {
+    static const auto* interpreter =
+        new c10::impl::PyInterpreter(new c10::impl::streamrace_generated::ForwardingVTable<Sink>());
+    return interpreter;
+}
+#endif
+
+// Puts the interposer in place for a recording of this device type: "" when it is, else why
+// not (the recorder then attaches the hooks to the Python registries).
+std::string install(int device_type, const py::list& callback_lists) {
+#ifdef STREAMRACE_NO_INTERPOSER
+    (void)device_type;
+    (void)callback_lists;
+    return STREAMRACE_NO_INTERPOSER;
+#else
+    std::vector<PyObject*> lists;
+    for (py::handle list : callback_lists) lists.push_back(list.is_none() ? nullptr : list.ptr());
+    return interposer().install(ours(), static_cast<c10::DeviceType>(device_type), lists);
+#endif
+}
+
+void uninstall() {
+#ifndef STREAMRACE_NO_INTERPOSER
+    interposer().uninstall(ours());
+#endif
+}
+
+// What torch's C++ does at its trace points, for tests on a machine where torch makes none.
+void trace_as_torch(const std::string& hook, const std::vector<int64_t>& args, int device_type) {
+    const c10::impl::PyInterpreter* trace = c10::impl::GPUTrace::get_trace();
+    if (trace == nullptr) throw std::runtime_error("torch's GPU trace is not on");
+    auto arg = [&](size_t i) {
+        if (i >= args.size()) throw std::invalid_argument(hook + ": too few arguments");
+        return static_cast<uintptr_t>(args[i]);
+    };
+    const auto cuda = static_cast<c10::DeviceType>(device_type);
+    if (hook == "on_alloc") {
+        (*trace)->trace_gpu_memory_allocation(cuda, arg(0));
+    } else if (hook == "on_free") {
+        (*trace)->trace_gpu_memory_deallocation(cuda, arg(0));
+    } else if (hook == "on_event_create") {
+        (*trace)->trace_gpu_event_creation(cuda, arg(0));
+    } else if (hook == "on_event_delete") {
+        (*trace)->trace_gpu_event_deletion(cuda, arg(0));
+    } else if (hook == "on_event_record") {
+        (*trace)->trace_gpu_event_record(cuda, arg(0), arg(1));
+    } else if (hook == "on_event_wait") {
+        (*trace)->trace_gpu_event_wait(cuda, arg(0), arg(1));
+    } else if (hook == "on_stream_sync") {
+        (*trace)->trace_gpu_stream_synchronization(cuda, arg(0));
+    } else if (hook == "on_event_sync") {
+        (*trace)->trace_gpu_event_synchronization(cuda, arg(0));
+    } else if (hook == "on_device_sync") {
+        (*trace)->trace_gpu_device_synchronization(cuda);
+    } else {
+        throw std::invalid_argument("no trace point for " + hook);
+    }
+}
+}  // namespace interposing
+
 // A hook called with a registry's arguments, as a direct fire function passes them on.
 using DirectHook = void (*)(const py::args&);
 
@@ -380,9 +474,42 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
             }
         });
     });
+    // torch's GPU-trace calls straight to the hooks while recording (trace_interposer.h).
+    m.def("install_interposer", &streamrace::interposing::install, py::arg("device_type"), py::arg("callback_lists"));
+    m.def("uninstall_interposer", &streamrace::interposing::uninstall);
+    m.def("trace_as_torch", &streamrace::interposing::trace_as_torch, py::arg("hook"), py::arg("args"),
+          py::arg("device_type") = 1);
+#ifdef STREAMRACE_NO_INTERPOSER
+    m.attr("interposed_hooks") = py::tuple();
+    m.attr("interposer_unavailable") = STREAMRACE_NO_INTERPOSER;
+#else
+    {
+        py::list names;
+        for (int i = 0; i < c10::impl::streamrace_generated::kInterposedCount; ++i) {
+            names.append(c10::impl::streamrace_generated::kInterposedHooks[i]);
+        }
+        m.attr("interposed_hooks") = py::tuple(names);
+        m.attr("interposer_unavailable") = py::none();
+    }
+#endif
     // What an allocator trace tracker is told (allocator_facts.h), for a scripted allocator.
     m.def("allocator_trace", &streamrace::allocator_trace, py::arg("action"), py::arg("addr"), py::arg("size"),
           py::arg("stream"), py::arg("pool_first") = 0, py::arg("pool_second") = 0);
+    // Hook timers (hook_timers.h): {phase: (calls, seconds)}, empty in a build without them.
+    m.def("hook_times", [] {
+        py::dict out;
+        if (!streamrace::timing::kEnabled) return out;
+        auto& totals = streamrace::timing::totals();
+        for (int i = 0; i < streamrace::timing::kPhases; ++i) {
+            out[streamrace::timing::kPhaseNames[i]] =
+                py::make_tuple(totals.calls[i].load(), static_cast<double>(totals.ns[i].load()) * 1e-9);
+        }
+        return out;
+    });
+    m.def("reset_hook_times", [] {
+        for (auto& v : streamrace::timing::totals().ns) v.store(0);
+        for (auto& v : streamrace::timing::totals().calls) v.store(0);
+    });
 #ifdef STREAMRACE_ALLOCATOR_TRACKER
     m.attr("allocator_tracker_built") = true;
 #else

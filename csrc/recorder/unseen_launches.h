@@ -13,6 +13,7 @@
 #include "capture_tracker.h"
 #include "driver.h"
 #include "graph_reads.h"
+#include "hook_timers.h"
 #include "thread_state.h"
 
 namespace streamrace {
@@ -98,6 +99,7 @@ class UnseenLaunches {
     }
 
     void catch_up() {
+        STREAMRACE_TIMED(CatchUp);
         py::gil_scoped_acquire gil;
         if (catch_up_) catch_up_();
     }

@@ -59,6 +59,7 @@ class CudaRuntime:
 
     device_type = 1  # c10::DeviceType::CUDA: whose tensors the native hooks record
     native_current_stream: Callable[[int], int] | None = None  # None: the native hooks ask c10
+    interposes_gpu_trace = True  # torch's own GPU-trace calls reach the native hooks from C++
 
     def __init__(self) -> None:
         self.driver = graph_readback.LIBCUDA

@@ -77,11 +77,15 @@ class Hooks(Protocol):
     def drain(self) -> list[dict[str, Any]]: ...
     def release_python(self) -> None: ...
     def use_allocator_facts(self) -> str: ...  # "" when allocs now come exact, else why not
-    # Graph reads (graph_readback.py, or the same in C++), and the registries whose
-    # fire_callbacks a hook replaces instead of joining their callback list.
+    # Graph reads (graph_readback.py, or the same in C++).
     def node_handles(self, graph: int) -> list[int]: ...
     def describe_nodes(self, handles: list[int]) -> list[tuple[str, str | None]]: ...
     def nodes_since(self, graph: int, last_claim: int, floor: int) -> list[tuple[int, int, str]]: ...
+    # How the hooks hear torch's GPU-trace calls: the registries served in C++ straight from
+    # torch (nothing of theirs joins those registries), until stop_interposing; then the
+    # registries whose fire_callbacks a hook replaces instead of joining their callback list.
+    def interpose(self, gpu_trace: Any) -> tuple[str, ...]: ...
+    def stop_interposing(self) -> None: ...
     def fire_overrides(self, gpu_trace: Any) -> dict[str, Callable[..., None]]: ...
 
 
@@ -277,6 +281,12 @@ class PythonHooks:
 
     def nodes_since(self, graph: int, last_claim: int, floor: int) -> list[tuple[int, int, str]]:
         return self._graphs.nodes_since(graph, last_claim, floor)
+
+    def interpose(self, gpu_trace: Any) -> tuple[str, ...]:
+        return ()
+
+    def stop_interposing(self) -> None:
+        return None
 
     def fire_overrides(self, gpu_trace: Any) -> dict[str, Callable[..., None]]:
         return {}
@@ -507,9 +517,10 @@ class NativeHooks:
         # device_type: whose tensors are recorded (c10::DeviceType), the runtime's unless given:
         # tests record CPU tensors (0) with the real runtime.
         runtime = options.runtime
+        self._device_type = runtime.device_type if device_type is None else device_type
         self._native = module.Hooks(
             options.eager_ops,
-            runtime.device_type if device_type is None else device_type,
+            self._device_type,
             options.stack_depth,
             options.max_walk,
             options.shown_path,
@@ -551,6 +562,29 @@ class NativeHooks:
         (attached through the runtime: torch's allocator, or a scripted one): "" when they
         do, else why not."""
         return self._runtime.attach_allocator_tracker(self._native, self._module)
+
+    # Why torch's GPU-trace calls come through the Python registries this recording ("" when
+    # they come straight from torch's C++), set by interpose.
+    interposer_unavailable: str = "not tried"
+
+    def interpose(self, gpu_trace: Any) -> tuple[str, ...]:
+        """torch's GPU-trace calls straight from its C++ to the native hooks, where the runtime
+        allows it (csrc/recorder/trace_interposer.h): the registries now served that way.
+        Others' Python callbacks in those registries still run."""
+        if not self._runtime.interposes_gpu_trace:
+            self.interposer_unavailable = "the runtime is scripted"
+            return ()
+        hooks = getattr(self._module, "interposed_hooks", ())
+        lists = [getattr(getattr(gpu_trace, h.registry, None), "callback_list", None) for h in GPU_TRACE_HOOKS]
+        why = self._module.install_interposer(self._device_type, lists) if hooks else ""
+        self.interposer_unavailable = why if hooks else str(self._module.interposer_unavailable)
+        if self.interposer_unavailable:
+            return ()
+        return tuple(h.registry for h in GPU_TRACE_HOOKS if h.hook in hooks)
+
+    def stop_interposing(self) -> None:
+        if not self.interposer_unavailable:
+            self._module.uninstall_interposer()
 
     def fire_overrides(self, gpu_trace: Any) -> dict[str, Callable[..., None]]:
         """The busiest registries call the native hooks directly (callbacks others add to them

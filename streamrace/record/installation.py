@@ -1,6 +1,7 @@
 """What a recording installs into the process while it runs, and takes out at its end.
 
-One recording at a time: the active Recorder, its hooks' ``torch.cuda._gpu_trace`` callbacks,
+One recording at a time: the active Recorder, how its hooks hear torch's GPU-trace calls
+(straight from torch's C++, or as ``torch.cuda._gpu_trace`` callbacks),
 and the library methods the Recorder's parts wrap (``MethodPatch``: CUDAGraph's capture in
 captures.py, its replay, reset and capture end again in replays.py, Triton's launch in
 triton_launches.py). A part that watches another library method adds a MethodPatch of its
@@ -21,7 +22,8 @@ _ACTIVE: Any = None  # the Recorder running in this process
 _LATEST: Callable[[], Any] = type(None)  # the Recorder that ran last, as a weak reference
 _LOCK = threading.Lock()
 _PATCHED: list[MethodPatch] = []
-_GPU_TRACE: list[tuple[Any, Any, dict[str, Callable[..., None]]]] = []  # (registries, hooks, overrides)
+# (registries, hooks, the registries served straight from torch's C++, fire_callbacks overrides)
+_GPU_TRACE: list[tuple[Any, Any, tuple[str, ...], dict[str, Callable[..., None]]]] = []
 
 
 def active() -> Any:
@@ -71,14 +73,17 @@ def activate(recorder: Any, hooks: Any, runtime: Any, patches: list[MethodPatch]
         _LATEST = weakref.ref(recorder)
         recorder.hooks = hooks
         registries = runtime.gpu_trace()
+        interposed = hooks.interpose(registries)
         overrides = hooks.fire_overrides(registries)
         for hook in GPU_TRACE_HOOKS:
             target = getattr(registries, hook.registry)
+            if hook.registry in interposed:
+                continue
             if hook.registry in overrides:
                 target.fire_callbacks = overrides[hook.registry]
             else:
                 target.add_callback(hooks.callbacks[hook.registry])
-        _GPU_TRACE.append((registries, hooks, overrides))
+        _GPU_TRACE.append((registries, hooks, interposed, overrides))
         for method in patches:
             patch(method)
         _ACTIVE = recorder
@@ -90,9 +95,12 @@ def deactivate() -> None:
     with _LOCK:
         _ACTIVE = None
         while _GPU_TRACE:
-            registries, hooks, overrides = _GPU_TRACE.pop()
+            registries, hooks, interposed, overrides = _GPU_TRACE.pop()
+            hooks.stop_interposing()
             for hook in GPU_TRACE_HOOKS:
                 target = getattr(registries, hook.registry)
+                if hook.registry in interposed:
+                    continue
                 if hook.registry in overrides:
                     if vars(target).get("fire_callbacks") is overrides[hook.registry]:
                         del target.fire_callbacks  # the class's own again

@@ -29,6 +29,7 @@ from types import ModuleType
 
 ENV_HOOKS = "STREAMRACE_HOOKS"
 ENV_BUILD_DIR = "STREAMRACE_BUILD_DIR"
+ENV_HOOK_TIMES = "STREAMRACE_HOOK_TIMES"
 CHOICES = ("auto", "native", "python")
 # NDEBUG as torch itself is built: RecordFunction's layout depends on it. Hidden visibility,
 # as pybind11 asks of a module (its types are hidden; ours hold them). -Wall -Wextra: the
@@ -149,30 +150,46 @@ def _build_and_import() -> ModuleType:
 Tracker = tuple[list[str], list[str], list[str]]  # tracker_build's (cflags, include dirs, ldflags)
 
 
+def generated_headers() -> dict[str, str]:
+    """The headers the build writes: the hook tables, and the GPU-trace forwarding vtable
+    written from this torch's own header (trace_forwarding.py)."""
+    from torch.utils import cpp_extension
+
+    from streamrace.record import hook_tables, trace_forwarding
+
+    return {
+        "hook_tables.h": hook_tables.cpp_header(),
+        "trace_forwarding.h": trace_forwarding.generate(cpp_extension.include_paths()),
+    }
+
+
 def _build_dir_for(tracker: Tracker | None) -> pathlib.Path:
     import torch
 
-    from streamrace.record.hook_tables import cpp_header
-
     cflags, includes, ldflags = tracker if tracker is not None else ([], [], [])
-    return _build_dir(torch.__version__, source_dir(), cpp_header(), [*cflags, *includes, *ldflags])
+    headers = "".join(generated_headers().values())
+    return _build_dir(torch.__version__, source_dir(), headers, [*cflags, *includes, *ldflags, *_extra_cflags()])
+
+
+def _extra_cflags() -> list[str]:
+    # Hook timers (hook_timers.h) for benchmarks/capture_overhead.py --hook-times: a build of
+    # its own, never the default one.
+    return ["-DSTREAMRACE_HOOK_TIMES"] if os.environ.get(ENV_HOOK_TIMES) == "1" else []
 
 
 def _build(tracker: Tracker | None) -> ModuleType:
     import torch
     from torch.utils import cpp_extension
 
-    from streamrace.record.hook_tables import cpp_header
-
     cflags, includes, ldflags = tracker if tracker is not None else ([], [], [])
     sources = source_dir()
-    tables = cpp_header()
     build_dir = _build_dir_for(tracker)
     generated = build_dir / "include"
     generated.mkdir(parents=True, exist_ok=True)
-    header = generated / "hook_tables.h"
-    if not header.is_file() or header.read_text() != tables:
-        header.write_text(tables)
+    for name, text in generated_headers().items():
+        header = generated / name
+        if not header.is_file() or header.read_text() != text:
+            header.write_text(text)
     name = "streamrace_native_hooks"
     built = (build_dir / f"{name}.so").exists()
     if not built:
@@ -183,7 +200,7 @@ def _build(tracker: Tracker | None) -> ModuleType:
     return cpp_extension.load(
         name=name,
         sources=[str(sources / "recorder.cpp")],
-        extra_cflags=[*CFLAGS, *cflags, *(f"-isystem{path}" for path in includes)],
+        extra_cflags=[*CFLAGS, *cflags, *_extra_cflags(), *(f"-isystem{path}" for path in includes)],
         extra_ldflags=ldflags,
         extra_include_paths=[str(sources), str(generated)],
         build_directory=str(build_dir),
