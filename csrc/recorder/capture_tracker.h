@@ -28,8 +28,18 @@ struct Claim {
 
 struct Capture {
     int64_t handle = 0;  // the capture graph (cudaGraph_t), 0 where it cannot be read
+    int64_t stream = 0;  // the stream it began on
     bool open = true;
+    int64_t floor = 0;  // no node before this index is new: its first, or after the last caught up
     std::vector<Claim> claims;  // the recorded launches' nodes, in seq order
+};
+
+// What a catch-up needs of a capture (catch_up_state).
+struct CatchUpState {
+    int64_t handle = 0;
+    int64_t stream = 0;
+    int64_t floor = 0;
+    int64_t last_claim = 0;  // the node the latest claim ends at, 0 for none
 };
 
 class CaptureTracker {
@@ -40,9 +50,10 @@ class CaptureTracker {
     bool any_open() const { return any_open_.load(std::memory_order_relaxed); }
     void set_any_open(bool open) { any_open_.store(open, std::memory_order_relaxed); }
 
-    void begin(int32_t graph, int64_t stream, int64_t handle, const Frontier& now) {
+    // `base`: the nodes the graph already has (its first new one's index).
+    void begin(int32_t graph, int64_t stream, int64_t handle, const Frontier& now, int64_t base) {
         Locked held(mutex_);
-        captures_[graph] = Capture{handle, true, {}};
+        captures_[graph] = Capture{handle, stream, true, base, {}};
         capturing_[stream] = graph;
         if (handle != 0) known_[stream] = now;
     }
@@ -90,6 +101,25 @@ class CaptureTracker {
         Locked held(mutex_);
         auto it = captures_.find(graph);
         return it == captures_.end() || it->second.claims.empty() ? 0 : it->second.claims.back().node;
+    }
+
+    // The open captures whose graphs can be read, for a catch-up.
+    std::vector<std::pair<int32_t, CatchUpState>> catch_up_states() {
+        Locked held(mutex_);
+        std::vector<std::pair<int32_t, CatchUpState>> out;
+        for (auto& [graph, c] : captures_) {
+            if (!c.open || c.handle == 0) continue;
+            out.push_back({graph, CatchUpState{c.handle, c.stream, c.floor,
+                                               c.claims.empty() ? 0 : c.claims.back().node}});
+        }
+        std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+        return out;
+    }
+
+    // A catch-up gave node `index` its kernel event: no earlier node is new any more.
+    void caught_up(const Locked&, int32_t graph, int64_t index) {
+        auto it = captures_.find(graph);
+        if (it != captures_.end()) it->second.floor = std::max(it->second.floor, index + 1);
     }
 
     void claim(int32_t graph, int64_t seq, int64_t node, bool trusted) {

@@ -32,12 +32,12 @@ using Locked = std::unique_lock<std::mutex>;  // the hooks' mutex, held
 struct Record {
     int64_t seq = 0;
     Kind kind = Kind::RecorderError;
-    int64_t value = 0;  // addr (alloc, free, record_stream), event (event_*), id (stack)
+    int64_t value = 0;  // addr (alloc, free, record_stream), event (event_*), id (stack), node (kernel)
     int64_t stream = -1;
     int32_t device = -1;
     int32_t stack = -1;
-    int32_t graph = 0;  // the capture an alloc happened in; 0: none
-    int32_t text = -1;  // op name or error message, an index into texts_
+    int32_t graph = 0;  // the capture an alloc or a kernel happened in; 0: none
+    int32_t text = -1;  // op name, node type or error message, an index into texts_
     int32_t where = -1;
     uint32_t ranges = 0;  // reads, writes, then index, from ranges_[ranges]
     uint32_t reads = 0, writes = 0, index = 0;
@@ -265,6 +265,17 @@ class EventLog {
             case Kind::RecorderError:
                 d["message"] = text_object(r.text);
                 d["where"] = text_object(r.where);
+                break;
+            case Kind::Kernel:  // a node no recorded launch made; its accesses come later
+                d["graph"] = r.graph;
+                d["node"] = r.value;
+                d["name"] = text_object(r.text);
+                d["stream"] = r.stream;
+                d["device"] = r.device;
+                d["reads"] = py::list();
+                d["writes"] = py::list();
+                d["inferred"] = true;
+                stack();
                 break;
         }
         return d;

@@ -89,7 +89,7 @@ class State {
           captures_(log_.mutex()),
           streams_(static_cast<c10::DeviceType>(device_type), std::move(raw_stream), std::move(current_stream)),
           stacks_(log_, stack_depth, max_walk, shown_path.ptr()),
-          unseen_(driver_, captures_, log_.mutex(), std::move(catch_up)),
+          unseen_(driver_, captures_, log_, streams_, stacks_, std::move(catch_up)),
           ops(eager_ops, log_, captures_, streams_, stacks_, unseen_),
           gpu_trace(log_, captures_, streams_, stacks_, unseen_) {}
 
@@ -102,7 +102,8 @@ class State {
 
     void begin_capture(int32_t graph, int64_t stream, int64_t handle) {
         Frontier now = handle != 0 ? unseen_.frontier(stream) : Frontier();
-        captures_.begin(graph, stream, handle, now);
+        int64_t base = handle != 0 ? static_cast<int64_t>(streamrace::node_handles(driver_, handle).size()) : 0;
+        captures_.begin(graph, stream, handle, now, base);
         captures_.set_any_open(true);
     }
 
@@ -119,6 +120,7 @@ class State {
         captures_.claim(graph, seq, node, trusted);
     }
     void refresh_frontiers(int32_t graph) { unseen_.refresh(graph); }
+    void catch_up() { unseen_.catch_up(); }
 
     // -- graph reads at a capture's end and at a catch-up (GraphReadback in Python) -----------
     std::vector<int64_t> node_handles(int64_t graph) { return streamrace::node_handles(driver_, graph); }
@@ -442,6 +444,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         .def("claim", [](Hooks& h, int32_t graph, int64_t seq, int64_t node,
                          bool trusted) { h.state().claim(graph, seq, node, trusted); })
         .def("refresh_frontiers", [](Hooks& h, int32_t graph) { h.state().refresh_frontiers(graph); })
+        .def("catch_up", [](Hooks& h) { h.state().catch_up(); })
         .def("begin_launch", [](Hooks& h) { return h.state().ops.begin_launch(); })
         .def("end_launch", [](Hooks& h) { h.state().ops.end_launch(); })
         .def("drain", [](Hooks& h) { return h.state().drain(); })

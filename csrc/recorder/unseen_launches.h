@@ -1,27 +1,46 @@
-// The hooks' half of catching up (streamrace/record/unseen_launches.py is the recorder's):
-// when a capturing stream's frontier moved with no recorded launch, something the dispatcher
-// never saw launched there, and Python gives each new node a kernel event, then, in program
-// order. The C++ twin of PythonHooks' _moved, _check and _check_before_launch.
+// Catching up: when a capturing stream's frontier moved with no recorded launch, something the
+// dispatcher never saw launched there, and each new node that reads or writes memory gets a
+// kernel event, then, in program order, on the stream whose frontier holds it. The C++ twin
+// of PythonHooks' _moved, _check and _check_before_launch, and of the Recorder's catch_up
+// (streamrace/record/unseen_launches.py), which a scripted recording may still ask for
+// instead (a `catch_up` callback).
 #pragma once
 
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <cstring>
+#include <exception>
+#include <optional>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "capture_tracker.h"
 #include "driver.h"
+#include "event_log.h"
 #include "graph_reads.h"
+#include "hook_stacks.h"
+#include "hook_tables.h"
 #include "hook_timers.h"
+#include "streams.h"
 #include "thread_state.h"
 
 namespace streamrace {
 
 class UnseenLaunches {
    public:
-    UnseenLaunches(const Driver& driver, CaptureTracker& captures, std::mutex& guard, py::object catch_up)
-        : driver_(driver), captures_(captures), mutex_(guard), catch_up_(std::move(catch_up)) {}
+    // `catch_up`: a Python function that catches up instead, or None: these hooks do.
+    UnseenLaunches(const Driver& driver, CaptureTracker& captures, EventLog& log, StreamSource& streams,
+                   HookStacks& stacks, py::object catch_up)
+        : driver_(driver),
+          captures_(captures),
+          log_(log),
+          streams_(streams),
+          stacks_(stacks),
+          mutex_(log.mutex()),
+          catch_up_(std::move(catch_up)),
+          in_python_(!catch_up_.is_none()) {}
 
     Frontier frontier(int64_t stream) const { return streamrace::frontier(driver_, stream); }
 
@@ -74,6 +93,22 @@ class UnseenLaunches {
         }
     }
 
+    // Give each node that appeared where no recorded launch was a kernel event, now. A failure
+    // is the recorder's ("invisible launches"); the hook that asked goes on.
+    void catch_up() {
+        STREAMRACE_TIMED(CatchUp);
+        if (in_python_) {
+            py::gil_scoped_acquire gil;
+            if (catch_up_) catch_up_();
+            return;
+        }
+        try {
+            for (const auto& [graph, state] : captures_.catch_up_states()) catch_up(graph, state);
+        } catch (const std::exception& e) {
+            log_.fail("invisible launches", e.what());
+        }
+    }
+
     // Drops the Python callback (GIL held).
     void release_python() { catch_up_ = py::object(); }
 
@@ -98,16 +133,69 @@ class UnseenLaunches {
         return frontier(stream);
     }
 
-    void catch_up() {
-        STREAMRACE_TIMED(CatchUp);
-        py::gil_scoped_acquire gil;
-        if (catch_up_) catch_up_();
+    static bool access_type(const std::string& type) {
+        for (const char* t : tables::kAccessNodeTypes) {
+            if (type == t) return true;
+        }
+        return false;
+    }
+
+    void catch_up(int32_t graph, const CatchUpState& state) {
+        std::vector<int64_t> handles = node_handles(driver_, state.handle);
+        const auto count = static_cast<int64_t>(handles.size());
+        int64_t seen = state.floor;  // the nodes after the latest claim, and from the floor on
+        for (int64_t i = count - 1; i >= seen && state.last_claim != 0; --i) {
+            if (handles[i] == state.last_claim) {
+                seen = i + 1;
+                break;
+            }
+        }
+        if (seen < count) {
+            // A launch's nodes end where its stream's frontier is now; earlier ones of the
+            // same gap lead to it, so they take the stream of the next node that has one.
+            std::unordered_map<int64_t, int64_t> launcher;
+            for (int64_t stream : captures_.capture_streams(graph)) {
+                for (int64_t node : frontier(stream)) launcher[node] = stream;
+            }
+            const size_t n = static_cast<size_t>(count - seen);
+            std::vector<std::optional<int64_t>> stream_of(n);
+            std::optional<int64_t> launching;
+            for (size_t k = n; k-- > 0;) {
+                auto it = launcher.find(handles[static_cast<size_t>(seen) + k]);
+                if (it != launcher.end()) launching = it->second;
+                stream_of[k] = launching;
+            }
+            const int32_t device = streams_.current_device();
+            std::optional<int32_t> stack;
+            for (size_t k = 0; k < n; ++k) {
+                const int64_t index = seen + static_cast<int64_t>(k);
+                std::string type = node_type_name(node_type(driver_, handles[static_cast<size_t>(index)]));
+                if (!access_type(type)) continue;
+                if (!stack) stack = stacks_.python_stack();
+                Locked held = log_.lock();
+                Record r;
+                r.kind = Kind::Kernel;
+                r.graph = graph;
+                r.value = index;
+                r.text = log_.text(held, type);
+                r.stream = stream_of[k].value_or(state.stream);
+                r.device = device;
+                r.stack = *stack;
+                log_.append(held, r);
+                captures_.caught_up(held, graph, index);
+            }
+        }
+        refresh(graph);
     }
 
     const Driver& driver_;
     CaptureTracker& captures_;
+    EventLog& log_;
+    StreamSource& streams_;
+    HookStacks& stacks_;
     std::mutex& mutex_;
     py::object catch_up_;
+    const bool in_python_;
 };
 
 }  // namespace streamrace

@@ -24,10 +24,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streamrace.record.hook_tables import TRUSTED_NAMESPACES
+from streamrace.record.hook_tables import ACCESS_NODE_TYPES, TRUSTED_NAMESPACES
 from streamrace.record.kernel_params import LiveBlocks, NodeAccess, node_access
-
-ACCESS_NODE_TYPES = ("kernel", "memset", "memcpy")
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,13 @@ class CaptureLifecycle:
             MethodPatch(graph_class, "capture_end", _wrap_capture_end),
         ]
 
+    def settle_kernel(self, event: Event) -> Event:
+        """A node the native hooks caught up is its capture's (EventLog.settle)."""
+        capture = self._captures.get(event["graph"])
+        if capture is not None and capture.nodes is not None:
+            capture.nodes.claim_kernel(event, event["node"])
+        return event
+
     def settle_alloc(self, event: Event) -> Event:
         """An allocation inside a capture is from its pool (EventLog.settle)."""
         capture = self._captures.get(event.pop("_graph", None))
@@ -120,6 +127,7 @@ class CaptureLifecycle:
         rec = self._rec
         hooks = rec.started_hooks
         rec.unseen.catch_up()
+        rec.log.ingest()  # the kernel events the hooks caught up, claimed by their captures
         handles = hooks.node_handles(capture.handle)
         nodes, edges = rec.runtime.graphs.read_graph(capture.handle, handles, hooks.describe_nodes)
         capture.nodes.snapshot(handles, nodes, hooks.claims(capture.graph))

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The events the hooks emit, in the order of the native hooks' ``Kind`` enum. The Recorder's
-# own events (capture_begin, capture_end, graph, kernel) are not the hooks'.
+# own events (capture_begin, capture_end, graph) are not the hooks'; ``kernel`` events (nodes
+# no recorded launch made, found by catching up) are the native hooks' and, with the Python
+# hooks, the Recorder's.
 HOOK_EVENT_KINDS = (
     "stream",
     "stack",
@@ -27,6 +29,7 @@ HOOK_EVENT_KINDS = (
     "event_sync",
     "device_sync",
     "recorder_error",
+    "kernel",
 )
 
 # recorder_error events per recording, hooks and Recorder each: a broken recorder reports, and
@@ -57,6 +60,8 @@ NODE_TYPES = (
     "conditional",
 )
 UNLISTED_NODE_TYPE_PREFIX = "type"
+# Node types that read or write memory: a catch-up gives each such node a kernel event.
+ACCESS_NODE_TYPES = ("kernel", "memset", "memcpy")
 
 MAX_KERNEL_NAME = 200  # characters of a kernel's function name kept in the trace
 
@@ -182,6 +187,7 @@ inline constexpr int kMaxErrors = {MAX_ERRORS};
 inline constexpr const char* kTrustedNamespaces[] = {{{_strings(TRUSTED_NAMESPACES)}}};
 inline constexpr const char* kNodeTypes[] = {{{_strings(NODE_TYPES)}}};
 inline constexpr const char* kUnlistedNodeTypePrefix = "{UNLISTED_NODE_TYPE_PREFIX}";
+inline constexpr const char* kAccessNodeTypes[] = {{{_strings(ACCESS_NODE_TYPES)}}};
 inline constexpr size_t kMaxKernelName = {MAX_KERNEL_NAME};
 inline constexpr int kCaptureStatusActive = {CAPTURE_STATUS_ACTIVE};
 

@@ -48,7 +48,9 @@ class HookOptions:
     stack_depth: int  # user frames kept per stack
     max_walk: int  # frames looked at per stack, user or not
     shown_path: Callable[[Any], str | None]  # UserCode.shown_path: which frames are the user's
-    catch_up: Callable[[], None]  # the Recorder's, when a stream launched what no hook saw
+    # The Recorder's, when a stream launched what no hook saw (the Python hooks; the native
+    # ones catch up themselves).
+    catch_up: Callable[[], None]
     runtime: CudaRuntime = field(default_factory=CudaRuntime)  # what CUDA is asked through
 
 
@@ -57,6 +59,9 @@ class Hooks(Protocol):
 
     kind: str  # "native" or "python"
     callbacks: dict[str, Callable[..., None]]  # torch.cuda._gpu_trace registry -> callback
+    # Whether the hooks give the nodes no recorded launch made their kernel events themselves
+    # (catch_up); else the Recorder does (UnseenLaunches), when the hooks ask it to.
+    catches_up: bool
 
     def start(self) -> None: ...
     def stop(self) -> None: ...
@@ -72,6 +77,7 @@ class Hooks(Protocol):
     def last_claim(self, graph: int) -> int: ...  # the node the latest claim ends at, 0 for none
     def claim(self, graph: int, seq: int, node: int, trusted: bool) -> None: ...
     def refresh_frontiers(self, graph: int) -> None: ...  # after catching up
+    def catch_up(self) -> None: ...  # where catches_up
     def begin_launch(self) -> tuple[int, int | None, int]: ...  # (stack, graph or None, frontier node)
     def end_launch(self) -> None: ...
     def drain(self) -> list[dict[str, Any]]: ...
@@ -154,6 +160,7 @@ class PythonHooks:
     """The reference hooks: a TorchDispatchMode and Python ``_gpu_trace`` callbacks."""
 
     kind = "python"
+    catches_up = False
 
     def __init__(self, options: HookOptions) -> None:
         self.eager_ops = options.eager_ops
@@ -281,6 +288,9 @@ class PythonHooks:
 
     def nodes_since(self, graph: int, last_claim: int, floor: int) -> list[tuple[int, int, str]]:
         return self._graphs.nodes_since(graph, last_claim, floor)
+
+    def catch_up(self) -> None:
+        raise NotImplementedError("the Recorder catches up for the Python hooks")
 
     def interpose(self, gpu_trace: Any) -> tuple[str, ...]:
         return ()
@@ -489,6 +499,7 @@ class NativeHooks:
     """The native hooks (csrc/recorder/), with the interface of PythonHooks."""
 
     kind = "native"
+    catches_up = True
 
     # The native object's own methods, bound in __init__ (calls go straight to C++).
     start: Callable[[], None]
@@ -505,6 +516,7 @@ class NativeHooks:
     last_claim: Callable[[int], int]
     claim: Callable[[int, int, int, bool], None]
     refresh_frontiers: Callable[[int], None]
+    catch_up: Callable[[], None]
     begin_launch: Callable[[], tuple[int, int | None, int]]
     end_launch: Callable[[], None]
     drain: Callable[[], list[dict[str, Any]]]
@@ -525,7 +537,7 @@ class NativeHooks:
             options.max_walk,
             options.shown_path,
             runtime.raw_stream,
-            options.catch_up,
+            None,  # the native hooks catch up themselves
             runtime.driver.addresses if runtime.driver is not None else None,
             runtime.native_current_stream,
         )
@@ -546,6 +558,7 @@ class NativeHooks:
             "last_claim",
             "claim",
             "refresh_frontiers",
+            "catch_up",
             "begin_launch",
             "end_launch",
             "drain",

@@ -89,6 +89,7 @@ class Recorder:
         self.log.settle("alloc", self.allocations.settle_alloc)
         self.log.settle("alloc", self.captures.settle_alloc)
         self.log.settle("free", self.allocations.settle_free)
+        self.log.settle("kernel", self.captures.settle_kernel)
 
     @property
     def events(self) -> list[Event]:

@@ -38,9 +38,12 @@ class UnseenLaunches:
 
     def catch_up(self) -> None:
         """Give each node that appeared where no recorded launch was a kernel event here, in
-        program order, on its stream."""
+        program order, on its stream (the native hooks do it themselves, the same way)."""
         rec = self._rec
         hooks = rec.started_hooks
+        if hooks.catches_up:
+            hooks.catch_up()
+            return
         for graph in hooks.open_graphs():
             capture = rec.captures.get(graph)
             if capture is None or capture.nodes is None:
