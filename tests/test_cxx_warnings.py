@@ -29,15 +29,20 @@ def _warnings(source: pathlib.Path, flags: list[str], includes: list[str], syste
     return result.stderr if result.returncode else ""
 
 
-def test_the_native_hooks_compile_without_warnings(tmp_path):
+@pytest.mark.parametrize("variant", ["default", "hook timers", "no interposer"])
+def test_the_native_hooks_compile_without_warnings(tmp_path, variant):
     pytest.importorskip("torch")
     from torch.utils import cpp_extension
 
-    from streamrace.record import native
-    from streamrace.record.hook_tables import cpp_header
+    from streamrace.record import native, trace_forwarding
 
-    (tmp_path / "hook_tables.h").write_text(cpp_header())
+    for name, text in native.generated_headers().items():
+        (tmp_path / name).write_text(text)
+    if variant == "no interposer":  # a torch whose PyInterpreter.h the generator cannot read
+        (tmp_path / "trace_forwarding.h").write_text(trace_forwarding.cpp_header(""))
     defines = ["-DTORCH_EXTENSION_NAME=streamrace_native_hooks", "-DTORCH_API_INCLUDE_EXTENSION_H", "-fPIC"]
+    if variant == "hook timers":
+        defines.append("-DSTREAMRACE_HOOK_TIMES")
     system = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
     sources = ROOT / "csrc" / "recorder"
     assert "-Wall" in native.CFLAGS and "-Wextra" in native.CFLAGS
@@ -53,12 +58,12 @@ def test_the_allocator_trace_tracker_compiles_without_warnings(tmp_path):
     from torch.utils import cpp_extension
 
     from streamrace.record import native
-    from streamrace.record.hook_tables import cpp_header
 
     cuda = native.cuda_include_dir()
     if cuda is None:
         pytest.skip("no CUDA headers here")
-    (tmp_path / "hook_tables.h").write_text(cpp_header())
+    for name, text in native.generated_headers().items():
+        (tmp_path / name).write_text(text)
     system = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"], str(cuda)]
     if not any((pathlib.Path(p) / "c10/cuda/impl/cuda_cmake_macros.h").is_file() for p in system):
         stand_in = tmp_path / "stand_in" / "c10" / "cuda" / "impl"
