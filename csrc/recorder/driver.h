@@ -24,6 +24,13 @@ struct KernelNodeParams {  // CUDA_KERNEL_NODE_PARAMS_v2
     void* ctx;
 };
 
+struct EdgeData {  // CUgraphEdgeData
+    unsigned char from_port;
+    unsigned char to_port;
+    unsigned char type;
+    unsigned char reserved[5];
+};
+
 struct Driver {
     // cuStreamGetCaptureInfo_v2 is the CUDA 12 signature, which CUDA 13 drivers still export.
     using CaptureInfo = int (*)(void* stream, int* status, uint64_t* id, void** graph, void* const** deps,
@@ -32,6 +39,7 @@ struct Driver {
     using NodeType = int (*)(void* node, int* type);
     using KernelParams = int (*)(void* node, KernelNodeParams* params);
     using Name = int (*)(const char** name, void* function);
+    using Edges = int (*)(void* graph, void** from, void** to, EdgeData* data, size_t* count);
 
     CaptureInfo capture_info = nullptr;
     GetNodes get_nodes = nullptr;
@@ -39,6 +47,7 @@ struct Driver {
     KernelParams kernel_params = nullptr;
     Name func_name = nullptr;
     Name kernel_name = nullptr;
+    Edges edges = nullptr;
 
     // libcuda's, loaded once; a function the driver lacks stays null.
     static const Driver& libcuda() {
@@ -52,6 +61,7 @@ struct Driver {
             d.kernel_params = reinterpret_cast<KernelParams>(dlsym(lib, "cuGraphKernelNodeGetParams_v2"));
             d.func_name = reinterpret_cast<Name>(dlsym(lib, "cuFuncGetName"));
             d.kernel_name = reinterpret_cast<Name>(dlsym(lib, "cuKernelGetName"));
+            d.edges = reinterpret_cast<Edges>(dlsym(lib, "cuGraphGetEdges_v2"));
             return d;
         }();
         return driver;
@@ -73,6 +83,7 @@ struct Driver {
         d.kernel_params = reinterpret_cast<KernelParams>(address("cuGraphKernelNodeGetParams_v2"));
         d.func_name = reinterpret_cast<Name>(address("cuFuncGetName"));
         d.kernel_name = reinterpret_cast<Name>(address("cuKernelGetName"));
+        d.edges = reinterpret_cast<Edges>(address("cuGraphGetEdges_v2"));
         return d;
     }
 };

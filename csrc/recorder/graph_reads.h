@@ -82,27 +82,55 @@ inline int node_type(const Driver& driver, int64_t node) {
     return type;
 }
 
-// The kernel's function name, empty when the driver cannot tell.
-inline std::string kernel_name(const Driver& driver, int64_t node) {
+// The function a kernel node runs: its CUfunction, else its CUkernel (the other null); both
+// null when the driver cannot tell.
+struct KernelFunction {
+    void* func = nullptr;
+    void* kern = nullptr;
+    bool operator==(const KernelFunction& o) const { return func == o.func && kern == o.kern; }
+};
+
+inline KernelFunction kernel_function(const Driver& driver, int64_t node) {
     KernelNodeParams params{};
     if (driver.kernel_params == nullptr || driver.kernel_params(reinterpret_cast<void*>(node), &params) != 0) return {};
-    const char* name = nullptr;
-    if (params.func != nullptr && driver.func_name != nullptr) {
-        if (driver.func_name(&name, params.func) != 0) name = nullptr;
-    } else if (params.kern != nullptr && driver.kernel_name != nullptr) {
-        if (driver.kernel_name(&name, params.kern) != 0) name = nullptr;
-    }
-    return name != nullptr ? std::string(name).substr(0, tables::kMaxKernelName) : std::string();
+    if (params.func != nullptr) return {params.func, nullptr};
+    return {nullptr, params.kern};
 }
 
-// (type, kernel name or empty) of each node.
-inline std::vector<std::pair<std::string, std::string>> describe_nodes(const Driver& driver,
-                                                                       const std::vector<int64_t>& handles) {
-    std::vector<std::pair<std::string, std::string>> out;
-    out.reserve(handles.size());
-    for (int64_t node : handles) {
-        int type = node_type(driver, node);
-        out.emplace_back(node_type_name(type), type == 0 ? kernel_name(driver, node) : std::string());
+// The function's name as the driver gives it (not cut), null when it cannot tell.
+inline const char* function_name(const Driver& driver, const KernelFunction& f) {
+    const char* name = nullptr;
+    if (f.func != nullptr && driver.func_name != nullptr) {
+        if (driver.func_name(&name, f.func) != 0) name = nullptr;
+    } else if (f.kern != nullptr && driver.kernel_name != nullptr) {
+        if (driver.kernel_name(&name, f.kern) != 0) name = nullptr;
+    }
+    return name;
+}
+
+// Every edge of the graph, by node handle; `programmatic`: a dependent-launch edge, which does
+// not order completion.
+struct Edge {
+    int64_t from;
+    int64_t to;
+    bool programmatic;
+};
+
+inline std::vector<Edge> graph_edges(const Driver& driver, int64_t graph) {
+    if (driver.edges == nullptr) throw std::runtime_error("the driver has no cuGraphGetEdges");
+    size_t count = 0;
+    void* g = reinterpret_cast<void*>(graph);
+    detail::check(driver.edges(g, nullptr, nullptr, nullptr, &count), "cuGraphGetEdges");
+    if (count == 0) return {};
+    std::vector<void*> from(count), to(count);
+    std::vector<EdgeData> data(count);
+    detail::check(driver.edges(g, from.data(), to.data(), data.data(), &count), "cuGraphGetEdges");
+    constexpr unsigned char kProgrammatic = 1;  // CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+    std::vector<Edge> out;
+    out.reserve(count);
+    for (size_t k = 0; k < count; ++k) {
+        out.push_back({reinterpret_cast<int64_t>(from[k]), reinterpret_cast<int64_t>(to[k]),
+                       data[k].type == kProgrammatic});
     }
     return out;
 }

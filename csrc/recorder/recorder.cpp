@@ -32,6 +32,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -123,14 +124,36 @@ class State {
     void catch_up() { unseen_.catch_up(); }
 
     // -- graph reads at a capture's end and at a catch-up (GraphReadback in Python) -----------
-    std::vector<int64_t> node_handles(int64_t graph) { return streamrace::node_handles(driver_, graph); }
-
-    py::list describe_nodes(const std::vector<int64_t>& handles) {
-        py::list out;
-        for (auto& [type, name] : streamrace::describe_nodes(driver_, handles)) {
-            out.append(py::make_tuple(type, name.empty() ? py::object(py::none()) : py::object(py::str(name))));
+    // (node handles, nodes as {id, type[, name]}, edges by node id as [from, to[,
+    // "programmatic"]]), the graph event's own objects; node types and kernel names are
+    // made once per recording and shared (GIL held).
+    py::tuple read_graph(int64_t graph) {
+        std::vector<int64_t> handles = streamrace::node_handles(driver_, graph);
+        std::unordered_map<int64_t, int64_t> index;
+        index.reserve(handles.size());
+        py::list handle_list, nodes, edges;
+        const py::str id_key("id"), type_key("type"), name_key("name"), programmatic("programmatic");
+        for (size_t i = 0; i < handles.size(); ++i) {
+            index.emplace(handles[i], static_cast<int64_t>(i));
+            handle_list.append(handles[i]);
+            int type = streamrace::node_type(driver_, handles[i]);
+            py::dict node;
+            node[id_key] = i;
+            node[type_key] = type_object(type);
+            if (type == 0) {  // CU_GRAPH_NODE_TYPE_KERNEL
+                py::object name = kernel_name_object(streamrace::kernel_function(driver_, handles[i]));
+                if (!name.is_none()) node[name_key] = name;
+            }
+            nodes.append(node);
         }
-        return out;
+        for (const Edge& e : streamrace::graph_edges(driver_, graph)) {
+            py::list edge;
+            edge.append(index.at(e.from));
+            edge.append(index.at(e.to));
+            if (e.programmatic) edge.append(programmatic);
+            edges.append(edge);
+        }
+        return py::make_tuple(handle_list, nodes, edges);
     }
 
     py::list nodes_since(int64_t graph, int64_t last_claim, int64_t floor) {
@@ -145,12 +168,43 @@ class State {
 
     // Drops the Python objects this state holds (GIL held); records stay drainable.
     void release_python() {
+        type_names_.clear();
+        kernel_names_.clear();
         stacks_.release_python();
         streams_.release_python();
         unseen_.release_python();
     }
 
    private:
+    py::object type_object(int type) {
+        auto it = type_names_.find(type);
+        if (it == type_names_.end()) it = type_names_.emplace(type, py::str(node_type_name(type))).first;
+        return it->second;
+    }
+
+    // A kernel function's name, cut to the table's length, or None.
+    py::object kernel_name_object(const KernelFunction& f) {
+        auto it = kernel_names_.find(f);
+        if (it != kernel_names_.end()) return it->second;
+        py::object name = py::none();
+        if (const char* raw = function_name(driver_, f); raw != nullptr && raw[0] != '\0') {
+            PyObject* text = PyUnicode_DecodeUTF8(raw, static_cast<Py_ssize_t>(std::strlen(raw)), "replace");
+            if (text == nullptr) throw py::error_already_set();
+            py::object decoded = py::reinterpret_steal<py::object>(text);
+            name = decoded[py::slice(0, static_cast<Py_ssize_t>(tables::kMaxKernelName), 1)];
+        }
+        kernel_names_.emplace(f, name);
+        return name;
+    }
+
+    struct FunctionHash {
+        size_t operator()(const KernelFunction& f) const {
+            return std::hash<const void*>()(f.func) ^ (std::hash<const void*>()(f.kern) << 1);
+        }
+    };
+
+    std::unordered_map<int, py::object> type_names_;                         // GIL-guarded
+    std::unordered_map<KernelFunction, py::object, FunctionHash> kernel_names_;  // GIL-guarded
     const Driver driver_;
     EventLog log_;
     CaptureTracker captures_;
@@ -451,10 +505,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         .def("release_python", [](Hooks& h) { h.state().release_python(); })
         .def("use_allocator_facts", &Hooks::use_allocator_facts, py::arg("scripted") = false)
         // Graph reads at a capture's end and at a catch-up (GraphReadback does the same in
-        // Python): every node, types and kernel names, the nodes created since the last claim.
-        .def("node_handles", [](Hooks& h, int64_t graph) { return h.state().node_handles(graph); })
-        .def("describe_nodes",
-             [](Hooks& h, const std::vector<int64_t>& handles) { return h.state().describe_nodes(handles); })
+        // Python): the whole graph, the nodes created since the last claim.
+        .def("read_graph", [](Hooks& h, int64_t graph) { return h.state().read_graph(graph); })
         .def("nodes_since", [](Hooks& h, int64_t graph, int64_t last_claim, int64_t floor) {
             return h.state().nodes_since(graph, last_claim, floor);
         });

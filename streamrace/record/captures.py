@@ -128,8 +128,7 @@ class CaptureLifecycle:
         hooks = rec.started_hooks
         rec.unseen.catch_up()
         rec.log.ingest()  # the kernel events the hooks caught up, claimed by their captures
-        handles = hooks.node_handles(capture.handle)
-        nodes, edges = rec.runtime.graphs.read_graph(capture.handle, handles, hooks.describe_nodes)
+        handles, nodes, edges = hooks.read_graph(capture.handle)
         capture.nodes.snapshot(handles, nodes, hooks.claims(capture.graph))
         rec.unseen.finish_later(capture)
         return nodes, edges

@@ -223,14 +223,13 @@ class GraphReadback:
                     break
         return [(i, handles[i], self.node_type(handles[i])) for i in range(seen, len(handles))]
 
-    def read_graph(
-        self, graph: int, handles: list[int], describe: Callable[[list[int]], list[tuple[str, str | None]]]
-    ) -> tuple[list[dict[str, Any]], list[list[Any]]]:
-        """(nodes, edges) of a graph: nodes in creation order as {id, type[, name]}, edges by node
-        id; ``describe``: the hooks' describe_nodes."""
+    def read_graph(self, graph: int) -> tuple[list[int], list[dict[str, Any]], list[list[Any]]]:
+        """(node handles, nodes, edges) of a graph: nodes in creation order as {id, type[,
+        name]}, edges by node id (the native hooks do the same in C++)."""
+        handles = self.node_handles(graph)
         index = {node: i for i, node in enumerate(handles)}
         nodes: list[dict[str, Any]] = []
-        for i, (kind, name) in enumerate(describe(handles)):
+        for i, (kind, name) in enumerate(self.describe_nodes(handles)):
             entry: dict[str, Any] = {"id": i, "type": kind}
             if name:
                 entry["name"] = name
@@ -248,4 +247,4 @@ class GraphReadback:
                 if data[k].type == _PROGRAMMATIC:
                     edge.append("programmatic")  # dependent-launch edges do not order completion
                 edges.append(edge)
-        return nodes, edges
+        return handles, nodes, edges

@@ -84,8 +84,7 @@ class Hooks(Protocol):
     def release_python(self) -> None: ...
     def use_allocator_facts(self) -> str: ...  # "" when allocs now come exact, else why not
     # Graph reads (graph_readback.py, or the same in C++).
-    def node_handles(self, graph: int) -> list[int]: ...
-    def describe_nodes(self, handles: list[int]) -> list[tuple[str, str | None]]: ...
+    def read_graph(self, graph: int) -> tuple[list[int], list[dict[str, Any]], list[list[Any]]]: ...
     def nodes_since(self, graph: int, last_claim: int, floor: int) -> list[tuple[int, int, str]]: ...
     # How the hooks hear torch's GPU-trace calls: the registries served in C++ straight from
     # torch (nothing of theirs joins those registries), until stop_interposing; then the
@@ -280,11 +279,8 @@ class PythonHooks:
         records, self._records = self._records, []
         return records
 
-    def node_handles(self, graph: int) -> list[int]:
-        return self._graphs.node_handles(graph)
-
-    def describe_nodes(self, handles: list[int]) -> list[tuple[str, str | None]]:
-        return self._graphs.describe_nodes(handles)
+    def read_graph(self, graph: int) -> tuple[list[int], list[dict[str, Any]], list[list[Any]]]:
+        return self._graphs.read_graph(graph)
 
     def nodes_since(self, graph: int, last_claim: int, floor: int) -> list[tuple[int, int, str]]:
         return self._graphs.nodes_since(graph, last_claim, floor)
@@ -521,8 +517,7 @@ class NativeHooks:
     end_launch: Callable[[], None]
     drain: Callable[[], list[dict[str, Any]]]
     release_python: Callable[[], None]
-    node_handles: Callable[[int], list[int]]
-    describe_nodes: Callable[[list[int]], list[tuple[str, str | None]]]
+    read_graph: Callable[[int], tuple[list[int], list[dict[str, Any]], list[list[Any]]]]
     nodes_since: Callable[[int, int, int], list[tuple[int, int, str]]]
 
     def __init__(self, module: Any, options: HookOptions, device_type: int | None = None) -> None:
@@ -563,8 +558,7 @@ class NativeHooks:
             "end_launch",
             "drain",
             "release_python",
-            "node_handles",
-            "describe_nodes",
+            "read_graph",
             "nodes_since",
         ):
             setattr(self, name, getattr(self._native, name))
