@@ -55,6 +55,8 @@ _LIBRARY.impl("scale_", lambda x, factor: x.mul_(factor), "CPU")
 
 _SUCCESS, _INVALID_VALUE, _INVALID_HANDLE, _NOT_FOUND = 0, 1, 400, 500
 _VOID_P = ctypes.POINTER(ctypes.c_void_p)
+_SIZE_P = ctypes.POINTER(ctypes.c_size_t)
+_PARAM_INFO = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, _SIZE_P, _SIZE_P)
 
 
 class _Node:
@@ -134,6 +136,13 @@ class FakeCuda:
             symbol: ctypes.cast(self._callbacks[attr], ctypes.c_void_p).value
             for attr, (symbol, _) in graph_readback.SIGNATURES.items()
         }
+        # The parameter layouts the native hooks read kernel parameters with (Python reads
+        # them through cuda-bindings, here the scripted node_access).
+        self._param_info = _PARAM_INFO(self._c_param_info)
+        for symbol in ("cuFuncGetParamInfo", "cuKernelGetParamInfo"):
+            addresses[symbol] = ctypes.cast(self._param_info, ctypes.c_void_p).value
+        self._param_buffers: dict[int, tuple[Any, list[Any]]] = {}  # node -> its kernelParams, kept alive
+        self._last_params: list[int] = []  # sizes of the parameters of the node read last
         self.driver = graph_readback.Driver.at(addresses)
         self.graphs = graph_readback.GraphReadback(self.driver)
         self.native_current_stream = self.current_stream
@@ -421,6 +430,21 @@ class FakeCuda:
         if found is None or found.access.kind != "kernel":
             return _INVALID_VALUE
         params.contents.func = self._functions.get(found.access.name)
+        if node not in self._param_buffers:
+            buffers = [(ctypes.c_uint64 * max(len(p), 1))(*p) for p in found.access.params]
+            pointers = (ctypes.c_void_p * max(len(buffers), 1))(*(ctypes.addressof(b) for b in buffers))
+            self._param_buffers[node] = (pointers, buffers)
+        params.contents.kernel_params = ctypes.addressof(self._param_buffers[node][0])
+        self._last_params = [8 * len(p) for p in found.access.params]
+        return _SUCCESS
+
+    def _c_param_info(self, function, index, offset, size) -> int:
+        """A fake function takes whatever its launch passed: this answers for the node whose
+        parameters were read last (the native hooks ask right after reading them)."""
+        if index >= len(self._last_params):
+            return _INVALID_VALUE
+        offset[0] = sum(self._last_params[:index])
+        size[0] = self._last_params[index]
         return _SUCCESS
 
     def _c_func_name(self, name, function) -> int:

@@ -331,3 +331,22 @@ def test_an_empty_capture_reads_back_as_an_empty_graph(kind):
     assert recorder.errors == []
     [read] = [e for e in recorder.trace_events() if e["ev"] == "graph"]
     assert read["nodes"] == [] and read["edges"] == []
+
+
+def test_the_native_hooks_read_kernel_parameters_themselves(monkeypatch):
+    """Above, the native hooks' C++ reading of kernel parameters (graph_reads.h) gave what the
+    runtime's reading gives the Python hooks; here it is the one that ran: the runtime is not
+    asked for a kernel node."""
+    asked: list[str] = []
+    original = FakeCuda.node_access
+
+    def node_access(self: FakeCuda, node: int, type_name: str):
+        asked.append(type_name)
+        return original(self, node, type_name)
+
+    monkeypatch.setattr(FakeCuda, "node_access", node_access)
+    native = record("native")
+    assert native.errors == [] and "memset" in asked and "kernel" not in asked, asked
+    asked.clear()
+    record("python")
+    assert "kernel" in asked

@@ -32,6 +32,7 @@ struct Capture {
     bool open = true;
     int64_t floor = 0;  // no node before this index is new: its first, or after the last caught up
     std::vector<Claim> claims;  // the recorded launches' nodes, in seq order
+    std::vector<std::pair<int64_t, int64_t>> caught;  // (node index, seq) of each caught-up kernel event
 };
 
 // What a catch-up needs of a capture (catch_up_state).
@@ -53,7 +54,7 @@ class CaptureTracker {
     // `base`: the nodes the graph already has (its first new one's index).
     void begin(int32_t graph, int64_t stream, int64_t handle, const Frontier& now, int64_t base) {
         Locked held(mutex_);
-        captures_[graph] = Capture{handle, stream, true, base, {}};
+        captures_[graph] = Capture{handle, stream, true, base, {}, {}};
         capturing_[stream] = graph;
         if (handle != 0) known_[stream] = now;
     }
@@ -116,10 +117,19 @@ class CaptureTracker {
         return out;
     }
 
-    // A catch-up gave node `index` its kernel event: no earlier node is new any more.
-    void caught_up(const Locked&, int32_t graph, int64_t index) {
+    // A catch-up gave node `index` its kernel event, numbered `seq`: no earlier node is new
+    // any more.
+    void caught_up(const Locked&, int32_t graph, int64_t index, int64_t seq) {
         auto it = captures_.find(graph);
-        if (it != captures_.end()) it->second.floor = std::max(it->second.floor, index + 1);
+        if (it == captures_.end()) return;
+        it->second.floor = std::max(it->second.floor, index + 1);
+        it->second.caught.emplace_back(index, seq);
+    }
+
+    std::vector<std::pair<int64_t, int64_t>> caught(int32_t graph) {
+        Locked held(mutex_);
+        auto it = captures_.find(graph);
+        return it == captures_.end() ? std::vector<std::pair<int64_t, int64_t>>() : it->second.caught;
     }
 
     void claim(int32_t graph, int64_t seq, int64_t node, bool trusted) {

@@ -40,6 +40,7 @@ struct Driver {
     using KernelParams = int (*)(void* node, KernelNodeParams* params);
     using Name = int (*)(const char** name, void* function);
     using Edges = int (*)(void* graph, void** from, void** to, EdgeData* data, size_t* count);
+    using ParamInfo = int (*)(void* function, size_t index, size_t* offset, size_t* size);
 
     CaptureInfo capture_info = nullptr;
     GetNodes get_nodes = nullptr;
@@ -48,6 +49,10 @@ struct Driver {
     Name func_name = nullptr;
     Name kernel_name = nullptr;
     Edges edges = nullptr;
+    // Optional (CUDA 12.4 drivers on): without them a kernel node's parameters are read in
+    // Python (streamrace/record/kernel_params.py).
+    ParamInfo func_param_info = nullptr;
+    ParamInfo kernel_param_info = nullptr;
 
     // libcuda's, loaded once; a function the driver lacks stays null.
     static const Driver& libcuda() {
@@ -62,12 +67,15 @@ struct Driver {
             d.func_name = reinterpret_cast<Name>(dlsym(lib, "cuFuncGetName"));
             d.kernel_name = reinterpret_cast<Name>(dlsym(lib, "cuKernelGetName"));
             d.edges = reinterpret_cast<Edges>(dlsym(lib, "cuGraphGetEdges_v2"));
+            d.func_param_info = reinterpret_cast<ParamInfo>(dlsym(lib, "cuFuncGetParamInfo"));
+            d.kernel_param_info = reinterpret_cast<ParamInfo>(dlsym(lib, "cuKernelGetParamInfo"));
             return d;
         }();
         return driver;
     }
 
-    // The functions at these addresses, by libcuda symbol name (every one must be given).
+    // The functions at these addresses, by libcuda symbol name (every one must be given, but
+    // the optional ones).
     static Driver at(const std::unordered_map<std::string, int64_t>& addresses) {
         auto address = [&](const char* symbol) {
             auto it = addresses.find(symbol);
@@ -84,6 +92,12 @@ struct Driver {
         d.func_name = reinterpret_cast<Name>(address("cuFuncGetName"));
         d.kernel_name = reinterpret_cast<Name>(address("cuKernelGetName"));
         d.edges = reinterpret_cast<Edges>(address("cuGraphGetEdges_v2"));
+        auto optional = [&](const char* symbol) {
+            auto it = addresses.find(symbol);
+            return it == addresses.end() ? nullptr : reinterpret_cast<void*>(it->second);
+        };
+        d.func_param_info = reinterpret_cast<ParamInfo>(optional("cuFuncGetParamInfo"));
+        d.kernel_param_info = reinterpret_cast<ParamInfo>(optional("cuKernelGetParamInfo"));
         return d;
     }
 };

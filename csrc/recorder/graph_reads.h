@@ -108,6 +108,71 @@ inline const char* function_name(const Driver& driver, const KernelFunction& f) 
     return name;
 }
 
+// A kernel node's parameters as the words that may be pointers, per parameter (every 8-byte
+// word of its bytes at least kMinPointer: small integers are sizes, flags and seeds), and its
+// function's name where it has a CUfunction; the C++ twin of kernel_params._kernel. Empty
+// when the driver cannot give parameter layouts (then Python reads them).
+struct KernelParams {
+    bool read = false;
+    std::string name;  // empty: none
+    bool named = false;
+    std::vector<std::vector<uint64_t>> params;
+};
+
+namespace detail {
+inline std::vector<uint64_t> words(const unsigned char* bytes, size_t size) {
+    std::vector<uint64_t> out;
+    for (size_t j = 0; j + 8 <= size; j += 8) {
+        uint64_t value = 0;
+        for (int b = 7; b >= 0; --b) value = (value << 8) | bytes[j + static_cast<size_t>(b)];  // little endian
+        if (value >= tables::kMinPointer) out.push_back(value);
+    }
+    return out;
+}
+}  // namespace detail
+
+inline KernelParams kernel_params(const Driver& driver, int64_t node) {
+    KernelParams out;
+    if (driver.func_param_info == nullptr || driver.kernel_param_info == nullptr || driver.kernel_params == nullptr) {
+        return out;
+    }
+    KernelNodeParams p{};
+    detail::check(driver.kernel_params(reinterpret_cast<void*>(node), &p), "cuGraphKernelNodeGetParams");
+    out.read = true;
+    if (p.func != nullptr) {
+        const char* name = nullptr;
+        detail::check(driver.func_name == nullptr ? 1 : driver.func_name(&name, p.func), "cuFuncGetName");
+        out.named = name != nullptr;
+        if (name != nullptr) out.name = name;
+    }
+    // (offset, size) of each parameter, until the driver says there are no more.
+    std::vector<std::pair<size_t, size_t>> layout;
+    while (p.func != nullptr || p.kern != nullptr) {
+        size_t offset = 0, size = 0;
+        int err = p.func != nullptr ? driver.func_param_info(p.func, layout.size(), &offset, &size)
+                                    : driver.kernel_param_info(p.kern, layout.size(), &offset, &size);
+        if (err != 0) break;
+        layout.emplace_back(offset, size);
+    }
+    if (p.kernel_params != nullptr) {
+        for (size_t i = 0; i < layout.size(); ++i) {
+            const auto* bytes = static_cast<const unsigned char*>(p.kernel_params[i]);
+            out.params.push_back(bytes != nullptr ? detail::words(bytes, layout[i].second) : std::vector<uint64_t>());
+        }
+    } else if (p.extra != nullptr) {
+        // extra = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, END}
+        if (p.extra[1] != nullptr && p.extra[3] != nullptr) {
+            size_t size = *static_cast<const size_t*>(p.extra[3]);
+            const auto* packed = static_cast<const unsigned char*>(p.extra[1]);
+            for (auto [offset, n] : layout) {
+                size_t end = std::min(size, offset + n);
+                out.params.push_back(offset < end ? detail::words(packed + offset, end - offset) : std::vector<uint64_t>());
+            }
+        }
+    }
+    return out;
+}
+
 // Every edge of the graph, by node handle; `programmatic`: a dependent-launch edge, which does
 // not order completion.
 struct Edge {

@@ -122,6 +122,7 @@ class State {
     }
     void refresh_frontiers(int32_t graph) { unseen_.refresh(graph); }
     void catch_up() { unseen_.catch_up(); }
+    std::vector<std::pair<int64_t, int64_t>> caught_up(int32_t graph) { return captures_.caught(graph); }
 
     // -- graph reads at a capture's end and at a catch-up (GraphReadback in Python) -----------
     // (node handles, nodes as {id, type[, name]}, edges by node id as [from, to[,
@@ -154,6 +155,26 @@ class State {
             edges.append(edge);
         }
         return py::make_tuple(handle_list, nodes, edges);
+    }
+
+    // (function name or None, [words per parameter]) of a kernel node, or None where the
+    // driver gives no parameter layouts (Python reads them then).
+    py::object kernel_access(int64_t node) {
+        KernelParams read = streamrace::kernel_params(driver_, node);
+        if (!read.read) return py::none();
+        py::object name = py::none();
+        if (read.named) {
+            PyObject* text = PyUnicode_DecodeUTF8(read.name.data(), static_cast<Py_ssize_t>(read.name.size()), "replace");
+            if (text == nullptr) throw py::error_already_set();
+            name = py::reinterpret_steal<py::object>(text);
+        }
+        py::list params;
+        for (const auto& words : read.params) {
+            py::list out;
+            for (uint64_t w : words) out.append(py::int_(w));
+            params.append(out);
+        }
+        return py::make_tuple(name, params);
     }
 
     py::list nodes_since(int64_t graph, int64_t last_claim, int64_t floor) {
@@ -499,6 +520,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                          bool trusted) { h.state().claim(graph, seq, node, trusted); })
         .def("refresh_frontiers", [](Hooks& h, int32_t graph) { h.state().refresh_frontiers(graph); })
         .def("catch_up", [](Hooks& h) { h.state().catch_up(); })
+        .def("caught_up", [](Hooks& h, int32_t graph) { return h.state().caught_up(graph); })
         .def("begin_launch", [](Hooks& h) { return h.state().ops.begin_launch(); })
         .def("end_launch", [](Hooks& h) { h.state().ops.end_launch(); })
         .def("drain", [](Hooks& h) { return h.state().drain(); })
@@ -507,6 +529,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         // Graph reads at a capture's end and at a catch-up (GraphReadback does the same in
         // Python): the whole graph, the nodes created since the last claim.
         .def("read_graph", [](Hooks& h, int64_t graph) { return h.state().read_graph(graph); })
+        .def("kernel_access", [](Hooks& h, int64_t node) { return h.state().kernel_access(node); })
         .def("nodes_since", [](Hooks& h, int64_t graph, int64_t last_claim, int64_t floor) {
             return h.state().nodes_since(graph, last_claim, floor);
         });

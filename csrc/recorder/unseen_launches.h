@@ -182,7 +182,7 @@ class UnseenLaunches {
                 r.device = device;
                 r.stack = *stack;
                 log_.append(held, r);
-                captures_.caught_up(held, graph, index);
+                captures_.caught_up(held, graph, index, r.seq);
             }
         }
         refresh(graph);

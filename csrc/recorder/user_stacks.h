@@ -61,7 +61,7 @@ class UserStacks {
         fresh.id = -1;
         fresh.frames.clear();
         if (shown_path_ == nullptr) return -1;
-        c10::SmallVector<std::pair<PyObject*, int>, 8> key;
+        CodeKey key;
         PyFrameObject* frame = PyEval_GetFrame();  // borrowed
         Py_XINCREF(frame);
         int walked = 0;
@@ -77,8 +77,7 @@ class UserStacks {
         }
         Py_XDECREF(frame);
         if (key.empty()) return -1;
-        CodeKey code_key(key.begin(), key.end());
-        auto hit = by_code_.find(code_key);
+        auto hit = by_code_.find(key);  // the common case: a stack seen before, no allocation
         if (hit != by_code_.end()) return hit->second;
         std::vector<UserFrame> frames;
         for (auto [code, instruction] : key) {
@@ -95,12 +94,12 @@ class UserStacks {
             fresh.id = id;
             fresh.frames = frames;
         }
-        by_code_.emplace(std::move(code_key), id);
+        by_code_.emplace(std::move(key), id);
         return id;
     }
 
    private:
-    using CodeKey = std::vector<std::pair<PyObject*, int>>;
+    using CodeKey = c10::SmallVector<std::pair<PyObject*, int>, 8>;
 
     struct CodeKeyHash {
         size_t operator()(const CodeKey& k) const {

@@ -20,6 +20,7 @@ blocks its schema does not mention gets those blocks as inferred writes.
 from __future__ import annotations
 
 import fnmatch
+import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +69,9 @@ def is_trusted(op: str) -> bool:
     return op.startswith(TRUSTED_NAMESPACES)
 
 
+_CAUGHT = object()  # a snapshot's marker: a node's kernel event, from a catch-up
+
+
 class CaptureNodes:
     """The nodes of one capture graph and the launches that created them."""
 
@@ -76,16 +80,16 @@ class CaptureNodes:
         self.base = base  # nodes there before the capture's first launch
         self._read_access = read_access  # CudaRuntime.node_access
         self.kernels: dict[int, dict[str, Any]] = {}  # node index -> kernel event found by catching up
+        self.caught: dict[int, int] = {}  # node index -> that event's seq (before it is drained)
         self.launches: dict[int, dict[str, Any]] = {}  # seq -> kernel event of a launch claimed by handle
         self._accesses: dict[int, Any] = {}  # node index -> NodeAccess, read before the graph is gone
-        self._owners: dict[int, int] = {}  # node index -> seq of the event that created it
         self._checked_ops: dict[int, list[int]] = {}  # seq of a custom op -> its kernel nodes
         self._nodes: list[dict[str, Any]] = []
 
     def floor(self) -> int:
         """No node before this index can be new: the capture's first, or after the last one
         a catch-up found (a recorded launch's claim is a handle: the hooks find it)."""
-        return max(self.base, max(self.kernels) + 1) if self.kernels else self.base
+        return max(self.base, max(self.caught) + 1) if self.caught else self.base
 
     @staticmethod
     def launching_streams(
@@ -109,7 +113,14 @@ class CaptureNodes:
         return found[::-1]
 
     def claim_kernel(self, event: dict[str, Any], index: int) -> None:
+        """The kernel event a catch-up gave node ``index``."""
         self.kernels[index] = event
+        self.caught[index] = event["seq"]
+
+    def add_caught(self, caught: Iterable[tuple[int, int]]) -> None:
+        """(node index, seq) of the kernel events the native hooks caught up, whose events
+        are claimed when they are drained."""
+        self.caught.update(caught)
 
     def snapshot(
         self, handles: list[int], nodes: list[dict[str, Any]], claims: Sequence[tuple[int, int, bool]]
@@ -117,27 +128,28 @@ class CaptureNodes:
         """At capture end: who created each node, and the parameters of the nodes whose
         accesses are still to be worked out. ``claims``: the hooks' (seq, frontier node,
         trusted op) in seq order."""
-        index_of = {node: i for i, node in enumerate(handles)}
-        merged: list[tuple[int, int, Any]] = [(seq, index_of.get(h, -1), trusted) for seq, h, trusted in claims]
-        merged += [(event["seq"], index, event) for index, event in self.kernels.items()]
-        cursor = self.base
-        for seq, index, what in sorted(merged, key=lambda c: c[0]):
-            if isinstance(what, dict):  # a kernel found by catching up: its one node
-                self._owners[index] = seq
+        index_of = {node: i for i, node in enumerate(handles)}.get
+        merged: list[tuple[int, int, Any]] = [(seq, index_of(h, -1), trusted) for seq, h, trusted in claims]
+        if self.caught:
+            merged += [(seq, index, _CAUGHT) for index, seq in self.caught.items()]
+            merged.sort(key=operator.itemgetter(0))  # the claims come in seq order already
+        owners: dict[int, int] = {}  # node index -> seq of the event that created it
+        launches, cursor = self.launches, self.base
+        for seq, index, what in merged:
+            if what is _CAUGHT:  # a kernel found by catching up: its one node
+                owners[index] = seq
                 cursor = max(cursor, index + 1)
             elif index >= cursor:  # a recorded launch: everything since the previous claim
-                if seq in self.launches:
-                    self.launches[seq]["node"] = cursor
+                if seq in launches:
+                    launches[seq]["node"] = cursor
                 for i in range(cursor, index + 1):
-                    self._owners[i] = seq
-                    if not what:
-                        self._checked_ops.setdefault(seq, []).append(i)
+                    owners[i] = seq
+                if not what:
+                    self._checked_ops.setdefault(seq, []).extend(range(cursor, index + 1))
                 cursor = index + 1
-        for node in nodes:
-            owner = self._owners.get(node["id"])
-            if owner is not None:
-                node["op"] = owner
-        needs = {i for i in self.kernels} | {i for ids in self._checked_ops.values() for i in ids}
+        for i, owner in owners.items():  # a node's id is its index
+            nodes[i]["op"] = owner
+        needs = set(self.caught) | {i for ids in self._checked_ops.values() for i in ids}
         for i in sorted(needs):
             if nodes[i]["type"] in ACCESS_NODE_TYPES:
                 self._accesses[i] = self._read_access(handles[i], nodes[i]["type"])

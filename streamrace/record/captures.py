@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from streamrace.record.capture_nodes import CaptureNodes
 from streamrace.record.event_log import Event
 from streamrace.record.installation import MethodPatch, active
+from streamrace.record.kernel_params import NodeAccess
 
 if TYPE_CHECKING:
     from streamrace.record.recorder import Recorder
@@ -112,11 +113,21 @@ class CaptureLifecycle:
         )
         nodes = None
         if handle is not None:
-            nodes = CaptureNodes(handle, runtime.graphs.node_count(handle), runtime.node_access)
+            nodes = CaptureNodes(handle, runtime.graphs.node_count(handle), self._node_access)
         capture = Capture(graph, stream, handle, begin, nodes)
         self._running[id(cuda_graph)] = capture
         self._captures[graph] = capture
         rec.started_hooks.begin_capture(graph, stream, handle or 0)
+
+    def _node_access(self, node: int, type_name: str) -> NodeAccess:
+        """What a node touches: a kernel's parameters from the hooks where they read them (the
+        native hooks, in C++), else from the runtime."""
+        if type_name == "kernel":
+            read = self._rec.started_hooks.kernel_access(node)
+            if read is not None:
+                name, params = read
+                return NodeAccess("kernel", name, params=params)
+        return self._rec.runtime.node_access(node, type_name)
 
     def before_end(self, cuda_graph: Any) -> GraphData | None:
         """Read what only the live graph can tell; the rest waits until after the capture."""
@@ -127,7 +138,7 @@ class CaptureLifecycle:
         rec = self._rec
         hooks = rec.started_hooks
         rec.unseen.catch_up()
-        rec.log.ingest()  # the kernel events the hooks caught up, claimed by their captures
+        capture.nodes.add_caught(hooks.caught_up(capture.graph))
         handles, nodes, edges = hooks.read_graph(capture.handle)
         capture.nodes.snapshot(handles, nodes, hooks.claims(capture.graph))
         rec.unseen.finish_later(capture)

@@ -60,6 +60,9 @@ NODE_TYPES = (
     "conditional",
 )
 UNLISTED_NODE_TYPE_PREFIX = "type"
+# A kernel parameter's 8-byte words below this are sizes, flags and seeds, never device
+# addresses (kernel_params.py, graph_reads.h).
+MIN_POINTER = 1 << 16
 # Node types that read or write memory: a catch-up gives each such node a kernel event.
 ACCESS_NODE_TYPES = ("kernel", "memset", "memcpy")
 
@@ -188,6 +191,7 @@ inline constexpr const char* kTrustedNamespaces[] = {{{_strings(TRUSTED_NAMESPAC
 inline constexpr const char* kNodeTypes[] = {{{_strings(NODE_TYPES)}}};
 inline constexpr const char* kUnlistedNodeTypePrefix = "{UNLISTED_NODE_TYPE_PREFIX}";
 inline constexpr const char* kAccessNodeTypes[] = {{{_strings(ACCESS_NODE_TYPES)}}};
+inline constexpr uint64_t kMinPointer = {MIN_POINTER};
 inline constexpr size_t kMaxKernelName = {MAX_KERNEL_NAME};
 inline constexpr int kCaptureStatusActive = {CAPTURE_STATUS_ACTIVE};
 

@@ -78,6 +78,7 @@ class Hooks(Protocol):
     def claim(self, graph: int, seq: int, node: int, trusted: bool) -> None: ...
     def refresh_frontiers(self, graph: int) -> None: ...  # after catching up
     def catch_up(self) -> None: ...  # where catches_up
+    def caught_up(self, graph: int) -> list[tuple[int, int]]: ...  # (node index, seq) of its kernel events
     def begin_launch(self) -> tuple[int, int | None, int]: ...  # (stack, graph or None, frontier node)
     def end_launch(self) -> None: ...
     def drain(self) -> list[dict[str, Any]]: ...
@@ -85,6 +86,8 @@ class Hooks(Protocol):
     def use_allocator_facts(self) -> str: ...  # "" when allocs now come exact, else why not
     # Graph reads (graph_readback.py, or the same in C++).
     def read_graph(self, graph: int) -> tuple[list[int], list[dict[str, Any]], list[list[Any]]]: ...
+    # (function name or None, words per parameter) of a kernel node; None: the runtime reads it.
+    def kernel_access(self, node: int) -> tuple[str | None, list[list[int]]] | None: ...
     def nodes_since(self, graph: int, last_claim: int, floor: int) -> list[tuple[int, int, str]]: ...
     # How the hooks hear torch's GPU-trace calls: the registries served in C++ straight from
     # torch (nothing of theirs joins those registries), until stop_interposing; then the
@@ -282,11 +285,17 @@ class PythonHooks:
     def read_graph(self, graph: int) -> tuple[list[int], list[dict[str, Any]], list[list[Any]]]:
         return self._graphs.read_graph(graph)
 
+    def kernel_access(self, node: int) -> tuple[str | None, list[list[int]]] | None:
+        return None
+
     def nodes_since(self, graph: int, last_claim: int, floor: int) -> list[tuple[int, int, str]]:
         return self._graphs.nodes_since(graph, last_claim, floor)
 
     def catch_up(self) -> None:
         raise NotImplementedError("the Recorder catches up for the Python hooks")
+
+    def caught_up(self, graph: int) -> list[tuple[int, int]]:
+        return []  # the Recorder's catch-up claims its kernel events itself
 
     def interpose(self, gpu_trace: Any) -> tuple[str, ...]:
         return ()
@@ -513,11 +522,13 @@ class NativeHooks:
     claim: Callable[[int, int, int, bool], None]
     refresh_frontiers: Callable[[int], None]
     catch_up: Callable[[], None]
+    caught_up: Callable[[int], list[tuple[int, int]]]
     begin_launch: Callable[[], tuple[int, int | None, int]]
     end_launch: Callable[[], None]
     drain: Callable[[], list[dict[str, Any]]]
     release_python: Callable[[], None]
     read_graph: Callable[[int], tuple[list[int], list[dict[str, Any]], list[list[Any]]]]
+    kernel_access: Callable[[int], tuple[str | None, list[list[int]]] | None]
     nodes_since: Callable[[int, int, int], list[tuple[int, int, str]]]
 
     def __init__(self, module: Any, options: HookOptions, device_type: int | None = None) -> None:
@@ -554,11 +565,13 @@ class NativeHooks:
             "claim",
             "refresh_frontiers",
             "catch_up",
+            "caught_up",
             "begin_launch",
             "end_launch",
             "drain",
             "release_python",
             "read_graph",
+            "kernel_access",
             "nodes_since",
         ):
             setattr(self, name, getattr(self._native, name))

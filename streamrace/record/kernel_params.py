@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamrace.record.graph_readback import _drv, _ok, _rt
-
-_MIN_POINTER = 1 << 16  # small integers (sizes, flags, seeds) are never device addresses
+from streamrace.record.hook_tables import MIN_POINTER
 
 
 @dataclass
@@ -55,7 +54,7 @@ def _param_layout(params: Any) -> list[tuple[int, int]]:
 def _words(raw: bytes) -> Iterable[int]:
     for j in range(0, len(raw) - 7, 8):
         value = int.from_bytes(raw[j : j + 8], "little")
-        if value >= _MIN_POINTER:
+        if value >= MIN_POINTER:
             yield value
 
 
