@@ -7,6 +7,10 @@ GPU program takes. On the GPU, tests/gpu/ record whole programs through it."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -19,7 +23,7 @@ from streamrace.record.hook_tables import GPU_TRACE_HOOKS  # noqa: E402
 from streamrace.record.hooks import HookOptions, NativeHooks  # noqa: E402
 from streamrace.record.stacks import UserCode  # noqa: E402
 
-CPU, CUDA = 0, 1  # c10::DeviceType
+CPU, CUDA, XPU = 0, 1, 12  # c10::DeviceType
 
 
 @pytest.fixture
@@ -176,12 +180,15 @@ def test_the_generator_forwards_every_method_and_interposes_the_known_shapes():
     header = trace_forwarding.cpp_header(_SMALL)
     assert "STREAMRACE_NO_INTERPOSER" not in header
     assert "std::string name() const override { return (*Sink::inner())->name(); }" in header
-    assert "bool is_contiguous(const TensorImpl* self, at::MemoryFormat arg1) const override" in header
+    assert "bool is_contiguous(const TensorImpl* self, at::MemoryFormat streamrace_arg1) const override" in header
     assert "void reportErrorCallback(PyObject* callback, DispatchKey key) const override" in header
     assert "Sink::on_alloc(device_type, static_cast<int64_t>(ptr))" in header
     # A trace method with other parameters than expected is only handed on.
-    assert "Sink::on_event_record" not in header and "trace_gpu_event_record(device_type, event); }" in header
+    assert "Sink::on_event_record" not in header
+    assert "->trace_gpu_event_record(std::forward<decltype(device_type)>(device_type), std::forward<" in header
     assert 'kInterposedHooks[] = {"on_alloc"}' in header and "commented_out" not in header
+    # Each argument is handed on as it came; unnamed ones get names of ours.
+    assert "->is_contiguous(std::forward<decltype(self)>(self), std::forward<decltype(streamrace_arg1)>(" in header
 
 
 @pytest.mark.parametrize(
@@ -192,8 +199,86 @@ def test_the_generator_forwards_every_method_and_interposes_the_known_shapes():
         ("struct PyInterpreterVTable { virtual void f() = 0; virtual void g() const = 0; };", "read 1 of 2"),
         ("struct PyInterpreterVTable { virtual void f() const = 0; };", "no trace_gpu_* method"),
         ("struct PyInterpreterVTable { virtual void f() const = 0;", "does not end"),
+        ("struct PyInterpreterVTable { virtual void f(void) const = 0; };", "parameter 'void'"),
+        ("struct PyInterpreterVTable { virtual void f(int a[3]) const = 0; };", "parameter 'int a[3]'"),
+        ("struct PyInterpreterVTable {\n#if A\n virtual void f() const = 0;\n#endif\n};", "preprocessor line"),
     ],
 )
 def test_a_header_it_cannot_read_builds_without_the_interposer(text, why):
     header = trace_forwarding.cpp_header(text)
     assert "#define STREAMRACE_NO_INTERPOSER" in header and why in header and "struct ForwardingVTable" not in header
+
+
+_BROKEN_VTABLE = """
+import sys
+from streamrace.record import native, trace_forwarding
+trace_forwarding.generate = lambda include_dirs: "#pragma once\\n#include <streamrace_no_such_header.h>\\n"
+module = native.load()
+print(module.interposer_unavailable)
+print(module.interposed_hooks)
+"""
+
+
+@pytest.mark.skipif(
+    os.environ.get("STREAMRACE_CORE") == "python",
+    reason="the recorder's build does not depend on the analysis engine: once is enough",
+)
+def test_a_vtable_that_does_not_compile_builds_the_hooks_without_the_interposer(tmp_path):
+    env = {**os.environ, "STREAMRACE_BUILD_DIR": str(tmp_path)}
+    run = subprocess.run([sys.executable, "-c", _BROKEN_VTABLE], capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr
+    why, hooks = run.stdout.splitlines()[-2:]
+    assert why.startswith("the GPU-trace interposer did not build (") and hooks == "()"
+    assert "building the native hooks without it" in run.stderr
+    # Remembered: a later process builds without it at once (the marker says why).
+    [marker] = tmp_path.glob("*/interposer_failed.txt")
+    assert marker.read_text().strip() == why
+
+
+def test_a_recording_that_fails_to_start_leaves_torchs_interpreter_in_place(gpu_trace, monkeypatch):
+    native_module()
+    from streamrace.record.hooks import NativeHooks
+
+    def broken(self, registries):
+        raise RuntimeError("simulated failure after the interposer went in")
+
+    monkeypatch.setattr(NativeHooks, "fire_overrides", broken)
+    with pytest.raises(RuntimeError, match="simulated failure"), streamrace.watch(hooks="native"):
+        pass
+    native_module().trace_as_torch("on_alloc", [0x4000], CUDA)
+    assert gpu_trace.fired == [("MemoryAllocationCallbacks", (0x4000,))], "torch's own path, not ours"
+    monkeypatch.undo()
+    with streamrace.watch(hooks="native") as session:  # and the next recording starts
+        assert session.recorder.hooks.interposer_unavailable == ""
+
+
+def test_another_devices_calls_reach_its_own_registries(gpu_trace):
+    """torch finds a call's registries by its device type: an XPU call goes to torch.xpu's,
+    whatever torch.cuda's hold."""
+    from torch.xpu import _gpu_trace as xpu_trace
+
+    module = native_module()
+    seen: list[int] = []
+    xpu_trace.MemoryAllocationCallbacks.add_callback(seen.append)
+    hooks, _ = _interposed(gpu_trace)
+    try:
+        module.trace_as_torch("on_alloc", [0x5000], XPU)
+    finally:
+        hooks.stop_interposing()
+        xpu_trace.MemoryAllocationCallbacks.callback_list.remove(seen.append)
+    assert seen == [0x5000]
+
+
+def test_a_launchs_extra_buffer_is_found_in_any_order():
+    import ctypes
+
+    from streamrace.record.kernel_params import extra_buffer
+
+    payload = (ctypes.c_uint64 * 2)(0x7F0000001000, 7)
+    size = ctypes.c_size_t(16)
+    end, pointer, size_key = 0, 1, 2
+    for order in ([pointer, ctypes.addressof(payload), size_key, ctypes.addressof(size), end],
+                  [size_key, ctypes.addressof(size), pointer, ctypes.addressof(payload), end]):  # fmt: skip
+        extra = (ctypes.c_void_p * 5)(*order)
+        assert extra_buffer(ctypes.addressof(extra)) == bytes(payload)
+    assert extra_buffer(ctypes.addressof((ctypes.c_void_p * 1)(end))) is None, "an empty array"

@@ -147,7 +147,7 @@ inline KernelParams kernel_params(const Driver& driver, int64_t node) {
     }
     // (offset, size) of each parameter, until the driver says there are no more.
     std::vector<std::pair<size_t, size_t>> layout;
-    while (p.func != nullptr || p.kern != nullptr) {
+    while ((p.func != nullptr || p.kern != nullptr) && layout.size() < tables::kMaxKernelParams) {
         size_t offset = 0, size = 0;
         int err = p.func != nullptr ? driver.func_param_info(p.func, layout.size(), &offset, &size)
                                     : driver.kernel_param_info(p.kern, layout.size(), &offset, &size);
@@ -160,10 +160,18 @@ inline KernelParams kernel_params(const Driver& driver, int64_t node) {
             out.params.push_back(bytes != nullptr ? detail::words(bytes, layout[i].second) : std::vector<uint64_t>());
         }
     } else if (p.extra != nullptr) {
-        // extra = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, END}
-        if (p.extra[1] != nullptr && p.extra[3] != nullptr) {
-            size_t size = *static_cast<const size_t*>(p.extra[3]);
-            const auto* packed = static_cast<const unsigned char*>(p.extra[1]);
+        // extra: (key, value) pairs in any order up to CU_LAUNCH_PARAM_END (0): the buffer
+        // (CU_LAUNCH_PARAM_BUFFER_POINTER, 1) and a pointer to its size (..._SIZE, 2).
+        const void* buffer = nullptr;
+        const void* size_at = nullptr;
+        for (size_t k = 0; k < 2 * tables::kMaxExtraPairs && p.extra[k] != nullptr; k += 2) {
+            auto key = reinterpret_cast<uintptr_t>(p.extra[k]);
+            if (key == 1) buffer = p.extra[k + 1];
+            if (key == 2) size_at = p.extra[k + 1];
+        }
+        if (buffer != nullptr && size_at != nullptr) {
+            size_t size = *static_cast<const size_t*>(size_at);
+            const auto* packed = static_cast<const unsigned char*>(buffer);
             for (auto [offset, n] : layout) {
                 size_t end = std::min(size, offset + n);
                 out.params.push_back(offset < end ? detail::words(packed + offset, end - offset) : std::vector<uint64_t>());

@@ -29,6 +29,7 @@
 #include <pybind11/stl.h>
 
 #include <ATen/record_function.h>
+#include <torch/csrc/PyInterpreter.h>
 
 #include <atomic>
 #include <cstdint>
@@ -126,9 +127,11 @@ class State {
 
     // -- graph reads at a capture's end and at a catch-up (GraphReadback in Python) -----------
     // (node handles, nodes as {id, type[, name]}, edges by node id as [from, to[,
-    // "programmatic"]]), the graph event's own objects; node types and kernel names are
-    // made once per recording and shared (GIL held).
+    // "programmatic"]]), the graph event's own objects; node types are made once per
+    // recording, kernel names once per function and graph (a module unloaded between two
+    // captures may leave its function's address to another) (GIL held).
     py::tuple read_graph(int64_t graph) {
+        kernel_names_.clear();
         std::vector<int64_t> handles = streamrace::node_handles(driver_, graph);
         std::unordered_map<int64_t, int64_t> index;
         index.reserve(handles.size());
@@ -345,17 +348,28 @@ TraceInterposer& interposer() {
 #ifndef STREAMRACE_NO_INTERPOSER
 struct Sink {
     static const c10::impl::PyInterpreter* inner() { return interposer().inner(); }
-#define STREAMRACE_SINK(name, text, direct)                         \
-    template <typename... A>                                        \
-    static bool name(c10::DeviceType type, A... args) {             \
-        if (interposer().records(type)) hook::name(args...);        \
-        return interposer().others(k_##name);                       \
+    // While Python finalizes, and for a device not recorded (torch finds another device's
+    // registries by its type), the call is torch's alone, as without the interposer.
+    static bool ours(c10::DeviceType type) {
+#if PY_VERSION_HEX >= 0x030D0000
+        const bool finalizing = Py_IsFinalizing();
+#else
+        const bool finalizing = _Py_IsFinalizing();
+#endif
+        return Py_IsInitialized() && !finalizing && interposer().records(type);
+    }
+#define STREAMRACE_SINK(name, text, direct)             \
+    template <typename... A>                            \
+    static bool name(c10::DeviceType type, A... args) { \
+        if (!ours(type)) return true;                   \
+        hook::name(args...);                            \
+        return interposer().others(k_##name);           \
     }
     STREAMRACE_GPU_TRACE_HOOKS(STREAMRACE_SINK)
 #undef STREAMRACE_SINK
 };
 
-const c10::impl::PyInterpreter* ours() {
+const c10::impl::PyInterpreter* interpreter() {
     static const auto* interpreter =
         new c10::impl::PyInterpreter(new c10::impl::streamrace_generated::ForwardingVTable<Sink>());
     return interpreter;
@@ -372,13 +386,13 @@ std::string install(int device_type, const py::list& callback_lists) {
 #else
     std::vector<PyObject*> lists;
     for (py::handle list : callback_lists) lists.push_back(list.is_none() ? nullptr : list.ptr());
-    return interposer().install(ours(), static_cast<c10::DeviceType>(device_type), lists);
+    return interposer().install(interpreter(), getPyInterpreter(), static_cast<c10::DeviceType>(device_type), lists);
 #endif
 }
 
 void uninstall() {
 #ifndef STREAMRACE_NO_INTERPOSER
-    interposer().uninstall(ours());
+    interposer().uninstall(interpreter());
 #endif
 }
 

@@ -30,13 +30,13 @@ class TraceInterposer {
     // Puts `ours` in front of torch's interpreter (GIL held). `callback_lists`: each
     // registry's Python callback list, in the hooks' table order (null: none to call). ""
     // when it is in place, else why not.
-    std::string install(const c10::impl::PyInterpreter* ours, c10::DeviceType device,
-                        const std::vector<PyObject*>& callback_lists) {
+    // `torch`: torch's own interpreter; only it is stood in front of (another interposer in
+    // place, a second build of these hooks say, is left alone: wrapping it could make a cycle).
+    std::string install(const c10::impl::PyInterpreter* ours, const c10::impl::PyInterpreter* torch,
+                        c10::DeviceType device, const std::vector<PyObject*>& callback_lists) {
         const c10::impl::PyInterpreter* current = c10::impl::GPUTrace::get_trace();
         if (current == nullptr) return "torch's GPU trace is not on";
-        // Ours still in place (a recording that never got to its end): torch's is inner_.
-        if (current == ours) current = inner_.load(std::memory_order_acquire);
-        if (current == nullptr) return "torch's GPU trace is not on";
+        if (current != torch && current != ours) return "another GPU-trace interpreter is in place";
         if (callback_lists.size() > kMaxRegistries) return "more registries than the interposer holds";
         for (size_t i = 0; i < kMaxRegistries; ++i) {
             PyObject* list = i < callback_lists.size() ? callback_lists[i] : nullptr;
@@ -48,7 +48,7 @@ class TraceInterposer {
             Py_XDECREF(lists_[i].exchange(list));
         }
         device_.store(device, std::memory_order_relaxed);
-        inner_.store(current, std::memory_order_release);
+        inner_.store(torch, std::memory_order_release);
         c10::impl::GPUTrace::gpuTraceState.store(ours, std::memory_order_release);
         return "";
     }
@@ -74,6 +74,8 @@ class TraceInterposer {
     // Whether the registry has Python callbacks (someone else's: the hooks add none), which
     // torch's interpreter must still run. Read without the GIL: a list's length is one word,
     // and a callback added while a call is in flight misses that call, as it would in torch.
+    // (A tool that replaces a registry's fire_callbacks instead of adding a callback, or its
+    // callback_list after recording began, is not seen.)
     bool others(size_t registry) const {
         PyObject* list = registry < kMaxRegistries ? lists_[registry].load(std::memory_order_acquire) : nullptr;
         return list != nullptr && PyList_GET_SIZE(list) > 0;

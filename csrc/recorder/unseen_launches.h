@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <optional>
 #include <unordered_map>
 #include <utility>
@@ -101,6 +102,16 @@ class UnseenLaunches {
             py::gil_scoped_acquire gil;
             if (catch_up_) catch_up_();
             return;
+        }
+        // One catch-up at a time (hooks run on any thread, with or without the GIL): each
+        // reads its captures' floors and last claims only once it has the turn. The turn is
+        // never waited for with the GIL held, since a catch-up may take the GIL (the stack).
+        std::unique_lock<std::mutex> turn(turn_, std::defer_lock);
+        if (PyGILState_Check()) {
+            py::gil_scoped_release released;
+            turn.lock();
+        } else {
+            turn.lock();
         }
         try {
             for (const auto& [graph, state] : captures_.catch_up_states()) catch_up(graph, state);
@@ -196,6 +207,7 @@ class UnseenLaunches {
     std::mutex& mutex_;
     py::object catch_up_;
     const bool in_python_;
+    std::mutex turn_;  // one native catch-up at a time
 };
 
 }  // namespace streamrace

@@ -130,9 +130,9 @@ class CaptureNodes:
         trusted op) in seq order."""
         index_of = {node: i for i, node in enumerate(handles)}.get
         merged: list[tuple[int, int, Any]] = [(seq, index_of(h, -1), trusted) for seq, h, trusted in claims]
-        if self.caught:
-            merged += [(seq, index, _CAUGHT) for index, seq in self.caught.items()]
-            merged.sort(key=operator.itemgetter(0))  # the claims come in seq order already
+        merged += [(seq, index, _CAUGHT) for index, seq in self.caught.items()]
+        # Nearly in order already (a Triton launch's claim may come after a later event's).
+        merged.sort(key=operator.itemgetter(0))
         owners: dict[int, int] = {}  # node index -> seq of the event that created it
         launches, cursor = self.launches, self.base
         for seq, index, what in merged:

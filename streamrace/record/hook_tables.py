@@ -63,6 +63,11 @@ UNLISTED_NODE_TYPE_PREFIX = "type"
 # A kernel parameter's 8-byte words below this are sizes, flags and seeds, never device
 # addresses (kernel_params.py, graph_reads.h).
 MIN_POINTER = 1 << 16
+# Bounds on what a kernel node's parameters are read through, so that a driver that never says
+# "no more" cannot stall a capture's end: parameters (a launch passes at most 32 KiB of them),
+# and (key, value) pairs of a launch's ``extra`` array.
+MAX_KERNEL_PARAMS = 32768
+MAX_EXTRA_PAIRS = 16
 # Node types that read or write memory: a catch-up gives each such node a kernel event.
 ACCESS_NODE_TYPES = ("kernel", "memset", "memcpy")
 
@@ -192,6 +197,8 @@ inline constexpr const char* kNodeTypes[] = {{{_strings(NODE_TYPES)}}};
 inline constexpr const char* kUnlistedNodeTypePrefix = "{UNLISTED_NODE_TYPE_PREFIX}";
 inline constexpr const char* kAccessNodeTypes[] = {{{_strings(ACCESS_NODE_TYPES)}}};
 inline constexpr uint64_t kMinPointer = {MIN_POINTER};
+inline constexpr size_t kMaxKernelParams = {MAX_KERNEL_PARAMS};
+inline constexpr size_t kMaxExtraPairs = {MAX_EXTRA_PAIRS};
 inline constexpr size_t kMaxKernelName = {MAX_KERNEL_NAME};
 inline constexpr int kCaptureStatusActive = {CAPTURE_STATUS_ACTIVE};
 

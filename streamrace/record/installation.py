@@ -73,19 +73,25 @@ def activate(recorder: Any, hooks: Any, runtime: Any, patches: list[MethodPatch]
         _LATEST = weakref.ref(recorder)
         recorder.hooks = hooks
         registries = runtime.gpu_trace()
-        interposed = hooks.interpose(registries)
-        overrides = hooks.fire_overrides(registries)
-        for hook in GPU_TRACE_HOOKS:
-            target = getattr(registries, hook.registry)
-            if hook.registry in interposed:
-                continue
-            if hook.registry in overrides:
-                target.fire_callbacks = overrides[hook.registry]
-            else:
-                target.add_callback(hooks.callbacks[hook.registry])
-        _GPU_TRACE.append((registries, hooks, interposed, overrides))
-        for method in patches:
-            patch(method)
+        # Kept from the first step on, so that a failure halfway takes out what went in.
+        _GPU_TRACE.append((registries, hooks, hooks.interpose(registries), {}))
+        try:
+            overrides = hooks.fire_overrides(registries)
+            interposed = _GPU_TRACE[-1][2]
+            _GPU_TRACE[-1] = (registries, hooks, interposed, overrides)
+            for hook in GPU_TRACE_HOOKS:
+                target = getattr(registries, hook.registry)
+                if hook.registry in interposed:
+                    continue
+                if hook.registry in overrides:
+                    target.fire_callbacks = overrides[hook.registry]
+                else:
+                    target.add_callback(hooks.callbacks[hook.registry])
+            for method in patches:
+                patch(method)
+        except BaseException:
+            _take_out()
+            raise
         _ACTIVE = recorder
 
 
@@ -94,17 +100,22 @@ def deactivate() -> None:
     global _ACTIVE
     with _LOCK:
         _ACTIVE = None
-        while _GPU_TRACE:
-            registries, hooks, interposed, overrides = _GPU_TRACE.pop()
-            hooks.stop_interposing()
-            for hook in GPU_TRACE_HOOKS:
-                target = getattr(registries, hook.registry)
-                if hook.registry in interposed:
-                    continue
-                if hook.registry in overrides:
-                    if vars(target).get("fire_callbacks") is overrides[hook.registry]:
-                        del target.fire_callbacks  # the class's own again
-                elif hooks.callbacks[hook.registry] in target.callback_list:
-                    target.callback_list.remove(hooks.callbacks[hook.registry])
-        while _PATCHED:  # last in, first out: a wrapper of a wrapper comes off first
-            _PATCHED.pop().uninstall()
+        _take_out()
+
+
+def _take_out() -> None:
+    """Everything activate put in, whatever part of it did go in (the lock held)."""
+    while _GPU_TRACE:
+        registries, hooks, interposed, overrides = _GPU_TRACE.pop()
+        hooks.stop_interposing()
+        for hook in GPU_TRACE_HOOKS:
+            target = getattr(registries, hook.registry)
+            if hook.registry in interposed:
+                continue
+            if hook.registry in overrides:
+                if vars(target).get("fire_callbacks") is overrides[hook.registry]:
+                    del target.fire_callbacks  # the class's own again
+            elif hooks.callbacks[hook.registry] in target.callback_list:
+                target.callback_list.remove(hooks.callbacks[hook.registry])
+    while _PATCHED:  # last in, first out: a wrapper of a wrapper comes off first
+        _PATCHED.pop().uninstall()

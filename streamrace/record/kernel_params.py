@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamrace.record.graph_readback import _drv, _ok, _rt
-from streamrace.record.hook_tables import MIN_POINTER
+from streamrace.record.hook_tables import MAX_EXTRA_PAIRS, MAX_KERNEL_PARAMS, MIN_POINTER
 
 
 @dataclass
@@ -38,7 +38,7 @@ def _param_layout(params: Any) -> list[tuple[int, int]]:
     """(offset, size) of each kernel parameter; cuFuncGetParamCount is unreliable on 13.0 drivers."""
     layout: list[tuple[int, int]] = []
     func, kern = params.func, getattr(params, "kern", None)
-    while True:
+    while len(layout) < MAX_KERNEL_PARAMS:
         index = len(layout)
         if int(func):
             result = _drv.cuFuncGetParamInfo(func, index)
@@ -49,6 +49,7 @@ def _param_layout(params: Any) -> list[tuple[int, int]]:
         if int(result[0]) != 0:
             return layout
         layout.append((int(result[1]), int(result[2])))
+    return layout
 
 
 def _words(raw: bytes) -> Iterable[int]:
@@ -73,13 +74,29 @@ def _kernel(node: Any) -> NodeAccess:
             for pointer, (_offset, size) in zip(pointers, layout, strict=True)
         ]
     elif int(params.extra):
-        # extra = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, END}
-        extra = (ctypes.c_void_p * 5).from_address(int(params.extra))
-        if extra[1] and extra[3]:
-            size = ctypes.c_size_t.from_address(extra[3]).value
-            packed = ctypes.string_at(extra[1], size)
+        packed = extra_buffer(int(params.extra))
+        if packed is not None:
             access.params = [list(_words(packed[offset : offset + n])) for offset, n in layout]
     return access
+
+
+def extra_buffer(address: int) -> bytes | None:
+    """The parameter buffer a launch's ``extra`` array passes: (key, value) pairs in any order
+    up to CU_LAUNCH_PARAM_END (0), the buffer under CU_LAUNCH_PARAM_BUFFER_POINTER (1) and a
+    pointer to its size under CU_LAUNCH_PARAM_BUFFER_SIZE (2); None without both."""
+    buffer = size_at = None
+    for k in range(0, 2 * MAX_EXTRA_PAIRS, 2):
+        key = ctypes.c_void_p.from_address(address + 8 * k).value
+        if not key:
+            break
+        value = ctypes.c_void_p.from_address(address + 8 * (k + 1)).value
+        if key == 1:
+            buffer = value
+        elif key == 2:
+            size_at = value
+    if not buffer or not size_at:
+        return None
+    return ctypes.string_at(buffer, ctypes.c_size_t.from_address(size_at).value)
 
 
 def _memset(node: Any) -> NodeAccess:

@@ -130,44 +130,66 @@ def _build_and_import() -> ModuleType:
     tracker = tracker_build()
     if isinstance(tracker, str):
         tracker_unavailable = tracker
-        return _build(None)
+        return _build_either(None)
     # A build of the tracker that failed once is not tried again in every process.
-    failed = _build_dir_for(tracker) / "tracker_failed.txt"
+    failed = _build_dir_for(tracker, None) / "tracker_failed.txt"
     if failed.is_file():
         tracker_unavailable = failed.read_text().strip()
-        return _build(None)
+        return _build_either(None)
     try:
-        return _build(tracker)
+        return _build_either(tracker)
     except Exception as exc:  # a torch whose allocator header differs: the hooks without it
-        last = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        tracker_unavailable = f"the allocator trace tracker did not build ({last})"
+        tracker_unavailable = f"the allocator trace tracker did not build ({_last_line(exc)})"
         print(f"streamrace: {tracker_unavailable}; allocation facts come from the allocator's history", file=sys.stderr)
         failed.parent.mkdir(parents=True, exist_ok=True)
         failed.write_text(tracker_unavailable + "\n")
-        return _build(None)
+        return _build_either(None)
+
+
+def _last_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+
+
+def _build_either(tracker: Tracker | None) -> ModuleType:
+    """The hooks with the GPU-trace interposer, else, where its vtable (generated from this
+    torch's header) did not compile, without it; a failure is not tried again."""
+    failed = _build_dir_for(tracker, None) / "interposer_failed.txt"
+    if failed.is_file():
+        return _build(tracker, failed.read_text().strip())
+    try:
+        return _build(tracker, None)
+    except Exception as exc:
+        why = f"the GPU-trace interposer did not build ({_last_line(exc)})"
+        print(f"streamrace: {why}; building the native hooks without it", file=sys.stderr)
+        failed.parent.mkdir(parents=True, exist_ok=True)
+        failed.write_text(why + "\n")
+        return _build(tracker, why)
 
 
 Tracker = tuple[list[str], list[str], list[str]]  # tracker_build's (cflags, include dirs, ldflags)
 
 
-def generated_headers() -> dict[str, str]:
+def generated_headers(without_interposer: str | None = None) -> dict[str, str]:
     """The headers the build writes: the hook tables, and the GPU-trace forwarding vtable
-    written from this torch's own header (trace_forwarding.py)."""
+    written from this torch's own header (trace_forwarding.py), or, with
+    ``without_interposer`` (why not), none."""
     from torch.utils import cpp_extension
 
     from streamrace.record import hook_tables, trace_forwarding
 
-    return {
-        "hook_tables.h": hook_tables.cpp_header(),
-        "trace_forwarding.h": trace_forwarding.generate(cpp_extension.include_paths()),
-    }
+    forwarding = (
+        trace_forwarding.without_interposer(without_interposer)
+        if without_interposer is not None
+        else trace_forwarding.generate(cpp_extension.include_paths())
+    )
+    return {"hook_tables.h": hook_tables.cpp_header(), "trace_forwarding.h": forwarding}
 
 
-def _build_dir_for(tracker: Tracker | None) -> pathlib.Path:
+def _build_dir_for(tracker: Tracker | None, without_interposer: str | None) -> pathlib.Path:
     import torch
 
     cflags, includes, ldflags = tracker if tracker is not None else ([], [], [])
-    headers = "".join(generated_headers().values())
+    headers = "".join(generated_headers(without_interposer).values())
     return _build_dir(torch.__version__, source_dir(), headers, [*cflags, *includes, *ldflags, *_extra_cflags()])
 
 
@@ -177,16 +199,16 @@ def _extra_cflags() -> list[str]:
     return ["-DSTREAMRACE_HOOK_TIMES"] if os.environ.get(ENV_HOOK_TIMES) == "1" else []
 
 
-def _build(tracker: Tracker | None) -> ModuleType:
+def _build(tracker: Tracker | None, without_interposer: str | None) -> ModuleType:
     import torch
     from torch.utils import cpp_extension
 
     cflags, includes, ldflags = tracker if tracker is not None else ([], [], [])
     sources = source_dir()
-    build_dir = _build_dir_for(tracker)
+    build_dir = _build_dir_for(tracker, without_interposer)
     generated = build_dir / "include"
     generated.mkdir(parents=True, exist_ok=True)
-    for name, text in generated_headers().items():
+    for name, text in generated_headers(without_interposer).items():
         header = generated / name
         if not header.is_file() or header.read_text() != text:
             header.write_text(text)

@@ -156,7 +156,11 @@ class Recorder:
         self.log.hooks = hooks
         patches = self.captures.patches() + ([] if self.capture_only else self.replays.patches())
         installation.activate(self, hooks, self.runtime, patches)
-        hooks.start()
+        try:
+            hooks.start()
+        except BaseException:
+            installation.deactivate()  # nothing of a recording that did not start stays in
+            raise
         if self.runtime.initialized():
             self.enable_allocation_facts()
         else:  # a fresh process: the facts go on at its first allocation
