@@ -60,10 +60,11 @@ _PARAM_INFO = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, _
 
 
 class _Node:
-    __slots__ = ("access", "handle", "type")
+    __slots__ = ("access", "handle", "packed", "type")
 
-    def __init__(self, handle: int, type_name: str, access: NodeAccess) -> None:
+    def __init__(self, handle: int, type_name: str, access: NodeAccess, packed: bool = False) -> None:
         self.handle, self.type, self.access = handle, NODE_TYPES.index(type_name), access
+        self.packed = packed  # a kernel whose parameters come in one buffer (``extra``)
 
 
 class _Graph:
@@ -331,14 +332,17 @@ class FakeCuda:
         name: str | None = None,
         params: Sequence[Sequence[int]] = (),
         writes: Sequence[dict[str, int]] = (),
+        packed: bool = False,
     ) -> None:
-        """A node on the current stream, if it captures (eagerly, the work just runs)."""
+        """A node on the current stream, if it captures (eagerly, the work just runs).
+        ``packed``: a kernel launched with its parameters in one buffer (``extra``, its size
+        given first) instead of an array of pointers."""
         graph = self._capturing.get(self.stream)
         if graph is None:
             return
         handle = next(self._handles)
         access = NodeAccess(type_name, name, writes=list(writes), params=[list(p) for p in params])
-        node = self._nodes[handle] = _Node(handle, type_name, access)
+        node = self._nodes[handle] = _Node(handle, type_name, access, packed)
         if name is not None:
             self._functions.setdefault(name, next(self._handles))
         g = self._graphs[graph]
@@ -431,10 +435,21 @@ class FakeCuda:
             return _INVALID_VALUE
         params.contents.func = self._functions.get(found.access.name)
         if node not in self._param_buffers:
-            buffers = [(ctypes.c_uint64 * max(len(p), 1))(*p) for p in found.access.params]
-            pointers = (ctypes.c_void_p * max(len(buffers), 1))(*(ctypes.addressof(b) for b in buffers))
-            self._param_buffers[node] = (pointers, buffers)
-        params.contents.kernel_params = ctypes.addressof(self._param_buffers[node][0])
+            if found.packed:  # {CU_LAUNCH_PARAM_BUFFER_SIZE, &size, ..._POINTER, buffer, END}
+                words = [w for p in found.access.params for w in p]
+                buffer = (ctypes.c_uint64 * max(len(words), 1))(*words)
+                size = ctypes.c_size_t(8 * len(words))
+                extra = (ctypes.c_void_p * 5)(2, ctypes.addressof(size), 1, ctypes.addressof(buffer), 0)
+                self._param_buffers[node] = (extra, [buffer, size])
+            else:
+                buffers = [(ctypes.c_uint64 * max(len(p), 1))(*p) for p in found.access.params]
+                pointers = (ctypes.c_void_p * max(len(buffers), 1))(*(ctypes.addressof(b) for b in buffers))
+                self._param_buffers[node] = (pointers, buffers)
+        address = ctypes.addressof(self._param_buffers[node][0])
+        if found.packed:
+            params.contents.extra = address
+        else:
+            params.contents.kernel_params = address
         self._last_params = [8 * len(p) for p in found.access.params]
         return _SUCCESS
 

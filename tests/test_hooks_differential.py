@@ -350,3 +350,23 @@ def test_the_native_hooks_read_kernel_parameters_themselves(monkeypatch):
     asked.clear()
     record("python")
     assert "kernel" in asked
+
+
+def test_a_kernel_with_packed_parameters_is_read_alike():
+    """A kernel launched with one parameter buffer (``extra``, its size first): the native
+    hooks' C++ reading finds the pointers in it as the scripted reading does."""
+
+    def program(fake: FakeCuda) -> None:
+        x, y = fake.alloc(), fake.alloc()
+        graph = FakeGraph(fake)
+        with fake.on(MAIN):
+            graph.capture_begin()
+            fake.launch("kernel", "packed_copy", params=[[x.data_ptr()], [y.data_ptr() + 8]], packed=True)
+            graph.capture_end()
+
+    native, python = record_program("native", program)[0], record_program("python", program)[0]
+    assert native.errors == [] and python.errors == []
+    events = canonical(native.trace_events())
+    assert first_difference(events, canonical(python.trace_events())) is None
+    [kernel] = [e for e in events if e["ev"] == "kernel"]
+    assert kernel["name"] == "packed_copy" and len(kernel["writes"]) == 2, kernel
