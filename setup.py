@@ -101,7 +101,7 @@ setup(
     ext_modules=EXT_MODULES,
     cmdclass={"build_py": BuildWithAutostart},
     entry_points={
-        "console_scripts": ["streamrace=streamrace.cli:main"],
+        "console_scripts": ["streamrace=streamrace.cli:console"],
         "pytest11": ["streamrace = streamrace.pytest_plugin"],
     },
     classifiers=[

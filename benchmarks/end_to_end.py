@@ -53,7 +53,7 @@ for event in iter_trace(sys.argv[1]):
     pass
 """
 # The command line, as the console script runs it.
-ANALYZE = "import sys\nfrom streamrace.cli import main\nsys.exit(main(sys.argv[1:]))"
+ANALYZE = "from streamrace.cli import console\nconsole()"
 WITHOUT_ORJSON = "import sys\nsys.modules['orjson'] = None  # import orjson now fails\n" + ANALYZE
 
 

@@ -1,7 +1,5 @@
 """``python -m streamrace``: the same command line as the ``streamrace`` console script."""
 
-import sys
+from streamrace.cli import console
 
-from streamrace.cli import main
-
-sys.exit(main())
+console()

@@ -461,6 +461,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _internal_error(exc, debug_wanted(bool(getattr(args, "debug", False))))
 
 
+def console() -> None:
+    """The console script (and ``python -m streamrace``): ``main``, then the process ends
+    without freeing what its analyses kept (streamrace/short_lived.py): ``os._exit`` once the
+    output is flushed, where no other thread still runs; else an ordinary exit."""
+    import os
+    import threading
+
+    from streamrace import short_lived
+
+    short_lived.retain_until_exit()
+    code = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:  # a closed pipe: what an ordinary exit would meet too
+        sys.exit(code)
+    if threading.active_count() == 1:
+        os._exit(code)
+    sys.exit(code)
+
+
 def _internal_error(exc: Exception, debug: bool) -> int:
     if debug:
         import traceback

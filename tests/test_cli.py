@@ -473,3 +473,15 @@ def test_the_command_line_imports_nothing_heavy() -> None:
         f"import streamrace.cli as c\nc.main(['analyze', '-o', '/dev/null', {str(recorded)!r}])"
     )
     assert "streamrace.analysis.graph_truth" in with_graphs and "torch" not in with_graphs
+
+
+def test_the_console_ends_without_freeing_and_loses_no_output(capsys: pytest.CaptureFixture[str]) -> None:
+    """The console script leaves what the analysis kept to the process's exit (os._exit,
+    streamrace/short_lived.py); its report and exit code are main's, byte for byte."""
+    from streamrace import short_lived
+
+    proc = _run("analyze", "--format", "json", str(BUNDLED))
+    code = main(["analyze", "--format", "json", str(BUNDLED)])
+    assert proc.returncode == code == 1, proc.stderr
+    assert proc.stdout == capsys.readouterr().out and proc.stdout.endswith("\n")
+    assert short_lived._RETAINED is None, "main called in-process frees as before"

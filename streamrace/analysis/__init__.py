@@ -16,7 +16,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamrace import __version__
+from streamrace import __version__, short_lived
 from streamrace.analysis import detectors
 from streamrace.analysis.core import CppEngine, new_engine
 from streamrace.analysis.dedup import deduplicate
@@ -202,7 +202,11 @@ def analyze(
         findings = deduplicate(raw)
         summary["findings"] = len(findings)
         notes = header_notes(header, engine.unknown_replays)
+        # The command line ends right after: it leaves the engine to the process's exit
+        # (streamrace/short_lived.py) instead of freeing it object by object.
+        short_lived.retain(engine, found, results)
         del engine, found, results, passes
+    short_lived.freeze_retained()
     return AnalysisResult(findings=findings, raw_findings=raw, summary=summary, notes=notes)
 
 
