@@ -61,10 +61,16 @@ inline void check(int err, const char* what) {
 }  // namespace detail
 
 // Every node of the graph, in creation order.
-inline std::vector<int64_t> node_handles(const Driver& driver, int64_t graph) {
+// How many nodes the graph has (CUDA counts them one by one: not for every launch).
+inline int64_t node_count(const Driver& driver, int64_t graph) {
     if (driver.get_nodes == nullptr) throw std::runtime_error("the driver has no cuGraphGetNodes");
     size_t count = 0;
     detail::check(driver.get_nodes(reinterpret_cast<void*>(graph), nullptr, &count), "cuGraphGetNodes");
+    return static_cast<int64_t>(count);
+}
+
+inline std::vector<int64_t> node_handles(const Driver& driver, int64_t graph) {
+    auto count = static_cast<size_t>(node_count(driver, graph));
     // The driver refuses a node array with a zero count (an empty capture): nothing to read.
     if (count == 0) return {};
     std::vector<void*> nodes(count);

@@ -104,7 +104,7 @@ class State {
 
     void begin_capture(int32_t graph, int64_t stream, int64_t handle) {
         Frontier now = handle != 0 ? unseen_.frontier(stream) : Frontier();
-        int64_t base = handle != 0 ? static_cast<int64_t>(streamrace::node_handles(driver_, handle).size()) : 0;
+        int64_t base = handle != 0 ? streamrace::node_count(driver_, handle) : 0;
         captures_.begin(graph, stream, handle, now, base);
         captures_.set_any_open(true);
     }
@@ -165,12 +165,7 @@ class State {
     py::object kernel_access(int64_t node) {
         KernelParams read = streamrace::kernel_params(driver_, node);
         if (!read.read) return py::none();
-        py::object name = py::none();
-        if (read.named) {
-            PyObject* text = PyUnicode_DecodeUTF8(read.name.data(), static_cast<Py_ssize_t>(read.name.size()), "replace");
-            if (text == nullptr) throw py::error_already_set();
-            name = py::reinterpret_steal<py::object>(text);
-        }
+        py::object name = read.named ? decoded(read.name.data(), read.name.size()) : py::none();
         py::list params;
         for (const auto& words : read.params) {
             py::list out;
@@ -178,14 +173,6 @@ class State {
             params.append(out);
         }
         return py::make_tuple(name, params);
-    }
-
-    py::list nodes_since(int64_t graph, int64_t last_claim, int64_t floor) {
-        py::list out;
-        for (auto& [index, handle, type] : streamrace::nodes_since(driver_, graph, last_claim, floor)) {
-            out.append(py::make_tuple(index, handle, type));
-        }
-        return out;
     }
 
     py::list drain() { return log_.drain(); }
@@ -200,6 +187,13 @@ class State {
     }
 
    private:
+    // A name the driver gives, as Python's decode(errors="replace") reads it.
+    static py::object decoded(const char* bytes, size_t size) {
+        PyObject* text = PyUnicode_DecodeUTF8(bytes, static_cast<Py_ssize_t>(size), "replace");
+        if (text == nullptr) throw py::error_already_set();
+        return py::reinterpret_steal<py::object>(text);
+    }
+
     py::object type_object(int type) {
         auto it = type_names_.find(type);
         if (it == type_names_.end()) it = type_names_.emplace(type, py::str(node_type_name(type))).first;
@@ -212,10 +206,7 @@ class State {
         if (it != kernel_names_.end()) return it->second;
         py::object name = py::none();
         if (const char* raw = function_name(driver_, f); raw != nullptr && raw[0] != '\0') {
-            PyObject* text = PyUnicode_DecodeUTF8(raw, static_cast<Py_ssize_t>(std::strlen(raw)), "replace");
-            if (text == nullptr) throw py::error_already_set();
-            py::object decoded = py::reinterpret_steal<py::object>(text);
-            name = decoded[py::slice(0, static_cast<Py_ssize_t>(tables::kMaxKernelName), 1)];
+            name = decoded(raw, std::strlen(raw))[py::slice(0, static_cast<Py_ssize_t>(tables::kMaxKernelName), 1)];
         }
         kernel_names_.emplace(f, name);
         return name;
@@ -404,25 +395,25 @@ void trace_as_torch(const std::string& hook, const std::vector<int64_t>& args, i
         if (i >= args.size()) throw std::invalid_argument(hook + ": too few arguments");
         return static_cast<uintptr_t>(args[i]);
     };
-    const auto cuda = static_cast<c10::DeviceType>(device_type);
+    const auto device = static_cast<c10::DeviceType>(device_type);
     if (hook == "on_alloc") {
-        (*trace)->trace_gpu_memory_allocation(cuda, arg(0));
+        (*trace)->trace_gpu_memory_allocation(device, arg(0));
     } else if (hook == "on_free") {
-        (*trace)->trace_gpu_memory_deallocation(cuda, arg(0));
+        (*trace)->trace_gpu_memory_deallocation(device, arg(0));
     } else if (hook == "on_event_create") {
-        (*trace)->trace_gpu_event_creation(cuda, arg(0));
+        (*trace)->trace_gpu_event_creation(device, arg(0));
     } else if (hook == "on_event_delete") {
-        (*trace)->trace_gpu_event_deletion(cuda, arg(0));
+        (*trace)->trace_gpu_event_deletion(device, arg(0));
     } else if (hook == "on_event_record") {
-        (*trace)->trace_gpu_event_record(cuda, arg(0), arg(1));
+        (*trace)->trace_gpu_event_record(device, arg(0), arg(1));
     } else if (hook == "on_event_wait") {
-        (*trace)->trace_gpu_event_wait(cuda, arg(0), arg(1));
+        (*trace)->trace_gpu_event_wait(device, arg(0), arg(1));
     } else if (hook == "on_stream_sync") {
-        (*trace)->trace_gpu_stream_synchronization(cuda, arg(0));
+        (*trace)->trace_gpu_stream_synchronization(device, arg(0));
     } else if (hook == "on_event_sync") {
-        (*trace)->trace_gpu_event_synchronization(cuda, arg(0));
+        (*trace)->trace_gpu_event_synchronization(device, arg(0));
     } else if (hook == "on_device_sync") {
-        (*trace)->trace_gpu_device_synchronization(cuda);
+        (*trace)->trace_gpu_device_synchronization(device);
     } else {
         throw std::invalid_argument("no trace point for " + hook);
     }
@@ -540,13 +531,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         .def("drain", [](Hooks& h) { return h.state().drain(); })
         .def("release_python", [](Hooks& h) { h.state().release_python(); })
         .def("use_allocator_facts", &Hooks::use_allocator_facts, py::arg("scripted") = false)
-        // Graph reads at a capture's end and at a catch-up (GraphReadback does the same in
-        // Python): the whole graph, the nodes created since the last claim.
+        // Graph reads at a capture's end (GraphReadback does the same in Python): the whole
+        // graph, and a kernel node's parameters.
         .def("read_graph", [](Hooks& h, int64_t graph) { return h.state().read_graph(graph); })
-        .def("kernel_access", [](Hooks& h, int64_t node) { return h.state().kernel_access(node); })
-        .def("nodes_since", [](Hooks& h, int64_t graph, int64_t last_claim, int64_t floor) {
-            return h.state().nodes_since(graph, last_claim, floor);
-        });
+        .def("kernel_access", [](Hooks& h, int64_t node) { return h.state().kernel_access(node); });
 
     // A torch.cuda._gpu_trace registry's fire_callbacks, straight to a native hook: the
     // registry's Python loop costs more than the hook. Callbacks others add to it still run.

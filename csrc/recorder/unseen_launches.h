@@ -152,35 +152,25 @@ class UnseenLaunches {
     }
 
     void catch_up(int32_t graph, const CatchUpState& state) {
-        std::vector<int64_t> handles = node_handles(driver_, state.handle);
-        const auto count = static_cast<int64_t>(handles.size());
-        int64_t seen = state.floor;  // the nodes after the latest claim, and from the floor on
-        for (int64_t i = count - 1; i >= seen && state.last_claim != 0; --i) {
-            if (handles[i] == state.last_claim) {
-                seen = i + 1;
-                break;
-            }
-        }
-        if (seen < count) {
+        const auto fresh = nodes_since(driver_, state.handle, state.last_claim, state.floor);
+        if (!fresh.empty()) {
             // A launch's nodes end where its stream's frontier is now; earlier ones of the
             // same gap lead to it, so they take the stream of the next node that has one.
             std::unordered_map<int64_t, int64_t> launcher;
             for (int64_t stream : captures_.capture_streams(graph)) {
                 for (int64_t node : frontier(stream)) launcher[node] = stream;
             }
-            const size_t n = static_cast<size_t>(count - seen);
-            std::vector<std::optional<int64_t>> stream_of(n);
+            std::vector<std::optional<int64_t>> stream_of(fresh.size());
             std::optional<int64_t> launching;
-            for (size_t k = n; k-- > 0;) {
-                auto it = launcher.find(handles[static_cast<size_t>(seen) + k]);
+            for (size_t k = fresh.size(); k-- > 0;) {
+                auto it = launcher.find(std::get<1>(fresh[k]));
                 if (it != launcher.end()) launching = it->second;
                 stream_of[k] = launching;
             }
             const int32_t device = streams_.current_device();
             std::optional<int32_t> stack;
-            for (size_t k = 0; k < n; ++k) {
-                const int64_t index = seen + static_cast<int64_t>(k);
-                std::string type = node_type_name(node_type(driver_, handles[static_cast<size_t>(index)]));
+            for (size_t k = 0; k < fresh.size(); ++k) {
+                const auto& [index, handle, type] = fresh[k];
                 if (!access_type(type)) continue;
                 if (!stack) stack = stacks_.python_stack();
                 Locked held = log_.lock();

@@ -88,7 +88,6 @@ class Hooks(Protocol):
     def read_graph(self, graph: int) -> tuple[list[int], list[dict[str, Any]], list[list[Any]]]: ...
     # (function name or None, words per parameter) of a kernel node; None: the runtime reads it.
     def kernel_access(self, node: int) -> tuple[str | None, list[list[int]]] | None: ...
-    def nodes_since(self, graph: int, last_claim: int, floor: int) -> list[tuple[int, int, str]]: ...
     # How the hooks hear torch's GPU-trace calls: the registries served in C++ straight from
     # torch (nothing of theirs joins those registries), until stop_interposing; then the
     # registries whose fire_callbacks a hook replaces instead of joining their callback list.
@@ -287,9 +286,6 @@ class PythonHooks:
 
     def kernel_access(self, node: int) -> tuple[str | None, list[list[int]]] | None:
         return None
-
-    def nodes_since(self, graph: int, last_claim: int, floor: int) -> list[tuple[int, int, str]]:
-        return self._graphs.nodes_since(graph, last_claim, floor)
 
     def catch_up(self) -> None:
         raise NotImplementedError("the Recorder catches up for the Python hooks")
@@ -529,7 +525,6 @@ class NativeHooks:
     release_python: Callable[[], None]
     read_graph: Callable[[int], tuple[list[int], list[dict[str, Any]], list[list[Any]]]]
     kernel_access: Callable[[int], tuple[str | None, list[list[int]]] | None]
-    nodes_since: Callable[[int, int, int], list[tuple[int, int, str]]]
 
     def __init__(self, module: Any, options: HookOptions, device_type: int | None = None) -> None:
         # device_type: whose tensors are recorded (c10::DeviceType), the runtime's unless given:
@@ -572,7 +567,6 @@ class NativeHooks:
             "release_python",
             "read_graph",
             "kernel_access",
-            "nodes_since",
         ):
             setattr(self, name, getattr(self._native, name))
         self._module = module
@@ -594,10 +588,12 @@ class NativeHooks:
         if not self._runtime.interposes_gpu_trace:
             self.interposer_unavailable = "the runtime is scripted"
             return ()
-        hooks = getattr(self._module, "interposed_hooks", ())
+        hooks = self._module.interposed_hooks
+        if not hooks:  # a build without it, which says why
+            self.interposer_unavailable = str(self._module.interposer_unavailable)
+            return ()
         lists = [getattr(getattr(gpu_trace, h.registry, None), "callback_list", None) for h in GPU_TRACE_HOOKS]
-        why = self._module.install_interposer(self._device_type, lists) if hooks else ""
-        self.interposer_unavailable = why if hooks else str(self._module.interposer_unavailable)
+        self.interposer_unavailable = self._module.install_interposer(self._device_type, lists)
         if self.interposer_unavailable:
             return ()
         return tuple(h.registry for h in GPU_TRACE_HOOKS if h.hook in hooks)

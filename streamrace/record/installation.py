@@ -73,11 +73,11 @@ def activate(recorder: Any, hooks: Any, runtime: Any, patches: list[MethodPatch]
         _LATEST = weakref.ref(recorder)
         recorder.hooks = hooks
         registries = runtime.gpu_trace()
+        interposed = hooks.interpose(registries)
         # Kept from the first step on, so that a failure halfway takes out what went in.
-        _GPU_TRACE.append((registries, hooks, hooks.interpose(registries), {}))
+        _GPU_TRACE.append((registries, hooks, interposed, {}))
         try:
             overrides = hooks.fire_overrides(registries)
-            interposed = _GPU_TRACE[-1][2]
             _GPU_TRACE[-1] = (registries, hooks, interposed, overrides)
             for hook in GPU_TRACE_HOOKS:
                 target = getattr(registries, hook.registry)

@@ -49,7 +49,7 @@ class UnseenLaunches:
             if capture is None or capture.nodes is None:
                 continue
             assert capture.handle is not None  # a capture has nodes only where its graph was read
-            new = hooks.nodes_since(capture.handle, hooks.last_claim(graph), capture.nodes.floor())
+            new = rec.runtime.graphs.nodes_since(capture.handle, hooks.last_claim(graph), capture.nodes.floor())
             streams = hooks.capture_streams(graph) if new else []
             for index, kind, stream in capture.nodes.launching_streams(new, streams, rec.runtime.graphs.capture_state):
                 if kind not in ACCESS_NODE_TYPES:
