@@ -94,3 +94,48 @@ def native_index(fn: Callable[[], object]) -> list[tuple[str, list[dict[str, Any
 
 ENGINES = {"python": python_ops, "native": native_ops}
 INDEX_ENGINES = {"python": python_index, "native": native_index}
+
+
+def record_trace_calls(hooks: Any, fire: Callable[..., None]) -> list[dict[str, Any]]:
+    """One scripted run of every GPU-trace hook through ``fire(hook, *args)`` (the native
+    module's functions, or torch's trace points), around a capture whose event joins a
+    second stream; the bookkeeping checked, the hooks' events returned."""
+    hooks.start()
+    try:
+        hooks.begin_capture(1, 0, 0)
+        fire("on_alloc", 0x1000)
+        fire("on_event_create", 7)
+        fire("on_event_record", 7, 0)  # recorded on the capturing stream...
+        fire("on_event_wait", 7, 0x77)  # ...so waiting on it joins stream 0x77 to the capture
+        assert hooks.capture_streams(1) == [0, 0x77] and hooks.open_graphs() == [1]
+        fire("on_free", 0x1000)
+        fire("on_event_delete", 7)
+        hooks.end_capture(1)
+        assert hooks.capture_streams(1) == [] and hooks.open_graphs() == []
+        fire("on_alloc", 0x2000)
+        fire("on_stream_sync", 0x77)
+        fire("on_event_sync", 7)
+        fire("on_device_sync")
+    finally:
+        hooks.stop()
+    events = hooks.drain()
+    kinds = [e["ev"] for e in events if e["ev"] not in ("stack", "stream")]
+    assert kinds == [
+        "alloc",
+        "event_create",
+        "event_record",
+        "event_wait",
+        "free",
+        "event_delete",
+        "alloc",
+        "stream_sync",
+        "event_sync",
+        "device_sync",
+    ]
+    seqs = [e["seq"] for e in events]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    allocs = [e for e in events if e["ev"] == "alloc"]
+    assert allocs[0]["_graph"] == 1 and "_graph" not in allocs[1], "only the first was in the capture"
+    assert [e["stream"] for e in events if e["ev"] == "stream"] == [0, 0x77], "each stream once"
+    assert hooks.next_seq() == seqs[-1] + 1 == hooks.peek_seq() - 1
+    return events

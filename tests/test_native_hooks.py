@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from op_engines import cpu_hooks, native_events, native_module, python_ops  # noqa: E402
+from op_engines import cpu_hooks, native_events, native_module, python_ops, record_trace_calls  # noqa: E402
 
 from streamrace.record import native  # noqa: E402
 
@@ -160,43 +160,7 @@ def test_ops_on_every_thread_are_recorded():
 
 def test_callbacks_keep_the_capture_bookkeeping():
     module = native_module()
-    hooks = cpu_hooks()
-    hooks.start()
-    try:
-        hooks.begin_capture(1, 0, 0)
-        module.on_alloc(0x1000)
-        module.on_event_create(7)
-        module.on_event_record(7, 0)  # recorded on the capturing stream...
-        module.on_event_wait(7, 0x77)  # ...so waiting on it joins stream 0x77 to the capture
-        assert hooks.capture_streams(1) == [0, 0x77] and hooks.open_graphs() == [1]
-        module.on_free(0x1000)
-        module.on_event_delete(7)
-        hooks.end_capture(1)
-        assert hooks.capture_streams(1) == [] and hooks.open_graphs() == []
-        module.on_alloc(0x2000)
-        module.on_stream_sync(0x77)
-        module.on_device_sync()
-    finally:
-        hooks.stop()
-    events = hooks.drain()
-    kinds = [e["ev"] for e in events if e["ev"] not in ("stack", "stream")]
-    assert kinds == [
-        "alloc",
-        "event_create",
-        "event_record",
-        "event_wait",
-        "free",
-        "event_delete",
-        "alloc",
-        "stream_sync",
-        "device_sync",
-    ]
-    seqs = [e["seq"] for e in events]
-    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
-    allocs = [e for e in events if e["ev"] == "alloc"]
-    assert allocs[0]["_graph"] == 1 and "_graph" not in allocs[1], "only the first was in the capture"
-    assert [e["stream"] for e in events if e["ev"] == "stream"] == [0, 0x77], "each stream once"
-    assert hooks.next_seq() == seqs[-1] + 1 == hooks.peek_seq() - 1
+    record_trace_calls(cpu_hooks(), lambda hook, *args: getattr(module, hook)(*args))
 
 
 def test_a_failing_hook_is_recorded_and_the_program_goes_on():

@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from op_engines import cpu_hooks, native_module  # noqa: E402
+from op_engines import cpu_hooks, native_module, record_trace_calls  # noqa: E402
 
 import streamrace  # noqa: E402
 from streamrace.record import trace_forwarding  # noqa: E402
@@ -62,37 +62,14 @@ def test_every_registry_is_served_from_cpp(gpu_trace):
 
 
 def test_torchs_calls_reach_the_hooks_and_nothing_crosses_into_python(gpu_trace):
+    """The same bookkeeping as the native module's functions give it (test_native_hooks.py),
+    from torch's trace points."""
     module = native_module()
     hooks, _ = _interposed(gpu_trace)
-    hooks.start()
     try:
-        hooks.begin_capture(1, 0, 0)
-        module.trace_as_torch("on_alloc", [0x1000], CPU)
-        module.trace_as_torch("on_event_create", [7], CPU)
-        module.trace_as_torch("on_event_record", [7, 0], CPU)
-        module.trace_as_torch("on_event_wait", [7, 0x77], CPU)  # joins stream 0x77 to the capture
-        assert hooks.capture_streams(1) == [0, 0x77]
-        module.trace_as_torch("on_free", [0x1000], CPU)
-        module.trace_as_torch("on_event_delete", [7], CPU)
-        hooks.end_capture(1)
-        module.trace_as_torch("on_stream_sync", [0x77], CPU)
-        module.trace_as_torch("on_event_sync", [7], CPU)
-        module.trace_as_torch("on_device_sync", [], CPU)
+        record_trace_calls(hooks, lambda hook, *args: module.trace_as_torch(hook, list(args), CPU))
     finally:
-        hooks.stop()
         hooks.stop_interposing()
-    kinds = [e["ev"] for e in hooks.drain() if e["ev"] not in ("stack", "stream")]
-    assert kinds == [
-        "alloc",
-        "event_create",
-        "event_record",
-        "event_wait",
-        "free",
-        "event_delete",
-        "stream_sync",
-        "event_sync",
-        "device_sync",
-    ]
     assert gpu_trace.fired == [], "no registry had a callback: torch's Python interpreter was never called"
 
 
