@@ -83,24 +83,50 @@ def node_type_name(value: int) -> str:
 
 @dataclass(frozen=True)
 class GpuTraceHook:
-    """One ``torch.cuda._gpu_trace`` registry and the hook both sets attach to it."""
+    """One ``torch.cuda._gpu_trace`` registry, the hook both sets attach to it, and torch's
+    trace point that feeds it (the interposer's, trace_forwarding.py)."""
 
     registry: str  # the registry's name in torch.cuda._gpu_trace
     hook: str  # PythonHooks._<hook>; the native module's function of that name
     where: str  # a failure's recorder_error "where"
     direct: bool  # busy: the native hooks replace the registry's fire_callbacks
+    trace_method: str  # c10's PyInterpreterVTable method torch calls
+    arity: int  # the integers it passes after the device type
 
 
 GPU_TRACE_HOOKS = (
-    GpuTraceHook("MemoryAllocationCallbacks", "on_alloc", "memory allocation", True),
-    GpuTraceHook("MemoryDeallocationCallbacks", "on_free", "memory deallocation", True),
-    GpuTraceHook("EventCreationCallbacks", "on_event_create", "event creation", False),
-    GpuTraceHook("EventDeletionCallbacks", "on_event_delete", "event deletion", False),
-    GpuTraceHook("EventRecordCallbacks", "on_event_record", "event record", True),
-    GpuTraceHook("EventWaitCallbacks", "on_event_wait", "event wait", True),
-    GpuTraceHook("StreamSynchronizationCallbacks", "on_stream_sync", "stream synchronization", False),
-    GpuTraceHook("EventSynchronizationCallbacks", "on_event_sync", "event synchronization", False),
-    GpuTraceHook("DeviceSynchronizationCallbacks", "on_device_sync", "device synchronization", False),
+    GpuTraceHook("MemoryAllocationCallbacks", "on_alloc", "memory allocation", True, "trace_gpu_memory_allocation", 1),
+    GpuTraceHook(
+        "MemoryDeallocationCallbacks", "on_free", "memory deallocation", True, "trace_gpu_memory_deallocation", 1
+    ),
+    GpuTraceHook("EventCreationCallbacks", "on_event_create", "event creation", False, "trace_gpu_event_creation", 1),
+    GpuTraceHook("EventDeletionCallbacks", "on_event_delete", "event deletion", False, "trace_gpu_event_deletion", 1),
+    GpuTraceHook("EventRecordCallbacks", "on_event_record", "event record", True, "trace_gpu_event_record", 2),
+    GpuTraceHook("EventWaitCallbacks", "on_event_wait", "event wait", True, "trace_gpu_event_wait", 2),
+    GpuTraceHook(
+        "StreamSynchronizationCallbacks",
+        "on_stream_sync",
+        "stream synchronization",
+        False,
+        "trace_gpu_stream_synchronization",
+        1,
+    ),
+    GpuTraceHook(
+        "EventSynchronizationCallbacks",
+        "on_event_sync",
+        "event synchronization",
+        False,
+        "trace_gpu_event_synchronization",
+        1,
+    ),
+    GpuTraceHook(
+        "DeviceSynchronizationCallbacks",
+        "on_device_sync",
+        "device synchronization",
+        False,
+        "trace_gpu_device_synchronization",
+        0,
+    ),
 )
 
 # What an op's schema name says about its accesses (op_accesses.py, schema_plan.h), by the

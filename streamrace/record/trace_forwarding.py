@@ -25,21 +25,13 @@ from __future__ import annotations
 import pathlib
 import re
 
+from streamrace.record.hook_tables import GPU_TRACE_HOOKS
+
 HEADER = pathlib.Path("c10", "core", "impl", "PyInterpreter.h")
 
-# torch's trace_gpu_* method -> the native hook it calls (hook_tables.GPU_TRACE_HOOKS), and
-# how many integer arguments follow the device type.
-INTERPOSED = {
-    "trace_gpu_memory_allocation": ("on_alloc", 1),
-    "trace_gpu_memory_deallocation": ("on_free", 1),
-    "trace_gpu_event_creation": ("on_event_create", 1),
-    "trace_gpu_event_deletion": ("on_event_delete", 1),
-    "trace_gpu_event_record": ("on_event_record", 2),
-    "trace_gpu_event_wait": ("on_event_wait", 2),
-    "trace_gpu_stream_synchronization": ("on_stream_sync", 1),
-    "trace_gpu_event_synchronization": ("on_event_sync", 1),
-    "trace_gpu_device_synchronization": ("on_device_sync", 0),
-}
+# torch's trace_gpu_* method -> the native hook it calls, and how many integer arguments
+# follow the device type (the hooks' table says).
+INTERPOSED = {h.trace_method: (h.hook, h.arity) for h in GPU_TRACE_HOOKS}
 
 _PURE_VIRTUAL = re.compile(
     r"virtual\s+(?P<ret>[^;{}()]*?)\s*\b(?P<name>\w+)\s*\((?P<params>[^;{}()]*)\)\s*const\s*=\s*0\s*;"
