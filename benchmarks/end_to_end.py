@@ -6,7 +6,9 @@ each as a whole process, in turn (so drift on a shared machine hits all alike):
 
 * **reader**: ``iter_trace`` over the file: parsing, validation and the whole-trace checks;
 * **analyze**: ``streamrace analyze TRACE`` with the C++ core, the report written to /dev/null;
-* **analyze, no orjson**: the same with orjson hidden, so the standard library parses.
+* **analyze, no orjson**: the same with orjson hidden, so the standard library parses;
+* **analyze, freeing before exit**: ``cli.main`` run as a script, which frees what the analysis
+  kept object by object before the process exits (the console script leaves it to the exit).
 
 Each is timed by the CPU time the kernel charges the child (user + system; the wall clock,
 on a shared machine, also counts other people's work) and printed as a ratio to the floor,
@@ -55,6 +57,9 @@ for event in iter_trace(sys.argv[1]):
 # The command line, as the console script runs it.
 ANALYZE = "from streamrace.cli import console\nconsole()"
 WITHOUT_ORJSON = "import sys\nsys.modules['orjson'] = None  # import orjson now fails\n" + ANALYZE
+# The same command line run in-process, which frees what the analysis kept before the process
+# exits (streamrace/short_lived.py says why the console does not).
+FREEING = "import sys\nfrom streamrace.cli import main\nsys.exit(main(sys.argv[1:]))"
 
 
 def child_env(pycache: str) -> dict[str, str]:
@@ -135,6 +140,7 @@ def main() -> None:
             "reader (iter_trace)": (READER, path),
             "streamrace analyze, C++ core": (ANALYZE, "analyze", path, "-o", os.devnull),
             "streamrace analyze, no orjson": (WITHOUT_ORJSON, "analyze", path, "-o", os.devnull),
+            "analyze, freeing before exit": (FREEING, "analyze", path, "-o", os.devnull),
         }
         env = child_env(os.path.join(tmp, "pycache"))
         for code, *argv in rows.values():  # once untimed, to cache the bytecode
