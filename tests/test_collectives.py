@@ -179,6 +179,63 @@ def test_in_a_capture_the_node_nccl_launched_is_the_collective_itself(late):
     assert wait["seq"] < caught_up["seq"] < min(records), "before the end event"
 
 
+@pytest.mark.parametrize("late", [False, True], ids=["before the end event", "after it"])
+def test_a_node_the_native_hooks_caught_up_names_the_event_it_became(late):
+    """The native hooks catch the collective's node up themselves: the kernel event is among
+    the drained events, and the capture's node records were written at the capture's end,
+    before the drain, with the kernel's seq then. Moving the collective renumbers the events
+    of its call; the node must still name its event (the op it became, or the kernel left
+    beside the op), or the graph check sees a launch with no node (H200, N1 and N2)."""
+    from streamrace.record.capture_nodes import CaptureNodes
+    from streamrace.record.event_log import EventLog
+    from streamrace.record.kernel_params import NodeAccess
+
+    tb = TraceBuilder()
+    main = tb.stream("main")
+    x, y = tb.alloc(N, main), tb.alloc(N, main)
+    nccl, _ = _issued_async(tb, main, [tb.span(x, N)], [tb.span(y, N)], at="n.py:5")
+    events = [dict(e, seq=e["seq"] * 10) for e in tb.events]  # room for the recorder's event
+    wait = next(e for e in events if e["ev"] == "event_wait")
+    op = next(e for e in events if e["ev"] == "op")
+    caught_up = {
+        "seq": wait["seq"] + (25 if late else 5),
+        "ev": "kernel",
+        "graph": 1,
+        "node": 0,
+        "name": "memcpy",
+        "stream": nccl,
+        "reads": [],
+        "writes": [],
+        "inferred": True,
+        "stack": op["stack"],
+    }
+    events.append(caught_up)
+    events.sort(key=lambda e: e["seq"])
+    nodes = CaptureNodes(handle=1, base=0, read_access=lambda node, kind: NodeAccess(kind))
+    nodes.add_caught([(0, caught_up["seq"])])  # what the native hooks say at the capture's end
+    graph = [{"id": 0, "type": "memcpy"}]
+    nodes.snapshot([700], graph, claims=[])
+    assert graph[0]["op"] == caught_up["seq"]
+
+    def settle_kernel(event):
+        nodes.claim_kernel(event, event["node"])
+        return event
+
+    log = EventLog()
+    log.settle("kernel", settle_kernel)
+    log.hooks = _Drained(events)
+    log.ingest()
+    nodes.add_caught([(0, wait["seq"] + (25 if late else 5))])  # a stale seq does not win
+    kept = {e["seq"]: e for e in log.in_order(0, set())}
+    owner = kept[graph[0]["op"]]
+    assert owner["stream"] == nccl and owner["ev"] == ("kernel" if late else "op")
+    assert owner is nodes.kernels[0]
+    if not late:
+        assert owner["op"] == GATHER and owner["writes"] == op["writes"]
+    seqs = [e["seq"] for e in log.in_order(0, set())]
+    assert seqs == sorted(set(seqs)), "seqs stay strictly increasing"
+
+
 def test_a_collective_on_the_callers_stream_and_the_users_own_edges_stay_put():
     tb = TraceBuilder()
     main, side = tb.stream("main"), tb.stream("side")

@@ -116,11 +116,15 @@ class CaptureNodes:
         """The kernel event a catch-up gave node ``index``."""
         self.kernels[index] = event
         self.caught[index] = event["seq"]
+        if self._nodes:  # drained after the snapshot, maybe at another seq (order_collectives)
+            self._nodes[index]["op"] = event["seq"]
 
     def add_caught(self, caught: Iterable[tuple[int, int]]) -> None:
         """(node index, seq) of the kernel events the native hooks caught up, whose events
-        are claimed when they are drained."""
-        self.caught.update(caught)
+        are claimed when they are drained. A drained event's seq wins: moving a collective
+        onto its stream renumbers the events of its call (collectives.py)."""
+        for index, seq in caught:
+            self.caught.setdefault(index, seq)
 
     def snapshot(
         self, handles: list[int], nodes: list[dict[str, Any]], claims: Sequence[tuple[int, int, bool]]
