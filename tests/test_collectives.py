@@ -182,13 +182,15 @@ def test_in_a_capture_the_node_nccl_launched_is_the_collective_itself(late):
 @pytest.mark.parametrize("late", [False, True], ids=["before the end event", "after it"])
 def test_a_node_the_native_hooks_caught_up_names_the_event_it_became(late):
     """The native hooks catch the collective's node up themselves: the kernel event is among
-    the drained events, and the capture's node records were written at the capture's end,
-    before the drain, with the kernel's seq then. Moving the collective renumbers the events
-    of its call; the node must still name its event (the op it became, or the kernel left
-    beside the op), or the graph check sees a launch with no node (H200, N1 and N2)."""
-    from streamrace.record.capture_nodes import CaptureNodes
+    the drained events, and which node is whose is known by the seqs the events were emitted
+    at (the hooks' own, given at the capture's end, before the drain). Moving the collective
+    renumbers the events of its call; the node must still name its event (the op it became,
+    or the kernel left beside the op), or the graph check sees a launch with no node (H200,
+    N1 and N2)."""
+    from streamrace.record.capture_nodes import CaptureNodes, KernelStats
     from streamrace.record.event_log import EventLog
-    from streamrace.record.kernel_params import NodeAccess
+    from streamrace.record.graph_readback import GraphRead
+    from streamrace.record.kernel_params import LiveBlocks, NodeAccess
 
     tb = TraceBuilder()
     main = tb.stream("main")
@@ -213,9 +215,7 @@ def test_a_node_the_native_hooks_caught_up_names_the_event_it_became(late):
     events.sort(key=lambda e: e["seq"])
     nodes = CaptureNodes(handle=1, base=0, read_access=lambda node, kind: NodeAccess(kind))
     nodes.add_caught([(0, caught_up["seq"])])  # what the native hooks say at the capture's end
-    graph = [{"id": 0, "type": "memcpy"}]
-    nodes.snapshot([700], graph, claims=[])
-    assert graph[0]["op"] == caught_up["seq"]
+    nodes.snapshot(GraphRead([700], ["memcpy"], [None], []), claims=[])
 
     def settle_kernel(event):
         nodes.claim_kernel(event, event["node"])
@@ -225,7 +225,8 @@ def test_a_node_the_native_hooks_caught_up_names_the_event_it_became(late):
     log.settle("kernel", settle_kernel)
     log.hooks = _Drained(events)
     log.ingest()
-    nodes.add_caught([(0, wait["seq"] + (25 if late else 5))])  # a stale seq does not win
+    nodes.finish(lambda: LiveBlocks([]), {}, KernelStats())
+    graph = nodes.event_nodes
     kept = {e["seq"]: e for e in log.in_order(0, set())}
     owner = kept[graph[0]["op"]]
     assert owner["stream"] == nccl and owner["ev"] == ("kernel" if late else "op")

@@ -201,16 +201,21 @@ def test_user_stack_skips_library_frames():
 
 
 def test_launches_own_the_nodes_since_the_previous_claim():
-    from streamrace.record.capture_nodes import CaptureNodes
+    from streamrace.record.capture_nodes import CaptureNodes, KernelStats
+    from streamrace.record.graph_readback import GraphRead
+    from streamrace.record.kernel_params import LiveBlocks
 
     handles = [100, 101, 102, 103, 104, 105, 106]
     nodes = CaptureNodes(handle=1, base=1)  # node 0 was there before the first launch
     invisible = {"seq": 5, "ev": "kernel"}
     nodes.claim_kernel(invisible, 1)
-    graph = [{"id": i, "type": "empty"} for i in range(len(handles))]  # no parameters to read
-    claims = [(7, 103, True), (9, 102, True), (11, 106, True)]  # seq 9 launched nothing new
-    nodes.snapshot(handles, graph, claims)
-    assert [n.get("op") for n in graph] == [None, 5, 7, 7, 11, 11, 11]
+    empty = ["empty"] * len(handles)  # no parameters to read
+    claims = [7, 103, 1, 9, 102, 1, 11, 106, 1]  # (seq, frontier node, trusted); seq 9 launched nothing new
+    nodes.snapshot(GraphRead(handles, empty, [None] * len(handles), [0, 1, 0]), claims)
+    assert nodes.event_nodes == [], "the graph event is completed once the capture's events are in"
+    nodes.finish(lambda: LiveBlocks([]), {}, KernelStats())
+    assert [n.get("op") for n in nodes.event_nodes] == [None, 5, 7, 7, 11, 11, 11]
+    assert nodes.event_edges == [[0, 1]]
 
 
 def test_watch_session_reports_what_it_found() -> None:

@@ -88,12 +88,19 @@ class CaptureTracker {
         return graphs;
     }
 
-    std::vector<std::tuple<int64_t, int64_t, bool>> claims(int32_t graph) {
+    // (seq, frontier node, 1 for a trusted op else 0) of each claim, flattened: ints only,
+    // since it is read in a capture's end.
+    std::vector<int64_t> claims(int32_t graph) {
         Locked held(mutex_);
-        std::vector<std::tuple<int64_t, int64_t, bool>> out;
+        std::vector<int64_t> out;
         auto it = captures_.find(graph);
         if (it != captures_.end()) {
-            for (const Claim& c : it->second.claims) out.emplace_back(c.seq, c.node, c.trusted);
+            out.reserve(3 * it->second.claims.size());
+            for (const Claim& c : it->second.claims) {
+                out.push_back(c.seq);
+                out.push_back(c.node);
+                out.push_back(c.trusted ? 1 : 0);
+            }
         }
         return out;
     }

@@ -116,7 +116,7 @@ class State {
 
     std::vector<int64_t> capture_streams(int32_t graph) { return captures_.capture_streams(graph); }
     std::vector<int32_t> open_graphs() { return captures_.open_graphs(); }
-    std::vector<std::tuple<int64_t, int64_t, bool>> claims(int32_t graph) { return captures_.claims(graph); }
+    std::vector<int64_t> claims(int32_t graph) { return captures_.claims(graph); }
     int64_t last_claim(int32_t graph) { return captures_.last_claim(graph); }
     void claim(int32_t graph, int64_t seq, int64_t node, bool trusted) {
         captures_.claim(graph, seq, node, trusted);
@@ -126,38 +126,40 @@ class State {
     std::vector<std::pair<int64_t, int64_t>> caught_up(int32_t graph) { return captures_.caught(graph); }
 
     // -- graph reads at a capture's end and at a catch-up (GraphReadback in Python) -----------
-    // (node handles, nodes as {id, type[, name]}, edges by node id as [from, to[,
-    // "programmatic"]]), the graph event's own objects; node types are made once per
-    // recording, kernel names once per function and graph (a module unloaded between two
-    // captures may leave its function's address to another) (GIL held).
+    // (node handles, node types, kernel names or None, edges by node id flattened as (from,
+    // to, 1 if programmatic else 0)): graph_readback.GraphColumns, only ints and shared strs,
+    // since a capture's end is on the program's clock (the graph event's objects are made
+    // later). Node types are made once per recording, kernel names once per function and
+    // graph (a module unloaded between two captures may leave its function's address to
+    // another) (GIL held).
     py::tuple read_graph(int64_t graph) {
         kernel_names_.clear();
         std::vector<int64_t> handles = streamrace::node_handles(driver_, graph);
         std::unordered_map<int64_t, int64_t> index;
         index.reserve(handles.size());
-        py::list handle_list, nodes, edges;
-        const py::str id_key("id"), type_key("type"), name_key("name"), programmatic("programmatic");
-        for (size_t i = 0; i < handles.size(); ++i) {
-            index.emplace(handles[i], static_cast<int64_t>(i));
-            handle_list.append(handles[i]);
-            int type = streamrace::node_type(driver_, handles[i]);
-            py::dict node;
-            node[id_key] = i;
-            node[type_key] = type_object(type);
+        const auto n = static_cast<Py_ssize_t>(handles.size());
+        py::list handle_list(n), types(n), names(n);
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            const int64_t node = handles[static_cast<size_t>(i)];
+            index.emplace(node, i);
+            handle_list[i] = py::int_(node);
+            int type = streamrace::node_type(driver_, node);
+            types[i] = type_object(type);
             if (type == 0) {  // CU_GRAPH_NODE_TYPE_KERNEL
-                py::object name = kernel_name_object(streamrace::kernel_function(driver_, handles[i]));
-                if (!name.is_none()) node[name_key] = name;
+                names[i] = kernel_name_object(streamrace::kernel_function(driver_, node));
+            } else {
+                names[i] = py::none();
             }
-            nodes.append(node);
         }
-        for (const Edge& e : streamrace::graph_edges(driver_, graph)) {
-            py::list edge;
-            edge.append(index.at(e.from));
-            edge.append(index.at(e.to));
-            if (e.programmatic) edge.append(programmatic);
-            edges.append(edge);
+        const std::vector<Edge> found = streamrace::graph_edges(driver_, graph);
+        py::list edges(static_cast<Py_ssize_t>(3 * found.size()));
+        Py_ssize_t k = 0;
+        for (const Edge& e : found) {
+            edges[k++] = py::int_(index.at(e.from));
+            edges[k++] = py::int_(index.at(e.to));
+            edges[k++] = py::int_(e.programmatic ? 1 : 0);
         }
-        return py::make_tuple(handle_list, nodes, edges);
+        return py::make_tuple(handle_list, types, names, edges);
     }
 
     // (function name or None, [words per parameter]) of a kernel node, or None where the

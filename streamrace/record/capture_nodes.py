@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from streamrace.record.graph_readback import GraphRead
 from streamrace.record.hook_tables import ACCESS_NODE_TYPES, TRUSTED_NAMESPACES
 from streamrace.record.kernel_params import LiveBlocks, NodeAccess, node_access
 
@@ -73,18 +74,24 @@ _CAUGHT = object()  # a snapshot's marker: a node's kernel event, from a catch-u
 
 
 class CaptureNodes:
-    """The nodes of one capture graph and the launches that created them."""
+    """The nodes of one capture's graph and the launches that created them."""
 
     def __init__(self, handle: int, base: int, read_access: Callable[[int, str], NodeAccess] = node_access) -> None:
         self.handle = handle
         self.base = base  # nodes there before the capture's first launch
         self._read_access = read_access  # CudaRuntime.node_access
         self.kernels: dict[int, dict[str, Any]] = {}  # node index -> kernel event found by catching up
-        self.caught: dict[int, int] = {}  # node index -> that event's seq (before it is drained)
+        # node index -> that event's seq when it was emitted: the order of ownership (a
+        # drained event's seq may have moved since; its own seq is what its node names)
+        self.caught: dict[int, int] = {}
         self.launches: dict[int, dict[str, Any]] = {}  # seq -> kernel event of a launch claimed by handle
         self._accesses: dict[int, Any] = {}  # node index -> NodeAccess, read before the graph is gone
-        self._checked_ops: dict[int, list[int]] = {}  # seq of a custom op -> its kernel nodes
-        self._nodes: list[dict[str, Any]] = []
+        self._checked_ops: dict[int, list[int]] | None = None  # seq of a custom op -> its kernel nodes
+        self._read: GraphRead | None = None
+        self._claims: Sequence[int] = ()  # Hooks.claims
+        # The graph event's nodes and edges: filled once the capture's events are all in (finish).
+        self.event_nodes: list[dict[str, Any]] = []
+        self.event_edges: list[list[Any]] = []
 
     def floor(self) -> int:
         """No node before this index can be new: the capture's first, or after the last one
@@ -113,31 +120,41 @@ class CaptureNodes:
         return found[::-1]
 
     def claim_kernel(self, event: dict[str, Any], index: int) -> None:
-        """The kernel event a catch-up gave node ``index``."""
+        """The kernel event a catch-up gave node ``index`` (emitted, or drained from the hooks)."""
         self.kernels[index] = event
-        self.caught[index] = event["seq"]
-        if self._nodes:  # drained after the snapshot, maybe at another seq (order_collectives)
-            self._nodes[index]["op"] = event["seq"]
+        self.caught.setdefault(index, event["seq"])
 
     def add_caught(self, caught: Iterable[tuple[int, int]]) -> None:
-        """(node index, seq) of the kernel events the native hooks caught up, whose events
-        are claimed when they are drained. A drained event's seq wins: moving a collective
-        onto its stream renumbers the events of its call (collectives.py)."""
-        for index, seq in caught:
-            self.caught.setdefault(index, seq)
+        """(node index, seq when emitted) of the kernel events the native hooks caught up,
+        whose events are claimed when they are drained (maybe renumbered by then: moving a
+        collective onto its stream renumbers the events of its call, collectives.py)."""
+        self.caught.update(caught)
 
-    def snapshot(
-        self, handles: list[int], nodes: list[dict[str, Any]], claims: Sequence[tuple[int, int, bool]]
-    ) -> None:
-        """At capture end: who created each node, and the parameters of the nodes whose
-        accesses are still to be worked out. ``claims``: the hooks' (seq, frontier node,
-        trusted op) in seq order."""
-        index_of = {node: i for i, node in enumerate(handles)}.get
-        merged: list[tuple[int, int, Any]] = [(seq, index_of(h, -1), trusted) for seq, h, trusted in claims]
+    def snapshot(self, read: GraphRead, claims: Sequence[int]) -> None:
+        """At capture end, what only the live graph can tell: its nodes and edges (``read``)
+        and the parameters of the nodes whose accesses are still to be worked out, the ones
+        caught up and those of custom ops. ``claims``: Hooks.claims. Who owns which node
+        waits for finish, unless a custom op's nodes must be known now."""
+        self._read, self._claims = read, claims
+        if not all(claims[2::3]):
+            self._owners()
+        needs = set(self.caught) | {i for ids in (self._checked_ops or {}).values() for i in ids}
+        for i in sorted(needs):
+            if read.types[i] in ACCESS_NODE_TYPES:
+                self._accesses[i] = self._read_access(read.handles[i], read.types[i])
+
+    def _owners(self) -> dict[int, int]:
+        """Node index -> seq of the event that created it (in the order the events were
+        emitted); sets the custom ops' nodes and the handle-claimed launches' first node."""
+        assert self._read is not None
+        index_of = {node: i for i, node in enumerate(self._read.handles)}.get
+        c = self._claims
+        merged: list[tuple[int, int, Any]] = [(c[k], index_of(c[k + 1], -1), c[k + 2]) for k in range(0, len(c), 3)]
         merged += [(seq, index, _CAUGHT) for index, seq in self.caught.items()]
         # Nearly in order already (a Triton launch's claim may come after a later event's).
         merged.sort(key=operator.itemgetter(0))
-        owners: dict[int, int] = {}  # node index -> seq of the event that created it
+        owners: dict[int, int] = {}
+        checked: dict[int, list[int]] = {}
         launches, cursor = self.launches, self.base
         for seq, index, what in merged:
             if what is _CAUGHT:  # a kernel found by catching up: its one node
@@ -149,32 +166,43 @@ class CaptureNodes:
                 for i in range(cursor, index + 1):
                     owners[i] = seq
                 if not what:
-                    self._checked_ops.setdefault(seq, []).extend(range(cursor, index + 1))
+                    checked.setdefault(seq, []).extend(range(cursor, index + 1))
                 cursor = index + 1
+        self._checked_ops = checked
+        return owners
+
+    def _complete(self) -> None:
+        """The graph event's nodes (each with the seq of the event that created it, as that
+        event's seq is now) and edges."""
+        if self._read is None or self.event_nodes:
+            return
+        owners = self._owners()
+        nodes = self._read.nodes()
+        kernels = self.kernels
         for i, owner in owners.items():  # a node's id is its index
-            nodes[i]["op"] = owner
-        needs = set(self.caught) | {i for ids in self._checked_ops.values() for i in ids}
-        for i in sorted(needs):
-            if nodes[i]["type"] in ACCESS_NODE_TYPES:
-                self._accesses[i] = self._read_access(handles[i], nodes[i]["type"])
-        self._nodes = nodes
+            nodes[i]["op"] = kernels[i]["seq"] if i in kernels else owner
+        self.event_nodes.extend(nodes)
+        self.event_edges.extend(self._read.edges())
 
     def finish(self, live: Callable[[], LiveBlocks], events: dict[int, dict[str, Any]], stats: KernelStats) -> None:
-        """After the capture: kernel events get their accesses, custom ops are cross-checked."""
+        """After the capture: the graph event completed, kernel events get their accesses,
+        custom ops are cross-checked."""
+        self._complete()
         if not self._accesses:
             return
+        assert self._read is not None
         blocks = live()
         for index, event in self.kernels.items():
             access = self._accesses.get(index)
             if access is None or event["ev"] != "kernel":  # a collective's own node keeps the op's accesses
                 continue
-            event["name"] = access.name or self._nodes[index]["type"]
+            event["name"] = access.name or self._read.types[index]
             if access.kind == "kernel":
                 self._resolve_kernel(event, access, blocks, stats)
             else:
                 event["reads"], event["writes"] = access.reads, access.writes
                 event["inferred"] = False
-        for seq, indices in self._checked_ops.items():
+        for seq, indices in (self._checked_ops or {}).items():
             op = events.get(seq)
             words = [w for i in indices if i in self._accesses for w in self._accesses[i].words]
             if op is not None and words:

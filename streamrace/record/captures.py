@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamrace.record.capture_nodes import CaptureNodes
 from streamrace.record.event_log import Event
+from streamrace.record.graph_readback import GraphRead
 from streamrace.record.installation import MethodPatch, active
 from streamrace.record.kernel_params import NodeAccess
 
@@ -139,10 +140,10 @@ class CaptureLifecycle:
         hooks = rec.started_hooks
         rec.unseen.catch_up()
         capture.nodes.add_caught(hooks.caught_up(capture.graph))
-        handles, nodes, edges = hooks.read_graph(capture.handle)
-        capture.nodes.snapshot(handles, nodes, hooks.claims(capture.graph))
+        capture.nodes.snapshot(GraphRead(*hooks.read_graph(capture.handle)), hooks.claims(capture.graph))
         rec.unseen.finish_later(capture)
-        return nodes, edges
+        # Filled once the capture's events are all in (CaptureNodes.finish, before any output).
+        return capture.nodes.event_nodes, capture.nodes.event_edges
 
     def on_end(self, cuda_graph: Any, graph_data: GraphData | None, aborted: bool = False) -> None:
         capture = self._running.pop(id(cuda_graph), None)

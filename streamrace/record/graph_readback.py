@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from streamrace.record.hook_tables import CAPTURE_STATUS_ACTIVE, MAX_KERNEL_NAME, node_type_name
@@ -34,6 +35,39 @@ _P = ctypes.c_void_p
 _DEPS = ctypes.POINTER(ctypes.POINTER(_P))
 _SIZE = ctypes.POINTER(ctypes.c_size_t)
 _PROGRAMMATIC = 1  # CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+
+
+# What reading a graph back gives: (node handles, node types, kernel names or None, edges
+# flattened as (from id, to id, 1 if programmatic else 0) triples). Columns of ints and
+# shared strs, made in a capture's end: the graph event's per-node objects wait (GraphRead).
+GraphColumns = tuple[list[int], list[str], list[str | None], list[int]]
+
+
+@dataclass
+class GraphRead:
+    """A graph read back at its capture's end, in columns; ``nodes`` and ``edges`` make the
+    graph event's objects later, off the capture's clock."""
+
+    handles: list[int]
+    types: list[str]
+    names: list[str | None]
+    edge_triples: list[int]
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """Nodes in creation order as {id, type[, name]}."""
+        nodes: list[dict[str, Any]] = []
+        for i, (kind, name) in enumerate(zip(self.types, self.names, strict=True)):
+            entry: dict[str, Any] = {"id": i, "type": kind}
+            if name:
+                entry["name"] = name
+            nodes.append(entry)
+        return nodes
+
+    def edges(self) -> list[list[Any]]:
+        """Edges by node id, [from, to] or [from, to, "programmatic"] (a dependent-launch edge,
+        which does not order completion)."""
+        t = self.edge_triples
+        return [[t[k], t[k + 1], "programmatic"] if t[k + 2] else [t[k], t[k + 1]] for k in range(0, len(t), 3)]
 
 
 class KernelNodeParams(ctypes.Structure):
@@ -223,28 +257,22 @@ class GraphReadback:
                     break
         return [(i, handles[i], self.node_type(handles[i])) for i in range(seen, len(handles))]
 
-    def read_graph(self, graph: int) -> tuple[list[int], list[dict[str, Any]], list[list[Any]]]:
-        """(node handles, nodes, edges) of a graph: nodes in creation order as {id, type[,
-        name]}, edges by node id (the native hooks do the same in C++)."""
+    def read_graph(self, graph: int) -> GraphColumns:
+        """A graph's GraphColumns: nodes in creation order, edges by node id (the native hooks
+        do the same in C++)."""
         handles = self.node_handles(graph)
         index = {node: i for i, node in enumerate(handles)}
-        nodes: list[dict[str, Any]] = []
-        for i, (kind, name) in enumerate(self.describe_nodes(handles)):
-            entry: dict[str, Any] = {"id": i, "type": kind}
-            if name:
-                entry["name"] = name
-            nodes.append(entry)
+        described = self.describe_nodes(handles)
+        types = [kind for kind, _ in described]
+        names = [name for _, name in described]
         driver = self._cuda
         count = ctypes.c_size_t(0)
         _check(driver.edges(graph, None, None, None, ctypes.byref(count)), "cuGraphGetEdges")
-        edges: list[list[Any]] = []
+        triples: list[int] = []
         if count.value:
             sources, targets, data = (_P * count.value)(), (_P * count.value)(), (EdgeData * count.value)()
             _check(driver.edges(graph, sources, targets, data, ctypes.byref(count)), "cuGraphGetEdges")
             for k in range(count.value):
                 # A NULL handle reads as None; node_handles lists it as 0.
-                edge: list[Any] = [index[sources[k] or 0], index[targets[k] or 0]]
-                if data[k].type == _PROGRAMMATIC:
-                    edge.append("programmatic")  # dependent-launch edges do not order completion
-                edges.append(edge)
-        return handles, nodes, edges
+                triples += (index[sources[k] or 0], index[targets[k] or 0], int(data[k].type == _PROGRAMMATIC))
+        return handles, types, names, triples

@@ -33,6 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from streamrace.record.capture_nodes import is_trusted
 from streamrace.record.cuda_runtime import CudaRuntime
+from streamrace.record.graph_readback import GraphColumns
 from streamrace.record.hook_tables import GPU_TRACE_HOOKS, MAX_ERRORS
 from streamrace.record.op_accesses import index_operands, op_accesses
 from streamrace.record.stacks import StackTable
@@ -73,7 +74,8 @@ class Hooks(Protocol):
     def end_capture(self, graph: int) -> None: ...
     def capture_streams(self, graph: int) -> list[int]: ...
     def open_graphs(self) -> list[int]: ...
-    def claims(self, graph: int) -> list[tuple[int, int, bool]]: ...  # (seq, frontier node, trusted op)
+    # (seq, frontier node, 1 for a trusted op else 0) of each claim in seq order, flattened
+    def claims(self, graph: int) -> list[int]: ...
     def last_claim(self, graph: int) -> int: ...  # the node the latest claim ends at, 0 for none
     def claim(self, graph: int, seq: int, node: int, trusted: bool) -> None: ...
     def refresh_frontiers(self, graph: int) -> None: ...  # after catching up
@@ -85,7 +87,7 @@ class Hooks(Protocol):
     def release_python(self) -> None: ...
     def use_allocator_facts(self) -> str: ...  # "" when allocs now come exact, else why not
     # Graph reads (graph_readback.py, or the same in C++).
-    def read_graph(self, graph: int) -> tuple[list[int], list[dict[str, Any]], list[list[Any]]]: ...
+    def read_graph(self, graph: int) -> GraphColumns: ...
     # (function name or None, words per parameter) of a kernel node; None: the runtime reads it.
     def kernel_access(self, node: int) -> tuple[str | None, list[list[int]]] | None: ...
     # How the hooks hear torch's GPU-trace calls: the registries served in C++ straight from
@@ -239,8 +241,9 @@ class PythonHooks:
     def open_graphs(self) -> list[int]:
         return sorted(g for g, c in self._captures.items() if c.open)
 
-    def claims(self, graph: int) -> list[tuple[int, int, bool]]:
-        return list(self._captures[graph].claims) if graph in self._captures else []
+    def claims(self, graph: int) -> list[int]:
+        claims = self._captures[graph].claims if graph in self._captures else []
+        return [int(v) for claim in claims for v in claim]
 
     def last_claim(self, graph: int) -> int:
         claims = self._captures[graph].claims if graph in self._captures else []
@@ -281,7 +284,7 @@ class PythonHooks:
         records, self._records = self._records, []
         return records
 
-    def read_graph(self, graph: int) -> tuple[list[int], list[dict[str, Any]], list[list[Any]]]:
+    def read_graph(self, graph: int) -> GraphColumns:
         return self._graphs.read_graph(graph)
 
     def kernel_access(self, node: int) -> tuple[str | None, list[list[int]]] | None:
@@ -513,7 +516,7 @@ class NativeHooks:
     end_capture: Callable[[int], None]
     capture_streams: Callable[[int], list[int]]
     open_graphs: Callable[[], list[int]]
-    claims: Callable[[int], list[tuple[int, int, bool]]]
+    claims: Callable[[int], list[int]]
     last_claim: Callable[[int], int]
     claim: Callable[[int, int, int, bool], None]
     refresh_frontiers: Callable[[int], None]
@@ -523,7 +526,7 @@ class NativeHooks:
     end_launch: Callable[[], None]
     drain: Callable[[], list[dict[str, Any]]]
     release_python: Callable[[], None]
-    read_graph: Callable[[int], tuple[list[int], list[dict[str, Any]], list[list[Any]]]]
+    read_graph: Callable[[int], GraphColumns]
     kernel_access: Callable[[int], tuple[str | None, list[list[int]]] | None]
 
     def __init__(self, module: Any, options: HookOptions, device_type: int | None = None) -> None:
