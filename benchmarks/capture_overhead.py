@@ -11,8 +11,9 @@ captured repeatedly:
   with the Python reference hooks (in turn, so drift hits all alike);
 * then under PyTorch's CUDA sanitizer (CSAN), last, because enabling it cannot be undone;
 
-and the graphs captured plain and under streamrace are replayed alternately. Printed: median
-times and the ratios to plain. Absolute times only mean something on the machine that ran it.
+and the graphs captured plain and under streamrace are replayed alternately. Each capture
+starts with the garbage collector's generations empty, so that none collects another's garbage.
+Printed: median times and the ratios to plain. Absolute times only mean something on the machine that ran it.
 ``--hook-times`` builds the native hooks with their phase timers (csrc/recorder/hook_timers.h,
 a build of its own) and prints where a streamrace capture's hook time goes.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib.util
 import os
 import pathlib
@@ -67,8 +69,12 @@ HOOK_TIMES: list[dict[str, tuple[int, float]]] = []  # --hook-times: each stream
 def capture(
     model: DeepDecoder, x: torch.Tensor, loc: torch.Tensor, stream: torch.cuda.Stream, pool, phase: str | None = None
 ) -> tuple:
-    """One capture, timed from the first captured op to the instantiated graph."""
+    """One capture, timed from the first captured op to the instantiated graph. Each starts
+    with the garbage collector's generations empty: the previous configuration's garbage (an
+    analysis of its trace, say) is not this one's to collect; what its own objects cost in
+    collections during the capture still counts."""
     graph = torch.cuda.CUDAGraph()
+    gc.collect()
     torch.cuda.synchronize()
     start = time.perf_counter()
     with torch.cuda.graph(graph, pool=pool, stream=stream):
