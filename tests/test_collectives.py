@@ -369,3 +369,18 @@ def test_real_nccl_traces(engine, key):
     assert {f.kind for f in findings} == {NCCL_FIXTURES[key]}
     assert any(collective_name(a.op) for f in findings for a in f.accesses)
     assert analyze(load_trace(str(fixed))).findings == []
+
+
+@pytest.mark.parametrize("key", ["N1", "N2"])
+def test_real_native_hooks_nccl_traces(engine, key):
+    """Recorded on the H200 with the native hooks, which catch the collective's node up in
+    C++ (examples/nccl_gallery.py's record, buggy variant): the race alone, and the node NCCL
+    launched names the collective's op, on NCCL's stream (before the fix of the renumbered
+    seqs it named no event, and the graph check disagreed with the model)."""
+    trace = load_trace(str(ROOT / "examples" / "traces" / f"nccl_{key}_buggy_native.jsonl.gz"))
+    assert {f.kind for f in analyze(trace).findings} == {DATA_RACE}
+    events = {e["seq"]: e for e in trace.events if "seq" in e}
+    (graph,) = [e for e in trace.events if e["ev"] == "graph"]
+    nccl = {e["stream"] for e in trace.events if e["ev"] == "stream" and e.get("name") == NCCL_STREAM_NAME}
+    owners = [events[n["op"]] for n in graph["nodes"] if n["type"] == "memcpy"]
+    assert owners and all(collective_name(e["op"]) and e["stream"] in nccl for e in owners)
