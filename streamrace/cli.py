@@ -164,7 +164,7 @@ def _analyze_files(
             events = builder.observe(events)
         with analysis_progress(path, events) as counted:
             try:
-                result = analyze(header, counted, sources=source_reader(header, source_roots))
+                result = analyze(header, counted, sources=source_reader(header, source_roots), keep_raw=False)
             except TraceLimitError as exc:  # the trace loads, but what it holds is not a recording
                 raise TraceError(shown, None, str(exc)) from None
             timeline = builder.timeline() if builder is not None else None

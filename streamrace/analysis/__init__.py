@@ -136,7 +136,7 @@ def _collector_paused() -> Iterator[None]:
 @dataclass
 class AnalysisResult:
     findings: list[Finding]  # deduplicated, by first occurrence
-    raw_findings: list[Finding]  # one per detected instance, in detection order
+    raw_findings: list[Finding]  # one per detected instance, in detection order (analyze keep_raw)
     summary: dict[str, int] = field(default_factory=dict)
     notes: list[Note] = field(default_factory=list)  # from the trace header, in a fixed order
 
@@ -156,6 +156,7 @@ def analyze(
     *,
     progress: Callable[[Progress], None] | None = None,
     sources: SourceText | None = None,
+    keep_raw: bool = True,
 ) -> AnalysisResult:
     """Analyse a ``Trace``, or a header and its events (validated, in seq order).
 
@@ -163,7 +164,8 @@ def analyze(
     far) every few thousand events and once when the events run out. ``sources``, if given,
     reads the user's source files (``sources(path)``: its lines, or None), so that fixes use
     the names the code does (streamrace/analysis/source_names.py); the analysis itself never
-    opens a file.
+    opens a file. ``keep_raw=False`` leaves ``raw_findings`` empty and describes only what the
+    deduplicated findings need (the command line's way: the findings are the same).
     """
     header: Mapping[str, Any]
     if isinstance(trace, Trace):
@@ -191,7 +193,13 @@ def analyze(
         results = detectors.engine_results(found)
         for trace_pass in passes:
             found += trace_pass.detections(results)
-        raw = detectors.describe(found, Describer(engine, sources))
+        describer = Describer(engine, sources)
+        if keep_raw:
+            raw = detectors.describe(found, describer)
+            findings = deduplicate(raw)
+        else:
+            raw = []
+            findings = detectors.deduplicated(found, describer)
         summary = {
             "findings": 0,
             "graphs": engine.graphs,
@@ -199,13 +207,12 @@ def analyze(
             "ops": engine.ops,
             "accesses": engine.accesses,
         }
-        findings = deduplicate(raw)
         summary["findings"] = len(findings)
         notes = header_notes(header, engine.unknown_replays)
         # The command line ends right after: it leaves the engine to the process's exit
         # (streamrace/short_lived.py) instead of freeing it object by object.
         short_lived.retain(engine, found, results)
-        del engine, found, results, passes
+        del engine, found, results, passes, describer
     short_lived.freeze_retained()
     return AnalysisResult(findings=findings, raw_findings=raw, summary=summary, notes=notes)
 

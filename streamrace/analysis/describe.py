@@ -183,6 +183,15 @@ class Describer:
         )
 
 
+def access_key(rec: AccessRecord) -> tuple[Any, ...]:
+    """What of an access record its Access's part of a signature comes from (op, read or
+    write, the stack its location is read from: the replay's for a replayed access), for
+    Detector.dedup_key. Keep it in step with Describer.access."""
+    ev = rec.event
+    where = rec.replay if rec.replay is not None else ev
+    return (ev["op"] if ev["ev"] == "op" else ev["name"], rec.write, where.get("stack"))
+
+
 def _near(event: Mapping[str, Any]) -> bool:
     """A kernel the recorder caught up on (not a Triton launch it saw): its stack is the next
     recorded event's (docs/trace-format.md, dispatcher-invisible kernels)."""

@@ -9,10 +9,12 @@ docs/findings.md (docs/analysis.md §10 lists the rest).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import dataclasses
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 from streamrace.analysis.core import MIRRORS
+from streamrace.analysis.dedup import deduplicate
 from streamrace.analysis.describe import Describer, Suggestion
 from streamrace.analysis.detectors import (
     data_race,
@@ -70,6 +72,28 @@ def detector_of(detection: object) -> Detector[Any]:
 def describe(detections: Iterable[object], describer: Describer) -> list[Finding]:
     """One finding per detection, by its detector, in order."""
     return [detector_of(d).describe(d, describer) for d in detections]
+
+
+def deduplicated(detections: Iterable[object], describer: Describer) -> list[Finding]:
+    """``deduplicate(describe(detections, describer))``, describing only the first detection
+    of each dedup key (Detector.dedup_key): a bug repeated in every layer of every captured
+    batch size is described once, not thousands of times."""
+    first: dict[tuple[str, Hashable], Finding] = {}
+    raw: list[Finding] = []
+    for d in detections:
+        found = detector_of(d)
+        keyed = found.dedup_key(d)
+        if keyed is None:
+            raw.append(found.describe(d, describer))
+            continue
+        key, graph = keyed
+        described = first.get((found.kind, key))
+        if described is None:
+            described = first[(found.kind, key)] = found.describe(d, describer)
+            raw.append(described)
+        else:  # stands in for its own finding: the same signature and count, its own graph
+            raw.append(dataclasses.replace(described, graph=graph))
+    return deduplicate(raw)
 
 
 def trace_passes(header: Mapping[str, Any]) -> list[TracePass]:

@@ -12,7 +12,7 @@ of its own.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
@@ -79,6 +79,13 @@ class Detector(ABC, Generic[DetectionT]):
     def suggestion(self, finding: Finding) -> Suggestion | None:
         """The fix as a line of code before a source line, where the finding's structure says
         where it goes; None when it does not (the default)."""
+        return None
+
+    def dedup_key(self, detection: DetectionT) -> tuple[Hashable, Domain] | None:
+        """(key, the finding's graph): two detections of this kind with equal keys describe to
+        findings with equal signatures and counts, so where only the deduplicated findings are
+        wanted one is described for both (detectors.deduplicated). None (the default): describe
+        it to know."""
         return None
 
     def unordered_launch(self, detection: DetectionT) -> tuple[Domain, int] | None:

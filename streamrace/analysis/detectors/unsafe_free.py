@@ -5,6 +5,7 @@ there is one."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 from streamrace.analysis.clocks import Domain
@@ -13,6 +14,7 @@ from streamrace.analysis.describe import (
     USER,
     Describer,
     Suggestion,
+    access_key,
     at,
     function_of,
     join_code,
@@ -108,6 +110,17 @@ class UnsafeFreeDetector(Detector[UnsafeFree]):
         exact = _function(alloc.alloc_stack) is not None and _function(alloc.alloc_stack) == _function(alloc.free_stack)
         why = f"join {use.stream_label} before the {'free' if exact else 'last reference to the tensor dies'}"
         return Suggestion(finding.fix_code or join_code(owner, use), alloc.free_location, why, exact)
+
+    def dedup_key(self, unsafe: UnsafeFree) -> tuple[Hashable, Domain]:
+        """What the signature reads, by stack id instead of location: the use, the racer (or
+        the free) and the allocation's stack."""
+        lifetime = unsafe.lifetime
+        second: Hashable
+        if unsafe.racer is not None and unsafe.reused is not None:
+            second = access_key(unsafe.racer)
+        else:
+            second = (lifetime.free or {}).get("stack")
+        return (access_key(unsafe.use), second, (lifetime.alloc or {}).get("stack")), unsafe.domain
 
     def unordered_launch(self, unsafe: UnsafeFree) -> tuple[Domain, int] | None:
         """Folded, it names the access that reused the block while the use was pending."""
