@@ -216,6 +216,7 @@ def test_a_node_the_native_hooks_caught_up_names_the_event_it_became(late):
     nodes = CaptureNodes(handle=1, base=0, read_access=lambda node, kind: NodeAccess(kind))
     nodes.add_caught([(0, caught_up["seq"])])  # what the native hooks say at the capture's end
     nodes.snapshot(GraphRead([700], ["memcpy"], [None], []), claims=[])
+    graph = nodes.event_nodes  # what the graph event holds
 
     def settle_kernel(event):
         nodes.claim_kernel(event, event["node"])
@@ -226,7 +227,6 @@ def test_a_node_the_native_hooks_caught_up_names_the_event_it_became(late):
     log.hooks = _Drained(events)
     log.ingest()
     nodes.finish(lambda: LiveBlocks([]), {}, KernelStats())
-    graph = nodes.event_nodes
     kept = {e["seq"]: e for e in log.in_order(0, set())}
     owner = kept[graph[0]["op"]]
     assert owner["stream"] == nccl and owner["ev"] == ("kernel" if late else "op")

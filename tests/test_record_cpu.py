@@ -212,10 +212,32 @@ def test_launches_own_the_nodes_since_the_previous_claim():
     empty = ["empty"] * len(handles)  # no parameters to read
     claims = [7, 103, 1, 9, 102, 1, 11, 106, 1]  # (seq, frontier node, trusted); seq 9 launched nothing new
     nodes.snapshot(GraphRead(handles, empty, [None] * len(handles), [0, 1, 0]), claims)
-    assert nodes.event_nodes == [], "the graph event is completed once the capture's events are in"
+    graph_nodes, graph_edges = nodes.event_nodes, nodes.event_edges  # what the graph event holds
+    assert graph_nodes == [], "the graph event is completed once the capture's events are in"
     nodes.finish(lambda: LiveBlocks([]), {}, KernelStats())
-    assert [n.get("op") for n in nodes.event_nodes] == [None, 5, 7, 7, 11, 11, 11]
-    assert nodes.event_edges == [[0, 1]]
+    assert [n.get("op") for n in graph_nodes] == [None, 5, 7, 7, 11, 11, 11]
+    assert graph_edges == [[0, 1]]
+    assert nodes.event_nodes == [] and nodes.event_edges == [], "the capture lets them go"
+
+
+def test_a_failed_parameter_read_still_ties_launches_to_their_nodes():
+    """Reading a caught-up node's parameters fails at the capture's end: the graph event is
+    lost, but a launch claimed by handle still learns its first node when the events settle."""
+    from streamrace.record.capture_nodes import CaptureNodes, KernelStats
+    from streamrace.record.graph_readback import GraphRead
+    from streamrace.record.kernel_params import LiveBlocks
+
+    def broken(node, kind):
+        raise RuntimeError("cuGraphKernelNodeGetParams failed")
+
+    nodes = CaptureNodes(handle=1, base=0, read_access=broken)
+    nodes.claim_kernel({"seq": 3, "ev": "kernel"}, 0)
+    launch = {"seq": 6, "ev": "kernel"}
+    nodes.launches[6] = launch
+    with pytest.raises(RuntimeError):
+        nodes.snapshot(GraphRead([100, 101, 102], ["kernel"] * 3, [None] * 3, []), [6, 102, 1])
+    nodes.finish(lambda: LiveBlocks([]), {}, KernelStats())
+    assert launch["node"] == 1
 
 
 def test_watch_session_reports_what_it_found() -> None:

@@ -92,6 +92,7 @@ class CaptureNodes:
         # The graph event's nodes and edges: filled once the capture's events are all in (finish).
         self.event_nodes: list[dict[str, Any]] = []
         self.event_edges: list[list[Any]] = []
+        self._finished = False
 
     def floor(self) -> int:
         """No node before this index can be new: the capture's first, or after the last one
@@ -174,7 +175,7 @@ class CaptureNodes:
     def _complete(self) -> None:
         """The graph event's nodes (each with the seq of the event that created it, as that
         event's seq is now) and edges."""
-        if self._read is None or self.event_nodes:
+        if self._read is None:
             return
         owners = self._owners()
         nodes = self._read.nodes()
@@ -187,7 +188,21 @@ class CaptureNodes:
     def finish(self, live: Callable[[], LiveBlocks], events: dict[int, dict[str, Any]], stats: KernelStats) -> None:
         """After the capture: the graph event completed, kernel events get their accesses,
         custom ops are cross-checked."""
-        self._complete()
+        if self._finished:
+            return
+        self._finished = True
+        try:
+            self._complete()
+            self._finish_accesses(live, events, stats)
+        finally:
+            # A capture's nodes stay for the whole recording (captures.py keeps every one):
+            # what only finishing needed goes; the graph event holds its own nodes and edges.
+            self._read, self._claims, self._accesses = None, (), {}
+            self.event_nodes, self.event_edges = [], []
+
+    def _finish_accesses(
+        self, live: Callable[[], LiveBlocks], events: dict[int, dict[str, Any]], stats: KernelStats
+    ) -> None:
         if not self._accesses:
             return
         assert self._read is not None

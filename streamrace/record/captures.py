@@ -140,8 +140,11 @@ class CaptureLifecycle:
         hooks = rec.started_hooks
         rec.unseen.catch_up()
         capture.nodes.add_caught(hooks.caught_up(capture.graph))
-        capture.nodes.snapshot(GraphRead(*hooks.read_graph(capture.handle)), hooks.claims(capture.graph))
+        read = GraphRead(*hooks.read_graph(capture.handle))
+        # Finished later even if reading a node's parameters fails: the launches' nodes are
+        # still worked out then.
         rec.unseen.finish_later(capture)
+        capture.nodes.snapshot(read, hooks.claims(capture.graph))
         # Filled once the capture's events are all in (CaptureNodes.finish, before any output).
         return capture.nodes.event_nodes, capture.nodes.event_edges
 
