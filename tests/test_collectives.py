@@ -138,13 +138,10 @@ def test_an_async_collective_moves_between_its_fork_and_its_end_event():
     assert seqs == sorted(set(seqs)), "seqs stay strictly increasing"
 
 
-@pytest.mark.parametrize("late", [False, True], ids=["before the end event", "after it"])
-def test_in_a_capture_the_node_nccl_launched_is_the_collective_itself(late):
-    """The recorder caught up the node the collective launched on the internal stream as a
-    kernel event inside its call; that event becomes the op (the capture's node record points
-    at it), so there is one launch there, named for the collective, not a memcpy beside it."""
-    from streamrace.record.event_log import EventLog
-
+def _gather_and_its_node(after_wait: int) -> tuple[list[dict], dict, dict, int, dict]:
+    """The hooks' events of an async all-gather (seqs spaced out tenfold) and the kernel event
+    a catch-up gave the node it launched, ``after_wait`` seqs after the fork's wait: (events,
+    the wait, the op, NCCL's stream, the kernel event)."""
     tb = TraceBuilder()
     main = tb.stream("main")
     x, y = tb.alloc(N, main), tb.alloc(N, main)
@@ -153,8 +150,7 @@ def test_in_a_capture_the_node_nccl_launched_is_the_collective_itself(late):
     wait = next(e for e in events if e["ev"] == "event_wait")
     op = next(e for e in events if e["ev"] == "op")
     caught_up = {
-        # after the first moved event (H200, N1); "late": after the end event's record too
-        "seq": wait["seq"] + (25 if late else 15),
+        "seq": wait["seq"] + after_wait,
         "ev": "kernel",
         "graph": 1,
         "node": 0,
@@ -165,6 +161,18 @@ def test_in_a_capture_the_node_nccl_launched_is_the_collective_itself(late):
         "inferred": True,
         "stack": op["stack"],
     }
+    return events, wait, op, nccl, caught_up
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["before the end event", "after it"])
+def test_in_a_capture_the_node_nccl_launched_is_the_collective_itself(late):
+    """The recorder caught up the node the collective launched on the internal stream as a
+    kernel event inside its call; that event becomes the op (the capture's node record points
+    at it), so there is one launch there, named for the collective, not a memcpy beside it."""
+    from streamrace.record.event_log import EventLog
+
+    # after the first moved event (H200, N1); "late": after the end event's record too
+    events, wait, op, nccl, caught_up = _gather_and_its_node(25 if late else 15)
     log = EventLog()
     log.events.append(caught_up)  # emitted by the recorder before the hooks are drained
     log.hooks = _Drained(events)
@@ -192,25 +200,7 @@ def test_a_node_the_native_hooks_caught_up_names_the_event_it_became(late):
     from streamrace.record.graph_readback import GraphRead
     from streamrace.record.kernel_params import LiveBlocks, NodeAccess
 
-    tb = TraceBuilder()
-    main = tb.stream("main")
-    x, y = tb.alloc(N, main), tb.alloc(N, main)
-    nccl, _ = _issued_async(tb, main, [tb.span(x, N)], [tb.span(y, N)], at="n.py:5")
-    events = [dict(e, seq=e["seq"] * 10) for e in tb.events]  # room for the recorder's event
-    wait = next(e for e in events if e["ev"] == "event_wait")
-    op = next(e for e in events if e["ev"] == "op")
-    caught_up = {
-        "seq": wait["seq"] + (25 if late else 5),
-        "ev": "kernel",
-        "graph": 1,
-        "node": 0,
-        "name": "memcpy",
-        "stream": nccl,
-        "reads": [],
-        "writes": [],
-        "inferred": True,
-        "stack": op["stack"],
-    }
+    events, _wait, op, nccl, caught_up = _gather_and_its_node(25 if late else 5)
     events.append(caught_up)
     events.sort(key=lambda e: e["seq"])
     nodes = CaptureNodes(handle=1, base=0, read_access=lambda node, kind: NodeAccess(kind))

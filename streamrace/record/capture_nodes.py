@@ -86,7 +86,7 @@ class CaptureNodes:
         self.caught: dict[int, int] = {}
         self.launches: dict[int, dict[str, Any]] = {}  # seq -> kernel event of a launch claimed by handle
         self._accesses: dict[int, Any] = {}  # node index -> NodeAccess, read before the graph is gone
-        self._checked_ops: dict[int, list[int]] | None = None  # seq of a custom op -> its kernel nodes
+        self._checked_ops: dict[int, list[int]] = {}  # seq of a custom op -> its kernel nodes (_owners)
         self._read: GraphRead | None = None
         self._claims: Sequence[int] = ()  # Hooks.claims
         # The graph event's nodes and edges: filled once the capture's events are all in (finish).
@@ -139,7 +139,7 @@ class CaptureNodes:
         self._read, self._claims = read, claims
         if not all(claims[2::3]):
             self._owners()
-        needs = set(self.caught) | {i for ids in (self._checked_ops or {}).values() for i in ids}
+        needs = set(self.caught) | {i for ids in self._checked_ops.values() for i in ids}
         for i in sorted(needs):
             if read.types[i] in ACCESS_NODE_TYPES:
                 self._accesses[i] = self._read_access(read.handles[i], read.types[i])
@@ -217,7 +217,7 @@ class CaptureNodes:
             else:
                 event["reads"], event["writes"] = access.reads, access.writes
                 event["inferred"] = False
-        for seq, indices in (self._checked_ops or {}).items():
+        for seq, indices in self._checked_ops.items():
             op = events.get(seq)
             words = [w for i in indices if i in self._accesses for w in self._accesses[i].words]
             if op is not None and words:
