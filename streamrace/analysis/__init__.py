@@ -213,7 +213,9 @@ def analyze(
         # (streamrace/short_lived.py) instead of freeing it object by object.
         short_lived.retain(engine, found, results)
         del engine, found, results, passes, describer
-    short_lived.freeze_retained()
+        # Before the collector is back: its first collection would walk every object the
+        # retained engine holds, all of them still in the youngest generation.
+        short_lived.freeze_retained()
     return AnalysisResult(findings=findings, raw_findings=raw, summary=summary, notes=notes)
 
 
