@@ -292,7 +292,7 @@ class Core {
                 ByteRange rng = normalize(items[i]);
                 if (rng.empty()) continue;
                 if (sink_ != nullptr) capture_range(sink_, rng, w == 1);
-                engine_.access(ev, items[i], std::move(rng), w == 1);
+                engine_.access(ev, items[i], unsigned(i), std::move(rng), w == 1);
             }
         }
     }
@@ -328,6 +328,21 @@ py::object domain(i64 d) { return d == EAGER ? py::none() : py::object(py::int_(
 
 py::object object(PyObject* p) { return p ? py::reinterpret_borrow<py::object>(p) : py::none(); }
 
+// A held event as Python sees it (a copy is made again on first use); borrowed.
+PyObject* made(const HeldEvent& event) {
+    PyObject* ev = event.get();
+    if (ev == nullptr && event) fail();
+    return ev;
+}
+
+// The range of a record whose event is a copy: its op's index-th read or write, found again.
+PyObject* raw_of(const Rec& r) {
+    PyObject* ev = made(r.event);
+    PyObject* list = ev != nullptr ? get(ev, r.write ? K.writes : K.reads) : nullptr;
+    if (list == nullptr || !PyList_Check(list) || Py_ssize_t(r.index) >= PyList_GET_SIZE(list)) return nullptr;
+    return PyList_GET_ITEM(list, Py_ssize_t(r.index));
+}
+
 py::object overlap(Overlap how) {
     // The Python engine's enum, imported on first use and kept for the life of the process.
     static PyObject* const type =
@@ -343,8 +358,8 @@ void bind_records(py::module_& m) {
         .def_readonly("write", &Rec::write)
         .def_property_readonly("domain", [](const Rec& r) { return domain(r.domain); })
         .def_readonly("device", &Rec::device)
-        .def_property_readonly("event", [](const Rec& r) { return object(r.event); })
-        .def_property_readonly("raw", [](const Rec& r) { return object(r.raw); })
+        .def_property_readonly("event", [](const Rec& r) { return object(made(r.event)); })
+        .def_property_readonly("raw", [](const Rec& r) { return object(r.raw != nullptr ? r.raw : raw_of(r)); })
         .def_property_readonly("replay", [](const Rec& r) { return object(r.replay); });
     py::class_<Lifetime, Ref<Lifetime>>(m, "Lifetime", "Mirrors streamrace.analysis.lifetimes.Lifetime.")
         .def_readonly("id", &Lifetime::id)
@@ -352,8 +367,8 @@ void bind_records(py::module_& m) {
         .def_readonly("size", &Lifetime::size)
         .def_readonly("owner", &Lifetime::owner)
         .def_readonly("device", &Lifetime::device)
-        .def_property_readonly("alloc", [](const Lifetime& l) { return object(l.alloc); })
-        .def_property_readonly("free", [](const Lifetime& l) { return object(l.free); })
+        .def_property_readonly("alloc", [](const Lifetime& l) { return object(made(l.alloc)); })
+        .def_property_readonly("free", [](const Lifetime& l) { return object(made(l.free)); })
         .def_property_readonly("domain", [](const Lifetime& l) { return domain(l.domain); })
         .def_property_readonly("end", &Lifetime::end);
     py::class_<Race, std::shared_ptr<Race>>(m, "Race", "Mirrors streamrace.analysis.engine.Race.")
@@ -777,6 +792,15 @@ PYBIND11_MODULE(_core, m) {
     observer_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&observer_spec));
     if (observer_type == nullptr) throw py::error_already_set();
     m.def("live_records", [] { return Rec::alive; }, "Access records alive in every core (for memory tests).");
+    m.def("live_steps", [] { return Step::alive; }, "Captured accesses kept for replays, in every core (for memory tests).");
+    m.def(
+        "held_copy",
+        [](py::handle obj, bool make) {
+            HeldEvent held = HeldEvent::copied(obj.ptr());
+            return py::make_tuple(held.is_copy(), make ? object(made(held)) : py::none());
+        },
+        py::arg("obj"), py::arg("make") = true,
+        "(copied, the object made again): how the core keeps a captured op's event (for tests).");
     if (!reader::init_line_reader_type()) throw py::error_already_set();
     m.def(
         "line_reader",

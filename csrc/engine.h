@@ -209,9 +209,11 @@ class Engine {
         op_writes_ = op_domain_ == EAGER ? &last_writes_[device] : nullptr;
         auto program = op_domain_ == EAGER ? programs_.end() : programs_.find(op_domain_);
         op_program_ = program == programs_.end() ? nullptr : &program->second;
+        op_event_ = HeldEvent();
     }
 
-    void access(PyObject* event, PyObject* raw, ByteRange&& rng, bool write) {
+    // The op's `index`-th read or write, `raw` as the trace has it.
+    void access(PyObject* event, PyObject* raw, unsigned index, ByteRange&& rng, bool write) {
         Rec* rec = new Rec();
         retain(rec);
         rec->order = order_++;
@@ -223,10 +225,18 @@ class Engine {
         rec->domain = op_domain_;
         rec->device = op_device_;
         rec->seq = rec->issued = op_seq_;
-        Py_INCREF(event);
-        rec->event = event;
-        Py_INCREF(raw);
-        rec->raw = raw;
+        rec->index = index;
+        if (op_program_ != nullptr) {
+            // Kept as long as its graph: one copy of the event for all the op's accesses.
+            if (!op_event_) op_event_ = HeldEvent::copied(event);
+            rec->event = op_event_;
+        } else {
+            rec->event = HeldEvent::live(event);
+        }
+        if (!rec->event.is_copy()) {
+            Py_INCREF(raw);
+            rec->raw = raw;
+        }
         lifetimes_.touched(*rec);
         if (op_domain_ == EAGER)
             execute(rec, *op_writes_);
@@ -260,9 +270,9 @@ class Engine {
         i64 device = 0;
         ShadowMemory* memory = nullptr;
         LastWrites* writes = nullptr;
-        for (const Ref<Rec>& captured : found->second) {
-            if (memory == nullptr || captured->device != device) {  // a program's accesses are of one device, mostly
-                device = captured->device;
+        for (const Step& captured : found->second) {
+            if (memory == nullptr || captured.device != device) {  // a program's accesses are of one device, mostly
+                device = captured.device;
                 memory = &shadow(EAGER, device);
                 writes = &last_writes_[device];
             }
@@ -272,20 +282,20 @@ class Engine {
             rec->stream = stream;
             rec->stream_index = index;
             rec->tick = tick;
-            rec->write = captured->write;
-            rec->rng = captured->rng;
+            rec->write = captured.write;
+            rec->rng = captured.range();
             rec->domain = EAGER;
-            rec->device = captured->device;
-            rec->seq = captured->seq;
+            rec->device = captured.device;
+            rec->seq = captured.seq;
             rec->issued = seq;
             rec->replay_graph = graph;
-            Py_INCREF(captured->event);
-            rec->event = captured->event;
-            Py_INCREF(captured->raw);
-            rec->raw = captured->raw;
+            rec->event = captured.event;
+            rec->raw = captured.raw.get();
+            Py_XINCREF(rec->raw);
+            rec->index = captured.index;
             Py_INCREF(event);
             rec->replay = event;
-            rec->lifetimes = captured->lifetimes;
+            rec->lifetimes = captured.lifetimes;
             for (Lifetime* l : rec->lifetimes) retain(l);
             execute(rec, *writes);
             check(rec, *memory, clock, host);
@@ -370,8 +380,8 @@ class Engine {
 
     // rec is part of its capture's program; note the blocks it uses that were allocated
     // outside any capture and not into a graph pool (their free is §8.5's).
-    void capture_into(std::vector<Ref<Rec>>& program, Rec* rec) {
-        program.emplace_back(rec);
+    void capture_into(std::vector<Step>& program, Rec* rec) {
+        program.emplace_back(*rec);
         for (Lifetime* l : rec->lifetimes) {
             if (l->domain != EAGER || l->pooled) continue;
             auto& users = graph_users_[l->id];
@@ -538,7 +548,7 @@ class Engine {
     i64 order_ = 0;
     // The execution view (§8): each live graph's program, the clock of its last replay, every
     // device's last writes, and which graphs use each block allocated outside them.
-    std::unordered_map<i64, std::vector<Ref<Rec>>> programs_;
+    std::unordered_map<i64, std::vector<Step>> programs_;
     std::unordered_map<i64, VectorClock> replayed_;
     std::unordered_map<i64, LastWrites> last_writes_;  // device ->
     // lifetime id -> (graph, its first captured access through the block), in order of use
@@ -555,7 +565,8 @@ class Engine {
     const VectorClock* op_host_ = nullptr;
     ShadowMemory* op_shadow_ = nullptr;
     LastWrites* op_writes_ = nullptr;  // the device's last writes, for an eager op
-    std::vector<Ref<Rec>>* op_program_ = nullptr;  // the program the op's capture is adding to, if any
+    std::vector<Step>* op_program_ = nullptr;  // the program the op's capture is adding to, if any
+    HeldEvent op_event_;                           // its copied event, once an access needs it
 };
 
 }  // namespace streamrace

@@ -71,8 +71,7 @@ class Lifetimes {
         l->domain = domain;
         l->alloc_seq = seq;
         l->pooled = pooled;
-        Py_INCREF(event);
-        l->alloc = event;
+        l->alloc = domain == EAGER ? HeldEvent::live(event) : HeldEvent::copied(event);
         retain(l);
         live.emplace(addr, l);
         return l;
@@ -86,8 +85,7 @@ class Lifetimes {
         if (it == live.end()) return nullptr;
         Lifetime* l = it->second;
         live.erase(it);
-        Py_INCREF(event);
-        l->free = event;
+        l->free = l->domain == EAGER ? HeldEvent::live(event) : HeldEvent::copied(event);
         l->free_seq = seq;
         return l;
     }
@@ -171,7 +169,7 @@ class Lifetimes {
     // reads; here it would only keep a cycle of references alive.
     void note_use(Rec* rec) {
         for (Lifetime* l : rec->lifetimes) {
-            if (rec->stream == l->owner || l->free != nullptr || l->ended) continue;
+            if (rec->stream == l->owner || l->free || l->ended) continue;
             std::pair<i64, i64> key{rec->domain, rec->stream};
             bool found = false;
             for (auto& use : l->last_use) {

@@ -9,14 +9,34 @@
 #include <Python.h>
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 #include <vector>
 
+#include "held_event.h"
 #include "ranges.h"
 
 namespace streamrace {
 
 struct Lifetime;
+
+// An owned reference to a Python object (null allowed).
+class PyRef {
+   public:
+    PyRef() = default;
+    explicit PyRef(PyObject* p) : p_(p) { Py_XINCREF(p_); }
+    PyRef(const PyRef& o) : PyRef(o.p_) {}
+    PyRef(PyRef&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+    PyRef& operator=(PyRef o) noexcept {
+        std::swap(p_, o.p_);
+        return *this;
+    }
+    ~PyRef() { Py_XDECREF(p_); }
+    PyObject* get() const { return p_; }
+
+   private:
+    PyObject* p_ = nullptr;
+};
 
 // The lifetimes an access touched: nearly always one, so up to two are held in place (no
 // allocation per access: a replay makes one access per captured access).
@@ -31,6 +51,16 @@ class LifetimeList {
         }
         return *this;
     }
+    LifetimeList(LifetimeList&& o) noexcept {  // leaves o empty
+        if (o.data_ == o.inline_) {
+            std::copy(o.inline_, o.inline_ + o.size_, inline_);
+        } else {
+            data_ = std::exchange(o.data_, o.inline_);
+            capacity_ = std::exchange(o.capacity_, 2);
+        }
+        size_ = std::exchange(o.size_, 0);
+    }
+    LifetimeList& operator=(LifetimeList&&) = delete;
     ~LifetimeList() {
         if (data_ != inline_) delete[] data_;
     }
@@ -69,8 +99,11 @@ struct Rec {
     i64 issued = 0;  // the seq at which the program issued it: its replay's, else its op's
     i64 replay_graph = 0;  // a replay's access: the graph replayed
     ByteRange rng;
-    PyObject* event = nullptr;   // the op (or kernel) event, owned; a replay's: the captured op's
-    PyObject* raw = nullptr;     // the range as written in the trace, owned
+    // The op (or kernel) event; a replay's: the captured op's. A captured op's is its copy
+    // (held_event.h), and its range is found again in it: the op's `index`-th read or write.
+    HeldEvent event;
+    PyObject* raw = nullptr;  // the range as written in the trace, owned; null with a copied event
+    unsigned index = 0;
     PyObject* replay = nullptr;  // a replay's access: the replay event, owned; else null
     // The live lifetimes it touched, owned (a replay's: those its captured access touched).
     LifetimeList lifetimes;
@@ -105,6 +138,42 @@ struct Rec {
     }
 };
 
+// A captured access as its graph's program keeps it, for every later replay of the graph: what
+// a replay's access is made from (Engine::replay), in half a record's memory. A serving trace
+// keeps one per captured range, for as long as the graph lives; the record the capture made
+// goes back to the pool when nothing else holds it.
+struct Step {
+    i64 lo = 0, hi = 0;                  // the bytes of a dense range
+    std::unique_ptr<ByteRange> strided;  // a strided range (null: dense)
+    i64 seq = 0, device = 0;
+    HeldEvent event;
+    PyRef raw;
+    LifetimeList lifetimes;  // owned
+    unsigned index = 0;
+    bool write = false;
+
+    static inline i64 alive = 0;  // for the tests of bounded memory
+
+    explicit Step(const Rec& rec);
+    Step(Step&& o) noexcept
+        : lo(o.lo),
+          hi(o.hi),
+          strided(std::move(o.strided)),
+          seq(o.seq),
+          device(o.device),
+          event(std::move(o.event)),
+          raw(std::move(o.raw)),
+          lifetimes(std::move(o.lifetimes)),
+          index(o.index),
+          write(o.write) {
+        ++alive;
+    }
+    Step& operator=(Step&&) = delete;
+    ~Step();
+
+    ByteRange range() const { return strided ? *strided : ByteRange(lo, {}, hi - lo); }
+};
+
 struct Lifetime {
     int refs = 0;
     i64 id = 0, addr = 0, size = 0, owner = 0, device = 0;
@@ -113,8 +182,8 @@ struct Lifetime {
     i64 free_seq = -1;     // the free event's seq, once freed
     bool pooled = false;   // the alloc event names a pool (a graph's): not a graph input
     bool ended = false;    // ended silently by an overlapping allocation (a malformed trace)
-    PyObject* alloc = nullptr;  // the alloc event, owned
-    PyObject* free = nullptr;   // the free event, once freed, owned
+    HeldEvent alloc;  // the alloc event (a capture's: its copy, kept with the capture's records)
+    HeldEvent free;   // the free event, once freed
     std::vector<i64> recorded;  // streams named by record_stream
     // The last use of each non-owner stream, per domain: ((domain, stream), the ranges of its
     // last op that touched the block, in order), owned.
@@ -165,29 +234,30 @@ class Ref {
     T* p_ = nullptr;
 };
 
-// An owned reference to a Python object (null allowed).
-class PyRef {
-   public:
-    PyRef() = default;
-    explicit PyRef(PyObject* p) : p_(p) { Py_XINCREF(p_); }
-    PyRef(const PyRef& o) : PyRef(o.p_) {}
-    PyRef(PyRef&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
-    PyRef& operator=(PyRef o) noexcept {
-        std::swap(p_, o.p_);
-        return *this;
-    }
-    ~PyRef() { Py_XDECREF(p_); }
-    PyObject* get() const { return p_; }
-
-   private:
-    PyObject* p_ = nullptr;
-};
-
 inline Rec::~Rec() {
     --alive;
-    Py_XDECREF(event);
     Py_XDECREF(raw);
     Py_XDECREF(replay);
+    for (Lifetime* l : lifetimes) release(l);
+}
+
+inline Step::Step(const Rec& rec)
+    : lo(rec.rng.lo),
+      hi(rec.rng.hi),
+      strided(rec.rng.dense() ? nullptr : std::make_unique<ByteRange>(rec.rng)),
+      seq(rec.seq),
+      device(rec.device),
+      event(rec.event),
+      raw(rec.raw),
+      lifetimes(rec.lifetimes),
+      index(rec.index),
+      write(rec.write) {
+    ++alive;
+    for (Lifetime* l : lifetimes) retain(l);
+}
+
+inline Step::~Step() {
+    --alive;
     for (Lifetime* l : lifetimes) release(l);
 }
 
@@ -200,8 +270,6 @@ inline void Lifetime::forget_uses() {
 
 inline Lifetime::~Lifetime() {
     forget_uses();
-    Py_XDECREF(alloc);
-    Py_XDECREF(free);
 }
 
 }  // namespace streamrace

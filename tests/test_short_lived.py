@@ -8,8 +8,8 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-
 from analysis_engines import core
+
 from streamrace import short_lived
 from streamrace.analysis import analyze
 from streamrace.analysis.core import cpp_available

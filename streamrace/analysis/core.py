@@ -167,3 +167,8 @@ class CppEngine:
 def live_records() -> int:
     """Access records alive in the C++ core (0 when it is not built); for memory tests."""
     return _core.live_records() if _core is not None else 0
+
+
+def live_steps() -> int:
+    """Captured accesses the C++ core keeps for replays (0 when it is not built); for memory tests."""
+    return _core.live_steps() if _core is not None else 0

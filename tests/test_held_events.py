@@ -1,0 +1,153 @@
+"""The events the C++ core keeps for replays (csrc/held_event.h): a captured op's event is held
+as a compact copy and made again only for a finding. The copy must be exact (the same types,
+values and key order) or not made at all, so no caller's event is ever changed; and an
+analysis of many captures must not keep their Python objects."""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import math
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from analysis_engines import core
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamrace.analysis import analyze
+from streamrace.analysis.core import cpp_available, new_engine
+from streamrace.trace import load_trace
+from streamrace.trace.io import Trace
+
+pytestmark = pytest.mark.skipif(not cpp_available(), reason="the C++ core is not built")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _copy(obj: Any) -> tuple[bool, Any]:
+    import streamrace._core as native
+
+    return native.held_copy(obj)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, of the same types all the way down, dict keys in the same order, floats bit for bit."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return struct.pack("<d", a) == struct.pack("<d", b)
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+JSON_LIKE = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()  # beyond 64 bits too
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(),  # any code point but lone surrogates (those are below)
+    lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=8), inner, max_size=6),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(JSON_LIKE)
+def test_what_is_copied_is_made_again_exactly(value: Any) -> None:
+    copied, made = _copy(value)
+    assert copied
+    assert _same(value, made), (value, made)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param((1, 2), id="tuple"),
+        pytest.param({"shape": (1, 8)}, id="tuple inside"),
+        pytest.param(
+            {"reads": [{"addr": 1, "nbytes": True}, {"addr": 2, "nbytes": 3.5}, {"addr": "\ud800"}]},
+            id="lone surrogate after what copies",
+        ),
+        pytest.param({1: "a"}, id="key not a string"),
+        pytest.param({"name": type("Name", (str,), {})("n")}, id="str subclass"),
+        pytest.param({"seq": type("Seq", (int,), {})(7)}, id="int subclass"),
+        pytest.param(type("Event", (dict,), {})(seq=1), id="dict subclass"),
+        pytest.param([object()], id="object"),
+        pytest.param("\udfff", id="lone surrogate"),
+        pytest.param(10**5000, id="int too long to print"),
+    ],
+)
+def test_what_cannot_be_copied_exactly_is_kept_as_it_is(value: Any) -> None:
+    copied, made = _copy(value)
+    assert not copied and made is value
+
+
+def test_deep_nesting_is_kept_as_it_is_and_shallower_is_copied() -> None:
+    deep: Any = 0
+    for _ in range(100):
+        deep = [deep]
+    assert _copy(deep) == (False, deep) and _copy(deep)[1] is deep
+    shallow: Any = {"x": 1}
+    for _ in range(60):
+        shallow = {"x": shallow}
+    copied, made = _copy(shallow)
+    assert copied and _same(made, shallow)
+
+
+def test_edge_values_are_made_again_exactly() -> None:
+    values = [2**63 - 1, -(2**63), 2**63, -(2**63) - 1, 2**200, -0.0, math.nan, math.inf, "é✓𝄞", "", [], {}]
+    for value in values:
+        copied, made = _copy({"v": value, "list": [value]})
+        assert copied and _same(made, {"v": value, "list": [value]}), value
+
+
+def _synthetic():
+    spec = importlib.util.spec_from_file_location("synthetic", ROOT / "benchmarks" / "synthetic.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_many_captures_keep_no_python_objects_per_captured_op() -> None:
+    """The engine keeps every captured op for replays; before copies, each kept its event's
+    dicts and lists (a dozen objects an op). Now only what a finding names is made again."""
+    synthetic = _synthetic()
+    gc.collect()
+    before = len(gc.get_objects())
+    engine = new_engine(core="cpp")
+    ops = 0
+    for ev in synthetic.synthetic_events(layers=4, ops_per_layer=40, captures=6, bug=False):
+        engine.feed(ev)
+        ops += ev["ev"] == "op"
+    del ev
+    gc.collect()
+    kept = len(gc.get_objects()) - before
+    assert engine.graphs == 6 and ops > 900
+    assert kept < ops / 10, f"{kept} objects kept for {ops} captured ops"
+
+
+def test_an_uncopyable_captured_event_is_reported_as_it_was_given() -> None:
+    """Events handed over in memory may hold what a trace file cannot (a tuple): such an event
+    is kept as it is, and its findings are the Python engine's, field for field."""
+    trace = load_trace(ROOT / "examples" / "traces" / "gallery_H2_buggy.jsonl.gz")
+    events = []
+    for ev in trace.events:
+        if ev["ev"] == "op":
+            ev = {**ev, "reads": [{**r, "tag": ("kept", 1)} for r in ev["reads"]]}
+        events.append(ev)
+    doctored = Trace(trace.header, events, stacks=trace.stacks)
+    results = {}
+    for name in ("python", "cpp"):
+        with core(name):
+            results[name] = analyze(doctored)
+    assert results["cpp"].findings and results["cpp"].to_dict() == results["python"].to_dict()
+    ranges = [a.range for f in results["cpp"].raw_findings for a in f.accesses if a.access == "read"]
+    assert ranges and all(r["tag"] == ("kept", 1) for r in ranges)
