@@ -341,6 +341,27 @@ def test_terminal_style_colours_only_terminals() -> None:
     assert 60 <= width <= 140
 
 
+@pytest.mark.parametrize("env", [{}, {"FORCE_COLOR": "1"}, {"TTY_COMPATIBLE": "1"}, {"FORCE_COLOR": ""}])
+def test_text_to_a_pipe_is_plain_and_imports_no_rich_unless_colour_is_forced(env: dict[str, str]) -> None:
+    """A pipe gets plain text without rich's import (start-up); FORCE_COLOR or TTY_COMPATIBLE
+    colour it through rich as before, and an empty FORCE_COLOR does not."""
+    import os
+    import subprocess
+    import sys
+
+    trace = Path(__file__).resolve().parents[1] / "examples" / "traces" / "gallery_H2_buggy.jsonl.gz"
+    code = (
+        "import sys\nfrom streamrace.cli import main\nmain(sys.argv[1:])\nprint('rich' in sys.modules, file=sys.stderr)"
+    )
+    base = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "NO_COLOR")}
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "analyze", str(trace)], capture_output=True, text=True, env={**base, **env}
+    )
+    coloured = bool(env.get("FORCE_COLOR") or env.get("TTY_COMPATIBLE"))
+    assert "data-race" in proc.stdout and ("\x1b[" in proc.stdout) == coloured, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == str(coloured), "rich imported only to colour"
+
+
 def test_terminal_style_honours_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 

@@ -15,6 +15,7 @@ different ``Style`` (``terminal_style``, through rich) and nothing else.
 
 from __future__ import annotations
 
+import os
 import textwrap
 from collections.abc import Sequence
 from functools import partial
@@ -56,6 +57,8 @@ THEME = {
 def terminal_style(stream: IO[str]) -> tuple[Style, int] | None:
     """A rich-coloured ``Style`` and the width for ``stream`` when it is a terminal that takes
     colour (rich honours NO_COLOR, FORCE_COLOR and TERM=dumb), else None."""
+    if not _may_be_terminal(stream):
+        return None  # without importing rich (40 ms of start-up) for a pipe or a file
     from rich.color import ColorSystem
     from rich.console import Console
     from rich.style import Style as RichStyle
@@ -78,6 +81,17 @@ def terminal_style(stream: IO[str]) -> tuple[Style, int] | None:
         return rich_style.render(text, color_system=system) if rich_style and text else text
 
     return style, max(MIN_WIDTH, min(console.width, 140))
+
+
+def _may_be_terminal(stream: IO[str]) -> bool:
+    """False only where rich's Console would find no terminal either: not a tty, and neither
+    TTY_COMPATIBLE=1 nor a non-empty FORCE_COLOR says to colour anyway."""
+    if os.environ.get("TTY_COMPATIBLE", "") == "1" or os.environ.get("FORCE_COLOR"):
+        return True
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed file: rich says no terminal
+        return False
 
 
 def _code_spans(line: str, in_code: bool) -> tuple[list[tuple[str, bool]], bool]:
