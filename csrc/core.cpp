@@ -36,6 +36,25 @@ PyObject* intern(const char* s) { return PyUnicode_InternFromString(s); }
 
 [[noreturn]] void fail() { throw py::error_already_set(); }
 
+// What a Mapping that is not a dict handed back from a lookup: it need not hold the value
+// (it may make it afresh), so the value is kept here until the event is done with
+// (SlowValuesKept, at each entry point that reads events).
+std::vector<PyObject*>& slow_values() {
+    static auto* values = new std::vector<PyObject*>();  // never destroyed: it may outlive the interpreter's end
+    return *values;
+}
+
+struct SlowValuesKept {
+    const size_t mark = slow_values().size();
+    ~SlowValuesKept() {
+        auto& values = slow_values();
+        while (values.size() > mark) {
+            Py_DECREF(values.back());
+            values.pop_back();
+        }
+    }
+};
+
 // The value of key, borrowed; null when absent or None (an optional field may be null).
 PyObject* get(PyObject* obj, PyObject* key) {
     PyObject* value;
@@ -49,7 +68,7 @@ PyObject* get(PyObject* obj, PyObject* key) {
             PyErr_Clear();
             return nullptr;
         }
-        Py_DECREF(value);  // the mapping still holds it
+        slow_values().push_back(value);  // owned there, for as long as the event is read
     }
     return value == Py_None ? nullptr : value;
 }
@@ -142,6 +161,7 @@ class Core {
     // One event; a range or block outside [0, 2^62) is refused naming the event's seq, in the
     // words of the Python engine (RangeLimit is streamrace.errors.TraceLimitError there).
     void feed(py::handle ev_handle) {
+        SlowValuesKept kept;
         try {
             feed_event(ev_handle.ptr());
         } catch (const RangeLimit& e) {
@@ -271,7 +291,10 @@ class Core {
    private:
     void op(PyObject* ev, bool is_op, bool has_stream, i64 stream) {
         if (is_op) ++engine_.ops;
-        PyObject* lists[2] = {need(ev, K.reads), need(ev, K.writes)};
+        // Held at once: the next lookup may run Python code (a key's __eq__).
+        py::object reads = py::reinterpret_borrow<py::object>(need(ev, K.reads));
+        py::object writes = py::reinterpret_borrow<py::object>(need(ev, K.writes));
+        PyObject* lists[2] = {reads.ptr(), writes.ptr()};
         PyObject* fast[2];
         for (int w = 0; w < 2; ++w) {
             fast[w] = PySequence_Fast(lists[w], "'reads' and 'writes' must be lists");
@@ -286,13 +309,14 @@ class Core {
         if (!has_stream) return;  // a kernel node nobody placed on a stream: nothing to order it by
         engine_.begin_op(stream, device(ev, true, stream), seq_of(ev));
         for (int w = 0; w < 2; ++w) {
-            Py_ssize_t n = PySequence_Fast_GET_SIZE(fast[w]);
-            PyObject** items = PySequence_Fast_ITEMS(fast[w]);
-            for (Py_ssize_t i = 0; i < n; ++i) {
-                ByteRange rng = normalize(items[i]);
+            // A range's lookups may run Python code (a key's __eq__) that changes the list: its
+            // size is read again each time, and the range is held while it is read.
+            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast[w]); ++i) {
+                py::object item = py::reinterpret_borrow<py::object>(PySequence_Fast_GET_ITEM(fast[w], i));
+                ByteRange rng = normalize(item.ptr());
                 if (rng.empty()) continue;
                 if (sink_ != nullptr) capture_range(sink_, rng, w == 1);
-                engine_.access(ev, items[i], unsigned(i), std::move(rng), w == 1);
+                engine_.access(ev, item.ptr(), unsigned(i), std::move(rng), w == 1);
             }
         }
     }
@@ -337,10 +361,8 @@ PyObject* made(const HeldEvent& event) {
 
 // The range of a record whose event is a copy: its op's index-th read or write, found again.
 PyObject* raw_of(const Rec& r) {
-    PyObject* ev = made(r.event);
-    PyObject* list = ev != nullptr ? get(ev, r.write ? K.writes : K.reads) : nullptr;
-    if (list == nullptr || !PyList_Check(list) || Py_ssize_t(r.index) >= PyList_GET_SIZE(list)) return nullptr;
-    return PyList_GET_ITEM(list, Py_ssize_t(r.index));
+    made(r.event);
+    return r.event.item(r.write ? 1 : 0, r.index);
 }
 
 py::object overlap(Overlap how) {
@@ -483,16 +505,17 @@ struct Capture {
     // A launch and its ranges, read here.
     void add(PyObject* ev) {
         add_launch(ev);
-        PyObject* lists[2] = {need(ev, K.reads), need(ev, K.writes)};
+        py::object reads = py::reinterpret_borrow<py::object>(need(ev, K.reads));  // held, as in Core::op
+        py::object writes = py::reinterpret_borrow<py::object>(need(ev, K.writes));
+        PyObject* lists[2] = {reads.ptr(), writes.ptr()};
         for (int w = 0; w < 2; ++w) {
             py::object fast =
                 py::reinterpret_steal<py::object>(PySequence_Fast(lists[w], "'reads' and 'writes' must be lists"));
             if (!fast) fail();
-            const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast.ptr());
-            PyObject** items = PySequence_Fast_ITEMS(fast.ptr());
-            for (Py_ssize_t r = 0; r < n; ++r) {
+            for (Py_ssize_t r = 0; r < PySequence_Fast_GET_SIZE(fast.ptr()); ++r) {
+                py::object item = py::reinterpret_borrow<py::object>(PySequence_Fast_GET_ITEM(fast.ptr(), r));
                 try {
-                    ByteRange range = normalize(items[r]);
+                    ByteRange range = normalize(item.ptr());
                     if (!range.empty()) add_range(range, w == 1);
                 } catch (const std::overflow_error&) {
                     unusual = true;
@@ -609,6 +632,7 @@ class GraphCollector {
     // The capture a launch went to (null: none, or not a launch). `read_ranges` false: the
     // caller hands it the launch's ranges (Core::run, which reads them anyway).
     Capture* feed(PyObject* ev, PyObject* on_graph, bool read_ranges = true) {
+        SlowValuesKept kept;
         PyObject* kind_obj = need(ev, K.ev);
         if (!PyUnicode_Check(kind_obj)) return nullptr;
         Py_ssize_t len;
@@ -671,6 +695,7 @@ class GraphCollector {
 
 // check_capture on launches given at once (for tests).
 py::object graph_unordered(py::list launches, py::handle graph_ev) {
+    SlowValuesKept kept;
     Capture capture;
     for (py::handle ev : launches) capture.add(ev.ptr());
     return check_capture(capture, graph_ev.ptr());
@@ -754,6 +779,8 @@ PYBIND11_MODULE(_core, m) {
          intern("reads"), intern("writes"), intern("nbytes"), intern("shape"),  intern("stride"),
          intern("itemsize"), intern("seq"),   intern("nodes"),  intern("edges"),  intern("op"),
          intern("pool"),  intern("aborted")};
+    held::LIST_KEYS[0] = K.reads;  // a copied op's ranges are found again there (raw_of)
+    held::LIST_KEYS[1] = K.writes;
     bind_records(m);
     py::class_<Core>(m, "Core")
         .def(py::init<py::dict>(), py::arg("stacks"))

@@ -6,7 +6,7 @@
 // it is a few hundred bytes, and the Python objects are made again only for the few events a
 // finding names, on first use. The copy is exact: the same types, values and key order. An
 // event it cannot copy so (a tuple, a subclass, a string that is not valid UTF-8, an integer
-// too long to print) is kept as it is, so no input is changed, whatever a caller hands over.
+// beyond 64 bits) is kept as it is, so no input is changed, whatever a caller hands over.
 #pragma once
 
 #include <Python.h>
@@ -22,7 +22,7 @@ namespace streamrace {
 
 namespace held {
 
-enum Tag : unsigned char { TAG_NONE, TAG_FALSE, TAG_TRUE, TAG_INT, TAG_BIG_INT, TAG_FLOAT, TAG_STR, TAG_LIST, TAG_DICT };
+enum Tag : unsigned char { TAG_NONE, TAG_FALSE, TAG_TRUE, TAG_INT, TAG_FLOAT, TAG_STR, TAG_LIST, TAG_DICT };
 constexpr int MAX_DEPTH = 64;  // deeper than any event; beyond it the object is kept as it is
 
 // The field names of events, a byte each in a copy: interned strings (the reader's keys, the
@@ -77,7 +77,9 @@ class Encoder {
         } else if (PyLong_CheckExact(obj)) {
             int overflow = 0;
             long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
-            if (overflow) return big_int(obj);
+            // Beyond 64 bits: kept as it is (as text it would be made again under whatever
+            // digit limit, sys.set_int_max_str_digits, holds then).
+            if (overflow) return false;
             room(11);
             *p_++ = TAG_INT;
             varint((uint64_t(v) << 1) ^ uint64_t(v >> 63));  // zigzag: small negatives stay short
@@ -117,7 +119,11 @@ class Encoder {
         return true;
     }
 
-    void clear() { p_ = buffer_.data(); }
+    // Ready for the next copy (after each); a buffer grown for a large one goes.
+    void clear() {
+        if (buffer_.size() > KEPT) std::vector<char>(START).swap(buffer_);
+        p_ = buffer_.data();
+    }
     const char* data() const { return buffer_.data(); }
     size_t size() const { return size_t(p_ - buffer_.data()); }
 
@@ -158,19 +164,9 @@ class Encoder {
         return true;
     }
 
-    bool big_int(PyObject* obj) {
-        PyObject* digits = PyObject_Str(obj);  // past Python's digit limit, it fails: kept as it is
-        if (digits == nullptr) {
-            PyErr_Clear();
-            return false;
-        }
-        bool ok = text(digits, TAG_BIG_INT);
-        Py_DECREF(digits);
-        return ok;
-    }
-
     KeyTable& keys_ = KeyTable::shared();
-    std::vector<char> buffer_ = std::vector<char>(1024);
+    static constexpr size_t START = 1024, KEPT = 64 * 1024;
+    std::vector<char> buffer_ = std::vector<char>(START);
     char* p_ = buffer_.data();
 };
 
@@ -190,13 +186,6 @@ class Decoder {
             case TAG_INT: {
                 uint64_t z = varint();
                 return PyLong_FromLongLong((long long)(z >> 1) ^ -(long long)(z & 1));
-            }
-            case TAG_BIG_INT: {
-                PyObject* text = this->text(false);
-                if (text == nullptr) return nullptr;
-                PyObject* n = PyLong_FromUnicodeObject(text, 10);
-                Py_DECREF(text);
-                return n;
             }
             case TAG_FLOAT: {
                 double d;
@@ -274,8 +263,19 @@ struct Copy {
     int refs = 0;
     std::string bytes;
     PyObject* made = nullptr;  // the event made again, once asked for; owned
-    ~Copy() { Py_XDECREF(made); }
+    // The items of its lists under LIST_KEYS as they were made (tuples, owned): a record's
+    // range is found again there, whatever a caller does to the event since.
+    PyObject* lists[2] = {nullptr, nullptr};
+    ~Copy() {
+        Py_XDECREF(made);
+        Py_XDECREF(lists[0]);
+        Py_XDECREF(lists[1]);
+    }
 };
+
+// The keys of the two lists a copy's items are found again in (an op's "reads" and
+// "writes"); set once, when the module is made.
+inline PyObject* LIST_KEYS[2] = {nullptr, nullptr};
 
 }  // namespace held
 
@@ -293,12 +293,14 @@ class HeldEvent {
     // Its copy, where one can be made exactly; else the object itself.
     static HeldEvent copied(PyObject* obj) {
         static held::Encoder* encoder = new held::Encoder();  // reused; never destroyed
+        bool copied = obj != nullptr && encoder->encode(obj);
+        HeldEvent e = copied ? HeldEvent() : live(obj);
+        if (copied) {
+            e.copy_ = new held::Copy();
+            e.copy_->bytes.assign(encoder->data(), encoder->size());
+            ++e.copy_->refs;
+        }
         encoder->clear();
-        if (obj == nullptr || !encoder->encode(obj)) return live(obj);
-        HeldEvent e;
-        e.copy_ = new held::Copy();
-        e.copy_->bytes.assign(encoder->data(), encoder->size());
-        ++e.copy_->refs;
         return e;
     }
 
@@ -325,9 +327,28 @@ class HeldEvent {
         if (copy_ == nullptr) return live_;
         if (copy_->made == nullptr) {
             const std::string& b = copy_->bytes;
-            copy_->made = held::Decoder(b.data(), b.data() + b.size()).value();
+            PyObject* made = held::Decoder(b.data(), b.data() + b.size()).value();
+            if (made == nullptr) return nullptr;
+            for (int i = 0; i < 2; ++i) {  // exact dicts and str keys: no Python code runs
+                PyObject* list = PyDict_Check(made) && held::LIST_KEYS[i] != nullptr
+                                     ? PyDict_GetItemWithError(made, held::LIST_KEYS[i])
+                                     : nullptr;
+                if (list != nullptr && PyList_CheckExact(list) && (copy_->lists[i] = PySequence_Tuple(list)) == nullptr) {
+                    Py_DECREF(made);
+                    return nullptr;
+                }
+            }
+            copy_->made = made;
         }
         return copy_->made;
+    }
+
+    // The index-th item of the made event's list under LIST_KEYS[which], as it was made
+    // (borrowed); null if there is none, or before get().
+    PyObject* item(int which, size_t index) const {
+        PyObject* items = copy_ != nullptr ? copy_->lists[which] : nullptr;
+        if (items == nullptr || index >= size_t(PyTuple_GET_SIZE(items))) return nullptr;
+        return PyTuple_GET_ITEM(items, Py_ssize_t(index));
     }
 
    private:

@@ -165,7 +165,9 @@ def analyze(
     reads the user's source files (``sources(path)``: its lines, or None), so that fixes use
     the names the code does (streamrace/analysis/source_names.py); the analysis itself never
     opens a file. ``keep_raw=False`` leaves ``raw_findings`` empty and describes only what the
-    deduplicated findings need (the command line's way: the findings are the same).
+    deduplicated findings need (the command line's way: the findings are the same). Each
+    event is read when it is handed over and must not change afterwards (the C++ core keeps
+    copies of captured ops' events: docs/analysis.md section 7).
     """
     header: Mapping[str, Any]
     if isinstance(trace, Trace):
