@@ -11,12 +11,12 @@ built; ``.ci/run`` builds it.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pathlib
 
 import pytest
 from analysis_engines import core
+from benchmark_traces import capture_set
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_execution_view import PROGRAMS as EXECUTION_VIEW
@@ -176,19 +176,9 @@ def test_cores_agree_on_every_committed_trace(path):
     agree(load_trace(path))
 
 
-def _synthetic():
-    spec = importlib.util.spec_from_file_location("synthetic", ROOT / "benchmarks" / "synthetic.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @needs_cpp
 def test_cores_agree_on_the_benchmark_capture_set():
-    synthetic = _synthetic()
-    events = list(synthetic.synthetic_events(layers=3, ops_per_layer=40, captures=4))
-    stacks = {ev["id"]: ev["frames"] for ev in events if ev["ev"] == "stack"}
-    result = agree(Trace(synthetic.header(), events, stacks=stacks))
+    result = agree(capture_set())
     assert [(f.kind, f.count, f.aliasing) for f in result.findings] == [
         ("unsafe-free", 3, True),  # batch size 1: the next same-size allocation takes the block
         ("unsafe-free", 9, False),

@@ -5,35 +5,24 @@ capture set, with either engine."""
 
 from __future__ import annotations
 
-import importlib.util
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from benchmark_traces import capture_set
 
 from streamrace.analysis import analyze, detectors
 from streamrace.analysis.core import new_engine
 from streamrace.analysis.describe import Describer
 from streamrace.trace import load_trace
-from streamrace.trace.io import Trace
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = sorted((ROOT / "examples" / "traces").glob("*.jsonl.gz"))
 
 
-def _capture_set() -> Trace:
-    spec = importlib.util.spec_from_file_location("synthetic", ROOT / "benchmarks" / "synthetic.py")
-    assert spec is not None and spec.loader is not None
-    synthetic = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(synthetic)
-    events = list(synthetic.synthetic_events(layers=3, ops_per_layer=40, captures=4))
-    stacks = {ev["id"]: ev["frames"] for ev in events if ev["ev"] == "stack"}
-    return Trace(synthetic.header(), events, stacks=stacks)
-
-
 def _traces() -> list[pytest.param]:
     return [pytest.param(lambda p=p: load_trace(p), id=p.name) for p in TRACES] + [
-        pytest.param(_capture_set, id="benchmark capture set")
+        pytest.param(capture_set, id="benchmark capture set")
     ]
 
 
@@ -68,7 +57,7 @@ def test_detections_with_one_key_describe_to_one_signature(engine, make):
 def test_the_capture_set_has_keys_to_share():
     """The benchmark's unsafe frees repeat in every layer of every captured batch size: most
     are described only once."""
-    trace = _capture_set()
+    trace = capture_set()
     engine = new_engine(trace.stacks)
     engine.run(trace.events)
     keys = [detectors.detector_of(d).dedup_key(d) for d in engine.detections]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import gc
-import importlib.util
 import math
 import struct
 import subprocess
@@ -18,6 +17,7 @@ from typing import Any
 
 import pytest
 from analysis_engines import core
+from benchmark_traces import synthetic
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -123,23 +123,15 @@ def test_edge_values_are_made_again_exactly() -> None:
         assert copied and _same(made, {"v": value, "list": [value]}), value
 
 
-def _synthetic():
-    spec = importlib.util.spec_from_file_location("synthetic", ROOT / "benchmarks" / "synthetic.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_many_captures_keep_no_python_objects_per_captured_op() -> None:
     """The engine keeps every captured op for replays; before copies, each kept its event's
     dicts and lists (a dozen objects an op). Now only what a finding names is made again."""
-    synthetic = _synthetic()
+    events = synthetic().synthetic_events(layers=4, ops_per_layer=40, captures=6, bug=False)  # loaded first
     gc.collect()
     before = len(gc.get_objects())
     engine = new_engine(core="cpp")
     ops = 0
-    for ev in synthetic.synthetic_events(layers=4, ops_per_layer=40, captures=6, bug=False):
+    for ev in events:
         engine.feed(ev)
         ops += ev["ev"] == "op"
     del ev

@@ -4,11 +4,11 @@ asked to retain its engine hands the collector nothing to walk when it turns it 
 from __future__ import annotations
 
 import gc
-import importlib.util
 from pathlib import Path
 
 import pytest
 from analysis_engines import core
+from benchmark_traces import synthetic
 
 from streamrace import short_lived
 from streamrace.analysis import analyze
@@ -17,20 +17,11 @@ from streamrace.analysis.core import cpp_available
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _synthetic():
-    spec = importlib.util.spec_from_file_location("synthetic", ROOT / "benchmarks" / "synthetic.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.skipif(not cpp_available(), reason="the C++ core is not built")
 def test_a_retained_analysis_leaves_no_young_objects_to_collect(monkeypatch: pytest.MonkeyPatch) -> None:
     """The C++ core pauses the collector while it holds the trace's events, which are made
     during the run and so are all in the youngest generation. Retained to the exit, they must
     be frozen before the collector comes back: else its first collection walks every one."""
-    synthetic = _synthetic()
     young: list[int] = []
 
     def watch(phase: str, info: dict[str, int]) -> None:
@@ -43,8 +34,8 @@ def test_a_retained_analysis_leaves_no_young_objects_to_collect(monkeypatch: pyt
     try:
         with core("cpp"):
             # Streamed, as from a file: the events are made while the collector waits.
-            events = synthetic.synthetic_events(layers=10, ops_per_layer=40, captures=4)
-            result = analyze(synthetic.header(), events)
+            events = synthetic().synthetic_events(layers=10, ops_per_layer=40, captures=4)
+            result = analyze(synthetic().header(), events)
             after = gc.get_count()[0]
             gc.collect(0)
     finally:

@@ -17,6 +17,7 @@ import sys
 
 import pytest
 from analysis_engines import ENGINES
+from benchmark_traces import synthetic
 
 from streamrace.analysis import Progress, analyze
 from streamrace.analysis.core import live_records, live_steps, new_engine
@@ -25,13 +26,6 @@ from streamrace.analysis.shadow import AccessRecord
 from streamrace.trace.builder import TraceBuilder
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def _synthetic():
-    spec = importlib.util.spec_from_file_location("synthetic", ROOT / "benchmarks" / "synthetic.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def records_alive(core: str) -> int:
@@ -49,7 +43,7 @@ def test_capture_after_capture_keeps_only_the_live_graphs_programs(core):
     before = records_alive(core)
     engine = new_engine(core=core)
     alive, program = [], 0
-    for ev in _synthetic().synthetic_events(layers=2, ops_per_layer=30, captures=12, bug=False):
+    for ev in synthetic().synthetic_events(layers=2, ops_per_layer=30, captures=12, bug=False):
         engine.feed(ev)
         if ev["ev"] == "op":
             program += len(ev["reads"]) + len(ev["writes"])
@@ -134,7 +128,7 @@ def test_a_serving_loop_of_replays_keeps_a_constant_amount(core):
 @pytest.mark.parametrize("core", ENGINES)
 def test_progress_is_reported_every_few_thousand_events_and_at_the_end(core, monkeypatch):
     monkeypatch.setenv("STREAMRACE_CORE", core)
-    events = list(_synthetic().synthetic_events(layers=3, ops_per_layer=40, captures=5))
+    events = list(synthetic().synthetic_events(layers=3, ops_per_layer=40, captures=5))
     seen: list[Progress] = []
     result = analyze({"format": "streamrace-trace", "version": 1}, iter(events), progress=seen.append)
     assert [p.events for p in seen[:-1]] == [PROGRESS_EVERY * (i + 1) for i in range(len(events) // PROGRESS_EVERY)]
