@@ -156,7 +156,7 @@ void capture_range(Capture* capture, const ByteRange& range, bool write);
 
 class Core {
    public:
-    explicit Core(py::dict stacks) : stacks_(std::move(stacks)) {}
+    Core(py::dict stacks, bool copy_events) : stacks_(std::move(stacks)) { engine_.copy_events(copy_events); }
 
     // One event; a range or block outside [0, 2^62) is refused naming the event's seq, in the
     // words of the Python engine (RangeLimit is streamrace.errors.TraceLimitError there).
@@ -783,7 +783,7 @@ PYBIND11_MODULE(_core, m) {
     held::LIST_KEYS[1] = K.writes;
     bind_records(m);
     py::class_<Core>(m, "Core")
-        .def(py::init<py::dict>(), py::arg("stacks"))
+        .def(py::init<py::dict, bool>(), py::arg("stacks"), py::arg("copy_events") = true)
         .def("feed", &Core::feed, py::arg("event"))
         .def("run", &Core::run, py::arg("events"), py::arg("progress"), py::arg("every"))
         .def("report", &Core::report, py::arg("progress"))

@@ -109,6 +109,13 @@ class Engine {
 
     HappensBefore hb;
 
+    // Captured events held as copies (held_event.h); false where the caller keeps every event
+    // alive anyway (a list analysed in memory), so that a copy would only cost.
+    void copy_events(bool copy) {
+        copy_events_ = copy;
+        lifetimes_.copy_events = copy;
+    }
+
     void capture_begin(i64 graph, i64 stream) {
         ++graphs;
         graph_gone(graph);  // a graph id captured again: the old program is gone
@@ -226,7 +233,7 @@ class Engine {
         rec->device = op_device_;
         rec->seq = rec->issued = op_seq_;
         rec->index = index;
-        if (op_program_ != nullptr) {
+        if (op_program_ != nullptr && copy_events_) {
             // Kept as long as its graph: one copy of the event for all the op's accesses.
             if (!op_event_) op_event_ = HeldEvent::copied(event);
             rec->event = op_event_;
@@ -566,6 +573,7 @@ class Engine {
     ShadowMemory* op_shadow_ = nullptr;
     LastWrites* op_writes_ = nullptr;  // the device's last writes, for an eager op
     std::vector<Step>* op_program_ = nullptr;  // the program the op's capture is adding to, if any
+    bool copy_events_ = true;
     HeldEvent op_event_;                           // its copied event, once an access needs it
 };
 

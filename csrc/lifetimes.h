@@ -24,6 +24,10 @@ struct PendingHash {
 
 class Lifetimes {
    public:
+    // Events of a capture's lifetimes held as copies (held_event.h); false: the caller keeps
+    // every event alive anyway, and a copy would only cost.
+    bool copy_events = true;
+
     ~Lifetimes() {
         for (auto& [device, live] : live_)
             for (auto& [addr, l] : live) {
@@ -71,7 +75,7 @@ class Lifetimes {
         l->domain = domain;
         l->alloc_seq = seq;
         l->pooled = pooled;
-        l->alloc = domain == EAGER ? HeldEvent::live(event) : HeldEvent::copied(event);
+        l->alloc = held(event, domain);
         retain(l);
         live.emplace(addr, l);
         return l;
@@ -85,7 +89,7 @@ class Lifetimes {
         if (it == live.end()) return nullptr;
         Lifetime* l = it->second;
         live.erase(it);
-        l->free = l->domain == EAGER ? HeldEvent::live(event) : HeldEvent::copied(event);
+        l->free = held(event, l->domain);
         l->free_seq = seq;
         return l;
     }
@@ -240,6 +244,11 @@ class Lifetimes {
         }
         std::sort(uses.begin(), uses.end(), [](const auto& a, const auto& b) { return a.back()->order < b.back()->order; });
         return uses;
+    }
+
+    // A capture's lifetimes last as long as its program's records: their events are copied.
+    HeldEvent held(PyObject* event, i64 domain) const {
+        return domain != EAGER && copy_events ? HeldEvent::copied(event) : HeldEvent::live(event);
     }
 
    private:

@@ -227,3 +227,16 @@ def test_copying_one_large_event_keeps_nothing_of_its_size() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert int(done.stdout.split()[-1]) < 50, "the encoder's buffer kept the size of a 200 MB event"
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_events_the_caller_keeps_are_held_as_they_are(kept: bool) -> None:
+    """A caller that keeps every event alive (analyze of a list) gains nothing from copies:
+    the core then holds the captured events themselves; streamed, it copies them."""
+    events = copy.deepcopy(CAPTURED_THEN_RACED)
+    engine = new_engine(core="cpp", events_kept=kept)
+    engine.run(events)
+    [race] = engine.detections
+    writer = race.earlier if race.earlier.write else race.later
+    assert writer.event == events[4] and (writer.event is events[4]) == kept
+    assert writer.raw == events[4]["writes"][0] and (writer.raw is events[4]["writes"][0]) == kept

@@ -11,7 +11,7 @@ detector (streamrace/analysis/detectors/) describes the detections of its kind.
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -167,16 +167,17 @@ def analyze(
     opens a file. ``keep_raw=False`` leaves ``raw_findings`` empty and describes only what the
     deduplicated findings need (the command line's way: the findings are the same). Each
     event is read when it is handed over and must not change afterwards (the C++ core keeps
-    copies of captured ops' events: docs/analysis.md section 7).
+    copies of captured ops' events streamed to it: docs/analysis.md section 7).
     """
     header: Mapping[str, Any]
+    stacks = None
     if isinstance(trace, Trace):
-        engine = new_engine(trace.stacks)
-        events = trace.events
-        header = trace.header
+        stacks, events, header = trace.stacks, trace.events, trace.header
     else:
-        engine = new_engine()
         header = trace
+    # A sequence keeps every event alive for the whole analysis anyway: the C++ core then holds
+    # captured events as they are, where a copy would only cost.
+    engine = new_engine(stacks, events_kept=isinstance(events, Sequence))
     events = events or ()
     passes = detectors.trace_passes(header)
     for trace_pass in passes:

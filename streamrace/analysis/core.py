@@ -86,20 +86,24 @@ def new_graph_collector() -> Any | None:
     return _core.GraphCollector() if selected_core() == "cpp" else None
 
 
-def new_engine(stacks: Mapping[int, list[list[Any]]] | None = None, core: str | None = None) -> AnalysisEngine:
-    """A fresh engine of the selected core (``core`` overrides the environment)."""
+def new_engine(
+    stacks: Mapping[int, list[list[Any]]] | None = None, core: str | None = None, *, events_kept: bool = False
+) -> AnalysisEngine:
+    """A fresh engine of the selected core (``core`` overrides the environment).
+    ``events_kept``: the caller keeps every event alive for the analysis (a list in memory),
+    so the C++ core holds captured events as they are instead of copying them."""
     if (core or selected_core()) == "cpp":
-        return CppEngine(stacks)
+        return CppEngine(stacks, events_kept=events_kept)
     return Engine(stacks)
 
 
 class CppEngine:
     """The C++ core behind the Python engine's interface (feed, run, counters, detections)."""
 
-    def __init__(self, stacks: Mapping[int, list[list[Any]]] | None = None) -> None:
+    def __init__(self, stacks: Mapping[int, list[list[Any]]] | None = None, *, events_kept: bool = False) -> None:
         if _core is None:
             raise RuntimeError("the C++ core is not built")
-        self._core = _core.Core(dict(stacks or {}))
+        self._core = _core.Core(dict(stacks or {}), copy_events=not events_kept)
         self.feed: Callable[[Mapping[str, Any]], None] = self._core.feed
 
     def run(self, events: Iterable[Mapping[str, Any]], progress: Callable[[Progress], None] | None = None) -> None:
