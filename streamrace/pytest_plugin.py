@@ -109,6 +109,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="write the HTML report (a timeline, docs/report.md) of every test with findings into DIR",
     )
     group.addoption(
+        "--streamrace-traces",
+        metavar="DIR",
+        help="keep every recorded test's trace in DIR, as <test id>.jsonl.gz (for streamrace analyze)",
+    )
+    group.addoption(
         "--streamrace-suppressions",
         metavar="FILE",
         help="accept the findings listed in FILE (TOML, as streamrace analyze --suppressions)",
@@ -139,6 +144,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if replay_path is None and not plugin.has_other_recorder() and not _torch_available():
         raise pytest.UsageError("streamrace: --streamrace records with torch, which is not installed here")
     config.pluginmanager.register(plugin, "streamrace-session")
+
+
+def _file_name(nodeid: str) -> str:
+    """A test id as a file name: the same in every directory, safe on every file system."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid).strip("_")[:200]
 
 
 def _torch_available() -> bool:
@@ -202,7 +214,12 @@ class _StreamracePlugin:
             return replay(self.replay_path)
         import streamrace
 
-        return streamrace.watch(capture_only=self.config.getoption("streamrace_capture_only"))
+        directory = self.config.getoption("streamrace_traces")
+        trace = None
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+            trace = os.path.join(directory, _file_name(item.nodeid) + ".jsonl.gz")
+        return streamrace.watch(trace, capture_only=self.config.getoption("streamrace_capture_only"))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
@@ -269,7 +286,6 @@ class _StreamracePlugin:
     def _write_html(self, item: pytest.Item, traced: TraceResult, trace: Trace | None) -> str:
         """The test's HTML report in --streamrace-html's directory; the line that says where."""
         import dataclasses
-        import re
 
         from streamrace.report import html
         from streamrace.report.timeline import build_timeline
@@ -277,7 +293,7 @@ class _StreamracePlugin:
         if trace is None:
             return "\nstreamrace: no HTML report: the recording kept no trace to draw\n"
         directory = self.config.getoption("streamrace_html")
-        path = os.path.join(directory, re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid).strip("_")[:200] + ".html")
+        path = os.path.join(directory, _file_name(item.nodeid) + ".html")
         timeline = build_timeline(trace.events, trace.stacks)
         os.makedirs(directory, exist_ok=True)
         with open(path, "w", encoding="utf-8") as out:
