@@ -12,7 +12,7 @@ from op_engines import ENGINES, INDEX_ENGINES  # noqa: E402
 
 from streamrace.record.kernel_params import LiveBlocks  # noqa: E402
 from streamrace.record.op_accesses import tensor_range  # noqa: E402
-from streamrace.record.stacks import StackTable  # noqa: E402
+from streamrace.record.stacks import StackTable, UserCode  # noqa: E402
 from streamrace.record.triton_launches import stored_pointer_args  # noqa: E402
 
 
@@ -198,6 +198,28 @@ def test_user_stack_skips_library_frames():
     frames = emitted[0]["frames"]
     assert frames[0][0] == "tests/test_record_cpu.py" and frames[0][2] == "user_code"
     assert not any("torch" in f[0] or "streamrace/" in f[0] for f in frames)
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "pytest.__main__",
+        "_pytest.runner",
+        "pluggy._hooks",
+        "xdist.remote",
+        "execnet.gateway_base",
+        "unittest.case",
+        "runpy",
+    ],
+)
+def test_test_runner_frames_are_never_user_code(module):
+    """pytest (its ``python -m pytest`` entry too), pluggy, xdist's worker, execnet, unittest
+    and runpy wrap every test: a finding's line is never theirs (the decision is by file)."""
+    import importlib.util
+
+    origin = importlib.util.find_spec(module).origin
+    filename = f"<frozen {module}>" if origin == "frozen" else origin  # as a frozen module's frames name it
+    assert UserCode().shown_path(compile("pass", filename, "exec")) is None, filename
 
 
 def test_launches_own_the_nodes_since_the_previous_claim():

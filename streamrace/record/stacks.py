@@ -16,8 +16,10 @@ import sysconfig
 from collections.abc import Callable
 from types import CodeType, FrameType
 
-# Frames of these packages are never "the user's line": the report points past them.
-_LIBRARIES = ("torch", "triton", "cupy", "cuda", "streamrace", "_pytest", "pluggy")
+# Frames of these packages are never "the user's line": the report points past them. The test
+# runners' own frames (pytest, its plugins, xdist's worker loop) wrap every test; unittest and
+# runpy are in the standard library, skipped with it.
+_LIBRARIES = ("torch", "triton", "cupy", "cuda", "streamrace", "_pytest", "pytest", "pluggy", "xdist", "execnet")
 
 
 def _library_dirs() -> tuple[str, ...]:
