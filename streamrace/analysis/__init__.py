@@ -23,6 +23,7 @@ from streamrace.analysis.dedup import deduplicate
 from streamrace.analysis.describe import Describer
 from streamrace.analysis.engine import Progress
 from streamrace.analysis.findings import Finding
+from streamrace.analysis.generated_code import GeneratedCode
 from streamrace.analysis.source_names import SourceText
 from streamrace.trace.events import FORMAT_MINOR, FORMAT_VERSION
 from streamrace.trace.io import SKIPPED_EVENTS, Trace
@@ -196,7 +197,7 @@ def analyze(
         results = detectors.engine_results(found)
         for trace_pass in passes:
             found += trace_pass.detections(results)
-        describer = Describer(engine, sources)
+        describer = Describer(engine, sources, GeneratedCode(header.get("generated_code") or ()))
         if keep_raw:
             raw = detectors.describe(found, describer)
             findings = deduplicate(raw)

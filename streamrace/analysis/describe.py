@@ -25,6 +25,7 @@ from streamrace.analysis.call_sites import CallSites
 from streamrace.analysis.clocks import Domain
 from streamrace.analysis.engine import AnalysisEngine
 from streamrace.analysis.findings import Access, Allocation
+from streamrace.analysis.generated_code import GeneratedCode
 from streamrace.analysis.lifetimes import Lifetime
 from streamrace.analysis.ranges import Overlap
 from streamrace.analysis.shadow import AccessRecord
@@ -34,8 +35,11 @@ from streamrace.analysis.source_names import Function, SourceNames, SourceText
 class Describer:
     """An engine's labels, stack table and sites, for the detectors to build findings with."""
 
-    def __init__(self, engine: AnalysisEngine, sources: SourceText | None = None) -> None:
+    def __init__(
+        self, engine: AnalysisEngine, sources: SourceText | None = None, generated: GeneratedCode | None = None
+    ) -> None:
         self._stacks = engine.stacks
+        self._generated = generated if generated is not None else GeneratedCode()
         self._names = engine.names
         self._appearance = engine.appearance
         self._sites: dict[int, tuple[list[list[Any]], str | None]] = {}  # stack id -> frames, location
@@ -86,13 +90,14 @@ class Describer:
         )
 
     def site(self, event: Mapping[str, Any] | None) -> tuple[list[list[Any]], str | None]:
-        """The event's stack (a fresh list) and its user location, ``file:line`` of the innermost frame."""
+        """The event's stack (a fresh list) and its user location, ``file:line`` of the innermost
+        frame outside generated code (generated_code.py: that frame comes first)."""
         stack = event.get("stack") if event else None
         if stack is None:
             return [], None
         site = self._sites.get(stack)
         if site is None:
-            frames = [list(frame) for frame in self._stacks.get(stack, ())]
+            frames = self._generated.user_first(self._stacks.get(stack, ()))
             site = self._sites[stack] = (frames, f"{frames[0][0]}:{frames[0][1]}" if frames else None)
         return list(site[0]), site[1]
 

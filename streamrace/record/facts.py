@@ -30,6 +30,8 @@ def process_facts(recorder: Any = None) -> dict[str, Any]:
             "caching": os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "0") in ("", "0"),
         },
         "graph_readback": graph_readback.AVAILABLE,
+        # inductor's own cache directory, when the program chose one (the default is recognised by name)
+        "generated_code": [os.environ["TORCHINDUCTOR_CACHE_DIR"]] if os.environ.get("TORCHINDUCTOR_CACHE_DIR") else [],
     }
     try:
         facts["allocator"]["backend"] = torch.cuda.get_allocator_backend()

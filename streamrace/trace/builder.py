@@ -22,6 +22,8 @@ from typing import Any
 from streamrace.trace.events import validate_event
 from streamrace.trace.io import Trace, make_header, write_trace
 
+Site = str | Sequence[str]  # "file.py:LINE in func", or such frames innermost first
+
 _STREAM_BASE = 0x5000
 _ADDR_BASE = 0x7F00_0000_0000
 _ALIGN = 512
@@ -33,6 +35,12 @@ def _contiguous_strides(shape: Sequence[int]) -> list[int]:
         strides.append(acc)
         acc *= max(n, 1)
     return strides[::-1]
+
+
+def _frame(text: str) -> list[Any]:
+    where, _, func = text.partition(" in ")
+    file, _, line = where.rpartition(":")
+    return [file, int(line), func or "<module>"]
 
 
 class TraceBuilder:
@@ -56,17 +64,18 @@ class TraceBuilder:
         self.events.append(event)
         return event
 
-    def _stack(self, at: str | None) -> int | None:
-        """``at`` is "file.py:LINE" or "file.py:LINE in func"; one stack entry per distinct text."""
+    def _stack(self, at: Site | None) -> int | None:
+        """``at`` is "file.py:LINE" or "file.py:LINE in func", or a list of those, innermost
+        first (a deeper stack); one stack entry per distinct stack."""
         if at is None:
             return None
-        if at not in self._stacks:
-            where, _, func = at.partition(" in ")
-            file, _, line = where.rpartition(":")
+        frames = [at] if isinstance(at, str) else list(at)
+        key = "\n".join(frames)
+        if key not in self._stacks:
             stack_id = len(self._stacks) + 1
-            self.emit("stack", id=stack_id, frames=[[file, int(line), func or "<module>"]])
-            self._stacks[at] = stack_id
-        return self._stacks[at]
+            self.emit("stack", id=stack_id, frames=[_frame(text) for text in frames])
+            self._stacks[key] = stack_id
+        return self._stacks[key]
 
     # -- streams, events, syncs ----------------------------------------------------------
     def stream(self, name: str | None = None, device: int = 0) -> int:
@@ -79,16 +88,16 @@ class TraceBuilder:
         self.emit("event_create", event=event)
         return event
 
-    def record(self, event: int, stream: int, at: str | None = None) -> None:
+    def record(self, event: int, stream: int, at: Site | None = None) -> None:
         self.emit("event_record", event=event, stream=stream, stack=self._stack(at))
 
-    def wait(self, event: int, stream: int, at: str | None = None) -> None:
+    def wait(self, event: int, stream: int, at: Site | None = None) -> None:
         self.emit("event_wait", event=event, stream=stream, stack=self._stack(at))
 
     def delete_event(self, event: int) -> None:
         self.emit("event_delete", event=event)
 
-    def wait_stream(self, waiter: int, waited: int, at: str | None = None) -> None:
+    def wait_stream(self, waiter: int, waited: int, at: Site | None = None) -> None:
         """``waiter.wait_stream(waited)``: a fresh event recorded on waited, waited on by waiter."""
         event = self.event()
         self.record(event, waited, at)
@@ -125,7 +134,7 @@ class TraceBuilder:
         size: int,
         stream: int,
         addr: int | None = None,
-        at: str | None = None,
+        at: Site | None = None,
         pool: tuple[int, int] | None = None,
     ) -> int:
         """Allocate ``size`` bytes on ``stream``; a fresh address unless ``addr`` reuses one."""
@@ -144,10 +153,10 @@ class TraceBuilder:
         )
         return addr
 
-    def free(self, addr: int, at: str | None = None) -> None:
+    def free(self, addr: int, at: Site | None = None) -> None:
         self.emit("free", addr=addr, device=0, stream=self._block_stream.get(addr), stack=self._stack(at))
 
-    def record_stream(self, addr: int, stream: int, at: str | None = None) -> None:
+    def record_stream(self, addr: int, stream: int, at: Site | None = None) -> None:
         self.emit("record_stream", addr=addr, stream=stream, device=0, stack=self._stack(at))
 
     # -- ranges and ops ------------------------------------------------------------------
@@ -178,7 +187,7 @@ class TraceBuilder:
         stream: int,
         reads: Sequence[dict[str, Any]] = (),
         writes: Sequence[dict[str, Any]] = (),
-        at: str | None = None,
+        at: Site | None = None,
         index: Sequence[dict[str, Any]] = (),
     ) -> int:
         """An op on ``stream``; returns its seq. ``index``: of the reads, those that pick where
@@ -195,11 +204,11 @@ class TraceBuilder:
         )["seq"]
 
     # -- the execution view (1.1) ------------------------------------------------------
-    def replay(self, graph: int, stream: int, at: str | None = None) -> dict[str, Any]:
+    def replay(self, graph: int, stream: int, at: Site | None = None) -> dict[str, Any]:
         """One ``CUDAGraph.replay()`` of the graph captured as ``graph``, on ``stream``."""
         return self.emit("replay", graph=graph, stream=stream, stack=self._stack(at))
 
-    def reset_graph(self, graph: int, at: str | None = None) -> None:
+    def reset_graph(self, graph: int, at: Site | None = None) -> None:
         self.emit("graph_reset", graph=graph, stack=self._stack(at))
 
     def destroy_graph(self, graph: int) -> None:

@@ -478,6 +478,8 @@ _HEADER_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "recording": (lambda v: v in ("program", "captures"), "'program' or 'captures'"),
     # 1.1: replays the recorder counted but could not record (graphs captured before it started)
     "replays_unrecorded": (lambda v: _is_int64(v) and v >= 0, "a non-negative integer"),
+    # 1.3: directories of code a compiler generated (inductor's cache): a finding's line is the caller's
+    "generated_code": (_is_str_list, "a list of strings"),
     # a .partial file's provisional header: the recording never finished (the incomplete note)
     "incomplete": (lambda v: isinstance(v, bool), "true or false"),
 }
