@@ -66,7 +66,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["streamrace", "streamrace.*"]),
-    package_data={"streamrace": ["py.typed"], "streamrace.report": ["assets/*"]},
+    package_data={"streamrace": ["py.typed", "library_protocols.toml"], "streamrace.report": ["assets/*"]},
     # torch is deliberately absent: recording uses the torch the user already has, and the
     # analysis needs none. An unpinned torch requirement would pull a multi-GB CUDA build.
     # orjson parses traces about twice as fast as the standard library (docs/performance.md); a

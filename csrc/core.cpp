@@ -227,6 +227,9 @@ class Core {
             engine_.hb.event_sync(as_int(need(ev, K.event)));
         } else if (kind == "device_sync") {
             engine_.hb.device_sync();
+        } else if (kind == "library_call") {
+            // Kept as it is for the library protocols, which judge findings once they are made.
+            if (PyList_Append(library_calls_.ptr(), ev) < 0) fail();
         }
         // `graph` and `recorder_error` do not take part in v1
     }
@@ -280,6 +283,7 @@ class Core {
 
     py::dict names() const { return names_; }
     py::dict stacks() const { return stacks_; }
+    py::list library_calls() const { return library_calls_; }
     i64 events() const { return events_; }
     i64 graphs() const { return engine_.graphs; }
     i64 ops() const { return engine_.ops; }
@@ -342,6 +346,7 @@ class Core {
     Engine engine_;
     py::dict stacks_;
     py::dict names_;
+    py::list library_calls_;
     i64 events_ = 0;
     Capture* sink_ = nullptr;  // where the current launch's ranges also go (the graph check's)
 };
@@ -791,6 +796,7 @@ PYBIND11_MODULE(_core, m) {
         .def("appearance", &Core::appearance)
         .def("names", &Core::names)
         .def("stacks", &Core::stacks)
+        .def("library_calls", &Core::library_calls)
         .def_property_readonly("events", &Core::events)
         .def_property_readonly("graphs", &Core::graphs)
         .def_property_readonly("ops", &Core::ops)

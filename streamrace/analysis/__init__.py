@@ -24,6 +24,7 @@ from streamrace.analysis.describe import Describer
 from streamrace.analysis.engine import Progress
 from streamrace.analysis.findings import Finding
 from streamrace.analysis.generated_code import GeneratedCode
+from streamrace.analysis.library_protocols import LibraryCalls, set_aside
 from streamrace.analysis.source_names import SourceText
 from streamrace.trace.events import FORMAT_MINOR, FORMAT_VERSION
 from streamrace.trace.io import SKIPPED_EVENTS, Trace
@@ -140,6 +141,9 @@ class AnalysisResult:
     raw_findings: list[Finding]  # one per detected instance, in detection order (analyze keep_raw)
     summary: dict[str, int] = field(default_factory=dict)
     notes: list[Note] = field(default_factory=list)  # from the trace header, in a fixed order
+    # Findings about a library's own protocol (library_protocols.py), apart from ``findings``:
+    # each has ``protocol`` set; they fail nothing unless a front end is asked to.
+    library_findings: list[Finding] = field(default_factory=list)
 
     def to_dict(self, streamrace_version: str = __version__) -> dict[str, Any]:
         return {
@@ -148,6 +152,7 @@ class AnalysisResult:
             "findings": [f.to_dict() for f in self.findings],
             "summary": dict(self.summary),
             "notes": [n.to_dict() for n in self.notes],
+            "library_findings": [f.to_dict() for f in self.library_findings],
         }
 
 
@@ -204,6 +209,10 @@ def analyze(
         else:
             raw = []
             findings = detectors.deduplicated(found, describer)
+        calls = LibraryCalls(engine.library_calls)
+        findings, library_findings = set_aside(findings, calls)
+        if library_findings:
+            raw = set_aside(raw, calls)[0]
         summary = {
             "findings": 0,
             "graphs": engine.graphs,
@@ -212,6 +221,8 @@ def analyze(
             "accesses": engine.accesses,
         }
         summary["findings"] = len(findings)
+        if library_findings:
+            summary["library_findings"] = len(library_findings)
         notes = header_notes(header, engine.unknown_replays)
         # The command line ends right after: it leaves the engine to the process's exit
         # (streamrace/short_lived.py) instead of freeing it object by object.
@@ -220,7 +231,9 @@ def analyze(
         # Before the collector is back: its first collection would walk every object the
         # retained engine holds, all of them still in the youngest generation.
         short_lived.freeze_retained()
-    return AnalysisResult(findings=findings, raw_findings=raw, summary=summary, notes=notes)
+    return AnalysisResult(
+        findings=findings, raw_findings=raw, summary=summary, notes=notes, library_findings=library_findings
+    )
 
 
 __all__ = ["AnalysisResult", "Finding", "Note", "Progress", "analyze", "header_notes"]

@@ -155,6 +155,10 @@ class CppEngine:
         return self._core.names()
 
     @property
+    def library_calls(self) -> list[Mapping[str, Any]]:
+        return self._core.library_calls()
+
+    @property
     def appearance(self) -> dict[int, int]:
         return self._core.appearance()
 

@@ -134,6 +134,8 @@ class AnalysisEngine(Protocol):
     @property
     def appearance(self) -> Mapping[int, int]: ...
     @property
+    def library_calls(self) -> Sequence[Mapping[str, Any]]: ...
+    @property
     def detections(self) -> Sequence[Detection]: ...
 
     def feed(self, ev: Mapping[str, Any]) -> None: ...
@@ -155,6 +157,8 @@ class Engine:
         self.stacks: dict[int, list[list[Any]]] = dict(stacks or {})
         self.names: dict[int, str] = {}  # stream -> the name its `stream` event gave
         self.appearance: dict[int, int] = {}  # stream -> order of first appearance
+        # library_call events, as they are: the library protocols judge findings by them
+        self.library_calls: list[Mapping[str, Any]] = []
         self.devices = StreamDevices()
         self.events = self.graphs = self.ops = self.accesses = 0
         self.replays = 0
@@ -190,6 +194,7 @@ class Engine:
             "stream_sync": lambda ev: self.hb.stream_sync(ev["stream"]),
             "event_sync": lambda ev: self.hb.event_sync(ev["event"]),
             "device_sync": lambda ev: self.hb.device_sync(),
+            "library_call": self.library_calls.append,
         }
 
     def run(self, events: Iterable[Mapping[str, Any]], progress: Callable[[Progress], None] | None = None) -> None:

@@ -79,6 +79,8 @@ class Finding:
     count: int = 1
     graphs: list[int] = field(default_factory=list)
     fix_code: str | None = None  # the fix's join as one line of code: what the suggestion adds
+    # The library protocol the finding is about (analysis/library_protocols.py), not the program's code.
+    protocol: str | None = None
 
     @property
     def severity(self) -> str:
@@ -114,4 +116,5 @@ class Finding:
             "fix_code": self.fix_code,
             "signature": self.signature,
             "count": self.count,
+            "protocol": self.protocol,
         }

@@ -12,7 +12,9 @@ It is made of parts, one job each, over one event log (host program order):
 * replays (replays.py): each CUDAGraph's replays, reset and destruction;
 * the trace output (trace_output.py): settled events written to the trace file as it goes;
 * catching up (unseen_launches.py): kernel events for launches the dispatcher never saw;
-* Triton (triton_launches.py): Triton's launches, with directions from their IR.
+* Triton (triton_launches.py): Triton's launches, with directions from their IR;
+* library calls (library_calls.py): the work done inside torch's own entry points
+  (CUDAGraph.capture_begin's and replay's generator-state prologues).
 
 Everything CUDA is asked goes through one ``CudaRuntime`` (cuda_runtime.py), and what the
 recording installs into the process is in installation.py.
@@ -33,6 +35,7 @@ from streamrace.record.captures import CaptureLifecycle
 from streamrace.record.cuda_runtime import CudaRuntime
 from streamrace.record.event_log import Event, EventLog, name_stream
 from streamrace.record.hooks import HookOptions, Hooks, make_hooks
+from streamrace.record.library_calls import LibraryCalls
 from streamrace.record.native import hooks_choice
 from streamrace.record.replays import GraphReplays
 from streamrace.record.stacks import UserCode
@@ -86,6 +89,7 @@ class Recorder:
         self.output = TraceOutput(self, trace, flush_events)
         self.unseen = UnseenLaunches(self)
         self.triton = TritonLaunches(self)
+        self.library_calls = LibraryCalls(self)
         self.log.settle("alloc", self.allocations.settle_alloc)
         self.log.settle("alloc", self.captures.settle_alloc)
         self.log.settle("free", self.allocations.settle_free)
@@ -155,6 +159,7 @@ class Recorder:
         hooks, self.native_unavailable = make_hooks(self.hooks_choice, options)
         self.log.hooks = hooks
         patches = self.captures.patches() + ([] if self.capture_only else self.replays.patches())
+        patches += self.library_calls.patches()  # last: outermost, around the others' wrappers
         installation.activate(self, hooks, self.runtime, patches)
         try:
             hooks.start()

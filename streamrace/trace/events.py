@@ -1,4 +1,4 @@
-"""Trace format 1.2: the event kinds, their fields, the limits, and the validation of one event.
+"""Trace format 1.3: the event kinds, their fields, the limits, and the validation of one event.
 
 The trace is the contract between the recorder (GPU side) and the analysis (CPU only), so
 this module is the single place that says what a well-formed event is. docs/trace-format.md
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 FORMAT_NAME = "streamrace-trace"
 FORMAT_VERSION = 1  # the major version: a reader refuses a major it does not know
-FORMAT_MINOR = 2  # additive changes within the major (docs/trace-format.md, versioning)
+FORMAT_MINOR = 3  # additive changes within the major (docs/trace-format.md, versioning)
 
 # Limits, checked here so that every engine can hold what it is given (docs/trace-format.md).
 INT64_MAX = (1 << 63) - 1
@@ -92,6 +92,9 @@ EVENT_FIELDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "graph_reset": ({"graph": NONNEG}, {"stack": NONNEG}),
     "graph_destroy": ({"graph": NONNEG}, {}),
     "recorder_error": ({"message": STR}, {"where": STR}),
+    # 1.3: the events from seq `first` up to this one were made inside a library's own entry
+    # point `call` (record/library_calls.py): what the library protocols judge.
+    "library_call": ({"call": STR, "first": NONNEG}, {}),
 }
 
 # The analysis reads these on any event that has them, whatever its kind, so they are held
