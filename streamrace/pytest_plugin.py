@@ -150,7 +150,7 @@ def _file_name(nodeid: str) -> str:
     """A test id as a file name: the same in every directory, safe on every file system."""
     import re
 
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid).strip("_")[:200]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid).strip("_.")[:200]  # no hidden file
 
 
 def _torch_available() -> bool:

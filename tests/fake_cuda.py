@@ -493,15 +493,22 @@ class FakeGraph:
     replay and reset. ``work``: what a replay does to memory (use ``memcopy``: a GPU running a
     graph dispatches no op), settable until the first replay."""
 
-    def __init__(self, fake: FakeCuda, work: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, fake: FakeCuda, work: Callable[[], None] | None = None, prologue: Callable[[], None] | None = None
+    ) -> None:
         self._fake = fake
         self._pool: tuple[int, int] | None = None
         self._graph: int | None = None  # the captured graph, once its capture has ended
         self.work = work
+        # What torch's generator-state prologue does inside capture_begin (before the capture
+        # starts) and replay (before the launch): fills on the current stream.
+        self.prologue = prologue
 
     def capture_begin(self, pool: Any = None, capture_error_mode: str = "global") -> None:
         if self._graph is not None:
             raise RuntimeError("this CUDAGraph instance already owns a captured graph: reset() it first")
+        if self.prologue is not None:
+            self.prologue()
         self._pool = tuple(pool) if pool else self._fake.implicit_pool()
         self._fake.begin_capture(self._pool)
 
@@ -511,6 +518,8 @@ class FakeGraph:
     def replay(self) -> None:
         if self._graph is None:
             raise RuntimeError("replay of a CUDAGraph that holds no captured graph")
+        if self.prologue is not None:
+            self.prologue()
         self._fake.launch_graph(self._graph, self.work)
 
     def reset(self) -> None:

@@ -311,3 +311,20 @@ def test_recording_does_not_change_what_the_program_does(kind):
         ("graph_destroy", 1),
         ("graph_destroy", 3),
     ]
+
+
+@HOOKS
+def test_an_op_that_raises_through_python_keeps_its_own_exception(kind):
+    """The op's Python dispatch (here the fake's kernel mode) raises, and the hooks end the op
+    while that error is in flight: calling Python then (the current stream, a new code
+    object's path) turned it into a SystemError the program never raised."""
+    caught = []
+
+    def program(fake):
+        x = fake.alloc()
+        with pytest.raises(RuntimeError, match="must match the size") as raised:
+            torch.add(x, x[:2])
+        caught.append(raised.type)
+
+    record(kind, program)
+    assert caught == [RuntimeError]

@@ -3,6 +3,8 @@
 // headers here; or, for a scripted capture (tests/fake_cuda.py), a Python function's.
 #pragma once
 
+#include "python_error.h"
+
 #include <pybind11/pybind11.h>
 
 #include <c10/core/Device.h>
@@ -42,6 +44,7 @@ class StreamSource {
     int64_t current_stream(int32_t device) {
         if (scripted_) {
             py::gil_scoped_acquire gil;
+            PythonErrorKept kept;
             if (!current_stream_) throw std::runtime_error("the recorder has stopped");
             return current_stream_(device).cast<int64_t>();
         }
@@ -57,6 +60,7 @@ class StreamSource {
             if (it != raw_.end()) return it->second;
         }
         py::gil_scoped_acquire gil;
+        PythonErrorKept kept;
         if (!raw_stream_) throw std::runtime_error("the recorder has stopped");
         int64_t raw = raw_stream_(key.type, key.device, key.id).cast<int64_t>();
         std::lock_guard<std::mutex> lock(mutex_);

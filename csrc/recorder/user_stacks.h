@@ -11,6 +11,8 @@
 #include <pybind11/pybind11.h>
 #include <frameobject.h>
 
+#include "python_error.h"
+
 #include <c10/util/SmallVector.h>
 
 #include <cstdint>
@@ -45,7 +47,7 @@ class UserStacks {
 
     // Drops every Python reference; needs the GIL.
     void clear() {
-        for (auto& [code, path] : paths_) Py_DECREF(code);  // paths are in owned_
+        for (auto& [code, seen] : paths_) Py_DECREF(seen.ref);  // paths are in owned_
         paths_.clear();
         for (PyObject* s : owned_) Py_DECREF(s);
         owned_.clear();
@@ -61,6 +63,7 @@ class UserStacks {
         fresh.id = -1;
         fresh.frames.clear();
         if (shown_path_ == nullptr) return -1;
+        PythonErrorKept kept;
         CodeKey key;
         PyFrameObject* frame = PyEval_GetFrame();  // borrowed
         Py_XINCREF(frame);
@@ -69,7 +72,7 @@ class UserStacks {
             PyCodeObject* code = PyFrame_GetCode(frame);  // new reference
             PyObject* path = shown(reinterpret_cast<PyObject*>(code));
             if (path != nullptr) key.emplace_back(reinterpret_cast<PyObject*>(code), lasti(frame));
-            Py_DECREF(code);  // the path cache keeps it alive
+            Py_DECREF(code);  // alive while its frame is; the table holds it only weakly
             PyFrameObject* back = PyFrame_GetBack(frame);
             Py_DECREF(frame);
             frame = back;
@@ -81,7 +84,7 @@ class UserStacks {
         if (hit != by_code_.end()) return hit->second;
         std::vector<UserFrame> frames;
         for (auto [code, instruction] : key) {
-            frames.push_back({paths_[code], PyCode_Addr2Line(reinterpret_cast<PyCodeObject*>(code), instruction),
+            frames.push_back({paths_[code].path, PyCode_Addr2Line(reinterpret_cast<PyCodeObject*>(code), instruction),
                               function_name(code)});
         }
         auto known = by_frames_.find(frames);
@@ -129,10 +132,20 @@ class UserStacks {
 #endif
     }
 
-    // The path to show for a code object's frames, or null for library code (cached).
+    // The path to show for a code object's frames, or null for library code (cached). The
+    // cache holds each code object by a weak reference: a strong one kept every compiled
+    // function's code alive, and with it what dynamo hangs on it (its cache entries, the
+    // compiled graphs and their CUDA-graph pools' blocks) until recording stopped. A code
+    // object that died and whose address a new one took is asked about afresh, and the stacks
+    // keyed by addresses (by_code_) are forgotten then: they may name the dead one.
     PyObject* shown(PyObject* code) {
         auto it = paths_.find(code);
-        if (it != paths_.end()) return it->second;
+        if (it != paths_.end()) {
+            if (alive(it->second.ref) == code) return it->second.path;
+            Py_DECREF(it->second.ref);
+            paths_.erase(it);
+            by_code_.clear();
+        }
         PyObject* result = PyObject_CallOneArg(shown_path_, code);
         if (result == nullptr) throw pybind11::error_already_set();
         PyObject* path = nullptr;
@@ -145,9 +158,25 @@ class UserStacks {
         }
         Py_DECREF(result);
         // shown_path ran Python code, which may have come back here for the same code object.
-        auto [slot, inserted] = paths_.emplace(code, path);
-        if (inserted) Py_INCREF(code);
-        return slot->second;
+        auto known = paths_.find(code);
+        if (known != paths_.end()) return known->second.path;
+        PyObject* ref = PyWeakref_NewRef(code, nullptr);
+        if (ref == nullptr) throw pybind11::error_already_set();
+        paths_.emplace(code, Seen{ref, path});
+        return path;
+    }
+
+    // The object a weak reference names, or null once it is gone (borrowed, GIL held).
+    static PyObject* alive(PyObject* ref) {
+#if PY_VERSION_HEX >= 0x030D0000
+        PyObject* object = nullptr;
+        if (PyWeakref_GetRef(ref, &object) < 0) PyErr_Clear();
+        Py_XDECREF(object);  // compared by address only; the caller's frame keeps it alive
+        return object;
+#else
+        PyObject* object = PyWeakref_GetObject(ref);
+        return object == Py_None ? nullptr : object;
+#endif
     }
 
     PyObject* function_name(PyObject* code) {
@@ -169,7 +198,11 @@ class UserStacks {
     int depth_;
     int max_walk_;
     PyObject* shown_path_ = nullptr;
-    std::unordered_map<PyObject*, PyObject*> paths_;  // code (owned) -> interned path or null
+    struct Seen {
+        PyObject* ref;   // a weak reference to the code object (owned)
+        PyObject* path;  // interned path, or null for library code
+    };
+    std::unordered_map<PyObject*, Seen> paths_;  // code (by address) -> what was decided for it
     std::vector<PyObject*> owned_;                    // every str the table holds, one reference each
     std::unordered_map<CodeKey, int, CodeKeyHash> by_code_;
     std::unordered_map<std::vector<UserFrame>, int, FramesHash> by_frames_;

@@ -14,8 +14,10 @@ front end is asked to (``--library-findings fail``).
 Whether a finding is the protocol's is decided from the trace alone: the ``library_call``
 events say which events were made inside which library entry point (record/library_calls.py).
 A finding is the protocol's when its block was allocated inside one of the entry points that
-allocate the protocol's state, or when every write in it is one of the protocol's own ops made
-inside one of its entry points; either way the block is at most ``max_bytes``.
+allocate the protocol's state (at most ``max_bytes``); when every write in it is one of the
+protocol's own ops made inside one of its entry points, or the later write is, through a block
+the protocol allocated; or when the graph's accesses in it were captured inside one of the
+entry points that own their graphs (cudagraph trees' recording).
 """
 
 from __future__ import annotations
@@ -53,24 +55,55 @@ class LibraryProtocol:
     allocated_in: frozenset[str] = frozenset()
     writes_in: frozenset[str] = frozenset()
     writes_by: frozenset[str] = frozenset()
+    captured_in: frozenset[str] = frozenset()
 
     def matches(self, finding: Finding, calls: LibraryCalls) -> bool:
         if finding.kind not in self.kinds:
             return False
         allocation = finding.allocation
-        if allocation is not None and allocation.alloc_seq is not None and self.allocated_in:
-            if allocation.size <= self.max_bytes and calls.call_at(allocation.alloc_seq) in self.allocated_in:
+        if allocation is not None and self.allocated_in and allocation.size <= self.max_bytes:
+            if self._allocated_here(allocation.alloc_seq, calls):
                 return True
         writes = [a for a in finding.accesses if a.access == "write"]
-        return bool(writes and self.writes_in) and all(self._protocol_write(a, calls) for a in writes)
+        if writes and self.writes_in:
+            if all(self._protocol_write(a, calls) for a in writes):
+                return True
+            # The block went to the protocol's own new allocation, which it then wrote from
+            # another stream than it allocated on: the program freed its tensor in order.
+            reused = allocation.reused_by if allocation is not None else None
+            if reused and self._allocated_here(reused.get("alloc_seq"), calls):
+                later = next((a for a in finding.accesses if a.seq == reused.get("seq")), None)
+                if later is not None and later.access == "write" and self._protocol_write(later, calls):
+                    return True
+        captured = [a for a in finding.accesses if a.graph is not None and a.captured is None]
+        return bool(captured and self.captured_in) and all(calls.call_at(a.seq) in self.captured_in for a in captured)
+
+    def _allocated_here(self, seq: object, calls: LibraryCalls) -> bool:
+        return isinstance(seq, int) and calls.call_at(seq) in self.allocated_in
 
     def _protocol_write(self, access: Access, calls: LibraryCalls) -> bool:
-        size = (access.range or {}).get("nbytes")
-        if access.op not in self.writes_by or not isinstance(size, int) or size > self.max_bytes:
+        size = _extent(access.range)
+        if access.op not in self.writes_by or size is None or size > self.max_bytes:
             return False
         # A replayed access is the captured op's: its own seq says where it was made.
         seq = access.captured.get("seq") if access.captured else access.seq
         return isinstance(seq, int) and calls.call_at(seq) in self.writes_in
+
+
+def _extent(rng: Mapping[str, Any] | None) -> int | None:
+    """The bytes a range spans (its ``nbytes``, or what its shape and strides reach), or None."""
+    if not rng:
+        return None
+    if isinstance(rng.get("nbytes"), int):
+        return int(rng["nbytes"])
+    shape, stride, itemsize = rng.get("shape"), rng.get("stride"), rng.get("itemsize")
+    if not isinstance(shape, list) or not isinstance(stride, list) or not isinstance(itemsize, int):
+        return None
+    if any(not isinstance(n, int) or n <= 0 for n in shape):
+        return 0
+    if any(not isinstance(st, int) for st in stride) or len(stride) != len(shape):
+        return None
+    return itemsize * (1 + sum((n - 1) * abs(st) for n, st in zip(shape, stride, strict=True)))
 
 
 _KEYS = {
@@ -84,6 +117,7 @@ _KEYS = {
     "allocated_in": list,
     "writes_in": list,
     "writes_by": list,
+    "captured_in": list,
 }
 _REQUIRED = ("id", "library", "versions", "where", "reason", "kinds", "max_bytes")
 
@@ -106,8 +140,10 @@ def parse_protocols(text: str, known_kinds: Iterable[str]) -> tuple[LibraryProto
                 raise ValueError(f"{where}: {key!r} must be a {kind.__name__}")
         if not set(entry["kinds"]) <= kinds:
             raise ValueError(f"{where}: unknown finding kind in {entry['kinds']}")
-        if not entry.get("allocated_in") and not (entry.get("writes_in") and entry.get("writes_by")):
-            raise ValueError(f"{where}: give allocated_in, or writes_in with writes_by: what makes a finding its own")
+        if not (entry.get("allocated_in") or entry.get("captured_in") or (entry.get("writes_in") and entry.get("writes_by"))):
+            raise ValueError(
+                f"{where}: give allocated_in, captured_in, or writes_in with writes_by: what makes a finding its own"
+            )
         protocols.append(
             LibraryProtocol(
                 id=entry["id"],
@@ -120,6 +156,7 @@ def parse_protocols(text: str, known_kinds: Iterable[str]) -> tuple[LibraryProto
                 allocated_in=frozenset(entry.get("allocated_in", ())),
                 writes_in=frozenset(entry.get("writes_in", ())),
                 writes_by=frozenset(entry.get("writes_by", ())),
+                captured_in=frozenset(entry.get("captured_in", ())),
             )
         )
     if len({p.id for p in protocols}) != len(protocols):

@@ -9,6 +9,11 @@ tensors at its first graph and fills them on the capture stream, before the capt
 tensors once its last graph is gone. A finding about that work is about torch's protocol, not
 the program's code: the analysis sets it aside by the shipped list of library protocols.
 
+Inductor's cudagraph trees own the graphs they record (``CUDAGraphNode._record``): before
+every replay they check each static input's address against the recorded one and re-record
+or fall back to eager when it moved, so a recorded input the generated code frees during
+the capture is never read through a stale address.
+
 So those methods are wrapped while recording, and each call that recorded anything is a
 ``library_call`` event after it: ``call`` names the entry point, and the events from seq
 ``first`` up to the library_call's own were made inside it. A call that recorded nothing (a
@@ -17,8 +22,10 @@ replay of a graph that draws no random numbers: the common case) writes no event
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
+from streamrace.record import installation
 from streamrace.record.installation import MethodPatch, active
 
 if TYPE_CHECKING:
@@ -28,6 +35,10 @@ if TYPE_CHECKING:
 # program is recorded (they do their work outside captures).
 _ALWAYS = (("capture_begin", "CUDAGraph.capture_begin"), ("register_generator_state", "CUDAGraph.register_generator_state"))
 _PROGRAM = (("replay", "CUDAGraph.replay"), ("reset", "CUDAGraph.reset"))
+# (module, class, method, name): wrapped when recording starts, or at a later capture's begin,
+# once the program imported them (importing inductor here would cost the program seconds); a
+# call that is running when its wrapper goes in is not marked.
+_LATER = (("torch._inductor.cudagraph_trees", "CUDAGraphNode", "_record", "cudagraph_trees.CUDAGraphNode._record"),)
 
 
 class LibraryCalls:
@@ -37,11 +48,20 @@ class LibraryCalls:
         self._rec = recorder
 
     def patches(self) -> list[MethodPatch]:
-        """Installed after the other parts' patches, so each wrapper is outermost and the range
-        covers the events those parts emit for the same call."""
+        """Installed before the other parts' patches: each wrapper is innermost, around torch's
+        own method alone, so a call's range holds only what the call did."""
         graph_class = self._rec.runtime.graph_class
         calls = _ALWAYS if self._rec.capture_only else _ALWAYS + _PROGRAM
         return [MethodPatch(graph_class, method, _wrap(name)) for method, name in calls if hasattr(graph_class, method)]
+
+    @staticmethod
+    def install_later() -> None:
+        """Wrap the library methods of modules the program has imported by now (a capture is
+        beginning), until the recording ends."""
+        for module_name, class_name, method, name in _LATER:
+            owner = getattr(sys.modules.get(module_name), class_name, None)
+            if owner is not None and hasattr(owner, method) and not installation.patched(owner, method):
+                installation.patch(MethodPatch(owner, method, _wrap(name)))
 
     def ended(self, name: str, first: int) -> None:
         rec = self._rec

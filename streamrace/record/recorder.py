@@ -158,9 +158,12 @@ class Recorder:
         )
         hooks, self.native_unavailable = make_hooks(self.hooks_choice, options)
         self.log.hooks = hooks
-        patches = self.captures.patches() + ([] if self.capture_only else self.replays.patches())
-        patches += self.library_calls.patches()  # last: outermost, around the others' wrappers
+        # The library calls' first: innermost, so a call's range holds what the call itself did
+        # (not the capture_begin or replay events the other parts' wrappers add around it).
+        patches = self.library_calls.patches() + self.captures.patches()
+        patches += [] if self.capture_only else self.replays.patches()
         installation.activate(self, hooks, self.runtime, patches)
+        self.library_calls.install_later()  # inductor, where the program imported it already
         try:
             hooks.start()
         except BaseException:
@@ -200,11 +203,12 @@ class Recorder:
 
     def before_capture_begin(self) -> None:
         """Before the first capture: allocation facts on (CUDA is initialized by now);
-        Triton's launches wrapped."""
+        Triton's launches and the library calls of modules imported by now wrapped."""
         self.enable_allocation_facts()
         if self.allocations.facts_on:
             self._forget_first_allocation()
         self.triton.install()
+        self.library_calls.install_later()
 
     def enable_allocation_facts(self) -> None:
         """From now on every allocation comes with its exact size, stream and pool: from the

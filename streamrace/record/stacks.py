@@ -13,6 +13,7 @@ import importlib.util
 import os
 import sys
 import sysconfig
+import weakref
 from collections.abc import Callable
 from types import CodeType, FrameType
 
@@ -73,7 +74,10 @@ class StackTable:
         self._depth = depth
         self._max_walk = max_walk  # frames looked at, user or not: deep framework stacks stop here
         self._ids: dict[tuple[tuple[str, int, str], ...], int] = {}
-        self._shown: dict[CodeType, str | None] = {}  # code -> path to show, None for library code
+        # id(code) -> (a weak reference to it, the path to show or None for library code). Weak:
+        # a strong one kept every compiled function's code alive, with what dynamo hangs on it
+        # (its compiled graphs and their CUDA-graph pools' blocks), until recording stopped.
+        self._shown: dict[int, tuple[weakref.ref[CodeType], str | None]] = {}
         self._shown_path = shown_path or UserCode().shown_path
 
     def capture(self, skip: int = 1) -> int | None:
@@ -84,10 +88,12 @@ class StackTable:
         walked = 0
         while frame is not None and len(frames) < self._depth and walked < self._max_walk:
             code = frame.f_code
-            try:
-                shown = shown_paths[code]
-            except KeyError:
-                shown = shown_paths[code] = self._shown_path(code)
+            seen = shown_paths.get(id(code))
+            if seen is not None and seen[0]() is code:
+                shown = seen[1]
+            else:  # never seen, or a new code object where a dead one was
+                shown = self._shown_path(code)
+                shown_paths[id(code)] = (weakref.ref(code), shown)
             if shown is not None:
                 frames.append((shown, frame.f_lineno, code.co_name))
             frame = frame.f_back
