@@ -26,7 +26,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from typing import IO, Any, cast
 
 from streamrace.errors import TraceError
@@ -34,6 +34,7 @@ from streamrace.trace.events import (
     FORMAT_MINOR,
     FORMAT_NAME,
     FORMAT_VERSION,
+    MAX_LINE_BYTES,
     MAX_STREAMS,
     EventInvalid,
     UnknownEvent,
@@ -115,6 +116,16 @@ def _open_binary(path: str) -> Iterator[IO[bytes]]:
 
 
 # -- parsing ---------------------------------------------------------------------------------
+# Both readers hand on at most this much of a line: a longer one arrives cut, without its newline.
+_LINE_READ = MAX_LINE_BYTES + 1
+
+
+def _check_length(line: bytes) -> None:
+    """EventInvalid for the cut start of a line longer than the limit (MAX_LINE_BYTES)."""
+    if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+        raise EventInvalid(f"line longer than {MAX_LINE_BYTES:,} bytes (the limit of this streamrace)")
+
+
 class _Refused(ValueError):
     """Valid JSON syntax that a trace may not hold (NaN, infinities: reports stay strict JSON)."""
 
@@ -235,6 +246,7 @@ _STATEFUL = frozenset({"stack", "capture_begin", "capture_end"})
 
 
 def _read_header(line: bytes) -> dict[str, Any]:
+    _check_length(line)
     header = _reference_parse(line)
     if header is _BLANK:
         header = None
@@ -268,6 +280,8 @@ def _line_taker(checker: _Checker, header: dict[str, Any]) -> Callable[[bytes], 
     loads, checks, stacks, streams = _fast_loads, fast_checks(), checker.stacks, checker.streams
 
     def take(line: bytes) -> dict[str, Any] | None:
+        if len(line) > MAX_LINE_BYTES:  # before parsing: the cut start of a line may be JSON
+            _check_length(line)
         try:
             event = loads(line)
             fast = checks[event["ev"]](event)
@@ -342,7 +356,7 @@ def iter_trace(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     lines = None  # the C++ reader, once it reads: it counts the lines then
     try:
         with _open_binary(path) as stream:
-            first = stream.readline()
+            first = stream.readline(_LINE_READ)
             if not first:
                 raise TraceError(name, None, "empty file: no trace header")
             lineno = 1
@@ -350,11 +364,11 @@ def iter_trace(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
             yield header
             take = _line_taker(checker, header)
             if native is not None:
-                lines = native(stream, _native_table(), checker, take, lineno, MAX_STREAMS)
+                lines = native(stream, _native_table(), checker, take, lineno, MAX_STREAMS, _LINE_READ)
                 yield from lines
                 lineno = lines.lineno
             else:
-                for line in stream:
+                for line in iter(partial(stream.readline, _LINE_READ), b""):
                     lineno += 1
                     event = take(line)
                     if event is not None:
