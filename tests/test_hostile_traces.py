@@ -13,12 +13,17 @@ import json
 import resource
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from analysis_engines import ENGINES
 
+from streamrace.analysis import analyze
+from streamrace.errors import TraceError
+from streamrace.trace.builder import TraceBuilder
 from streamrace.trace.events import MAX_LINE_BYTES
+from streamrace.trace.io import load_trace
 
 REPO = Path(__file__).resolve().parent.parent
 RACE = REPO / "examples" / "traces" / "dsv4_mini_race.jsonl.gz"
@@ -106,7 +111,6 @@ def test_the_line_limit_holds_at_its_boundary_on_both_readers(
 ) -> None:
     """With the limit lowered to 200 bytes: a line of exactly 200 bytes (its newline not
     counted) reads, one of 201 is refused with its number, header and events alike."""
-    from streamrace.errors import TraceError
     from streamrace.trace import io as trace_io
 
     limit = 200
@@ -133,3 +137,79 @@ def test_the_line_limit_holds_at_its_boundary_on_both_readers(
     with pytest.raises(TraceError) as refused:
         read(header + b" " * (limit + 1 - len(header)), line(0, 10))
     assert refused.value.line == 1
+
+
+# -- graph lifetimes the format rules out (docs/trace-format.md, replays and graph lifetimes) ----
+def _replay_during_capture(tb: TraceBuilder) -> None:
+    main, side = tb.stream("main"), tb.stream("side")
+    with tb.capture(main) as graph:
+        tb.replay(graph, side)
+
+
+def _after(*steps: str) -> Callable[[TraceBuilder], None]:
+    def build(tb: TraceBuilder) -> None:
+        main = tb.stream("main")
+        with tb.capture(main) as graph:
+            pass
+        for step in steps:
+            {"replay": lambda: tb.replay(graph, main), "reset": lambda: tb.reset_graph(graph),
+             "destroy": lambda: tb.destroy_graph(graph)}[step]()  # fmt: skip
+
+    return build
+
+
+IMPOSSIBLE_LIFETIMES = {
+    # (how the trace is built, the problem, the offending event's place counted from the end)
+    "replay during its capture": (_replay_during_capture, "replay of graph 1 before its capture ends", 1),
+    "replay after destroy": (_after("replay", "destroy", "replay"), "replay of graph 1 after its graph_destroy", 0),
+    "replay after reset": (_after("reset", "replay"), "replay of graph 1 after its graph_reset: the graph is gone", 0),
+    "double destroy": (_after("destroy", "destroy"), "graph_destroy of graph 1 after its graph_destroy", 0),
+    "destroy after reset": (_after("reset", "destroy"), "graph_destroy of graph 1 after its graph_reset", 0),
+}
+
+
+@pytest.mark.parametrize("case", IMPOSSIBLE_LIFETIMES)
+def test_impossible_graph_lifetimes_are_refused_with_their_line(engine: str, tmp_path: Path, case: str) -> None:
+    build, problem, from_end = IMPOSSIBLE_LIFETIMES[case]
+    tb = TraceBuilder()
+    build(tb)
+    path = tmp_path / "t.jsonl"
+    tb.write(str(path))
+    assert_refused(streamrace(engine, "analyze", path), f"t.jsonl:{len(tb.events) + 1 - from_end}: {problem}")
+
+
+def test_graph_lifetime_events_are_refused_under_a_captures_header(engine: str, tmp_path: Path) -> None:
+    for kind in ("replay", "graph_reset", "graph_destroy"):
+        tb = TraceBuilder(recording="captures")
+        main = tb.stream("main")
+        with tb.capture(main) as graph:
+            pass
+        tb.emit(kind, graph=graph, **({"stream": main} if kind == "replay" else {}))
+        path = tmp_path / f"{kind}.jsonl"
+        tb.write(str(path))
+        with pytest.raises(TraceError) as refused:
+            load_trace(path)
+        assert refused.value.problem == (
+            f"'{kind}' event in a trace whose header says recording 'captures' (the captures alone: no replay, "
+            "reset or destroy)"
+        )
+
+
+def test_a_graph_lives_its_possible_life_and_an_unknown_graph_s_replay_is_noted(engine: str, tmp_path: Path) -> None:
+    """Replays, then a reset; a new capture (a new graph id) replayed and destroyed; and one
+    replay of a graph the trace never captured, which the analysis notes and skips."""
+    tb = TraceBuilder()
+    main = tb.stream("main")
+    for _ in range(2):
+        with tb.capture(main) as graph:
+            pass
+        tb.replay(graph, main)
+        tb.replay(graph, main)
+        tb.reset_graph(graph) if graph == 1 else tb.destroy_graph(graph)
+    tb.destroy_graph(99)  # a graph the trace never captured: nothing to check against
+    tb.replay(42, main)
+    path = tmp_path / "t.jsonl"
+    tb.write(str(path))
+    result = analyze(load_trace(path))
+    assert result.summary["replays"] == 4
+    assert [note.code for note in result.notes] == ["replays-unknown-graph"]

@@ -199,6 +199,8 @@ class _Checker:
         self.open_graphs: set[int] = set()
         self.capturing_streams: set[int] = set()
         self.graph_stream: dict[int, int] = {}
+        self.ended: dict[int, str] = {}  # graph -> the event that ended it (graph_reset, graph_destroy)
+        self.captures_only = False  # the header's recording is "captures": no graph lifetime events
 
     def order(self, ev: dict[str, Any]) -> None:
         if ev["seq"] <= self.last_seq:
@@ -240,9 +242,29 @@ class _Checker:
                 raise EventInvalid(f"capture_end of graph {graph}, which is not being captured")
             self.open_graphs.discard(graph)
             self.capturing_streams.discard(self.graph_stream[graph])
+        else:  # replay, graph_reset, graph_destroy: a graph's life after its capture
+            self.lifetime(kind, ev["graph"])
+
+    def lifetime(self, kind: str, graph: int) -> None:
+        """The rules of docs/trace-format.md (replays and graph lifetimes) that a recorder never
+        breaks: a graph is replayed, reset or destroyed only once its capture has ended, and
+        never again once it is gone. A graph the trace never captured is the engine's to count
+        (a replay of it gets the replays-unknown-graph note)."""
+        if self.captures_only:
+            raise EventInvalid(
+                f"'{kind}' event in a trace whose header says recording 'captures' (the captures alone: no replay, "
+                "reset or destroy)"
+            )
+        if graph in self.open_graphs:
+            raise EventInvalid(f"{kind} of graph {graph} before its capture ends")
+        ended = self.ended.get(graph)
+        if ended is not None:
+            raise EventInvalid(f"{kind} of graph {graph} after its {ended}: the graph is gone")
+        if kind != "replay" and graph in self.graph_stream:
+            self.ended[graph] = kind
 
 
-_STATEFUL = frozenset({"stack", "capture_begin", "capture_end"})
+_STATEFUL = frozenset({"stack", "capture_begin", "capture_end", "replay", "graph_reset", "graph_destroy"})
 
 
 def _read_header(line: bytes) -> dict[str, Any]:
@@ -361,6 +383,7 @@ def iter_trace(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
                 raise TraceError(name, None, "empty file: no trace header")
             lineno = 1
             header = _read_header(first)
+            checker.captures_only = header.get("recording") == "captures"
             yield header
             take = _line_taker(checker, header)
             if native is not None:
