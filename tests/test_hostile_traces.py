@@ -20,6 +20,7 @@ import pytest
 from analysis_engines import ENGINES
 
 from streamrace.analysis import analyze
+from streamrace.analysis.core import cpp_available
 from streamrace.errors import TraceError
 from streamrace.trace.builder import TraceBuilder
 from streamrace.trace.events import MAX_LINE_BYTES
@@ -213,3 +214,77 @@ def test_a_graph_lives_its_possible_life_and_an_unknown_graph_s_replay_is_noted(
     result = analyze(load_trace(path))
     assert result.summary["replays"] == 4
     assert [note.code for note in result.notes] == ["replays-unknown-graph"]
+
+
+# -- sizes the Python engine must take in near-linear work (issue 27) ----------------------------
+def _many_small_eager_ops(tb: TraceBuilder, count: int) -> None:
+    """``count`` eager ops on two streams, each writing its own 64 bytes of one block."""
+    main, side = tb.stream("main"), tb.stream("side")
+    x = tb.alloc(count * 64, main, at="m.py:1")
+    for i in range(count):
+        tb.op("aten::fill_", main if i % 2 else side, writes=[tb.span(x + 64 * i, 64)], at="m.py:2")
+
+
+def _one_op_of_many_ranges(tb: TraceBuilder, count: int) -> None:
+    main = tb.stream("main")
+    x = tb.alloc(count * 64, main, at="m.py:1")
+    reads = [tb.span(x + 64 * i, 32) for i in range(count)]
+    writes = [tb.span(x + 64 * i + 32, 32) for i in range(count)]
+    tb.op("aten::cat", main, reads=reads, writes=writes, at="m.py:2")
+
+
+def _column_slices(tb: TraceBuilder, count: int) -> None:
+    """``count`` ops on two streams, each writing its own 16 columns of one matrix: strided views
+    whose spans all overlap, though no two share a byte."""
+    main, side = tb.stream("main"), tb.stream("side")
+    x = tb.alloc(count * 4096, main, at="m.py:1")
+    for i in range(count):
+        view = tb.view(x, [64, 16], [count * 16, 1], offset=i * 16)
+        tb.op("aten::copy_", main if i % 2 else side, writes=[view], at="m.py:2")
+
+
+LARGE = {
+    "10k eager ops": (_many_small_eager_ops, 10_000),
+    "one op of 20k ranges": (_one_op_of_many_ranges, 20_000),
+    "2,000 strided ops": (_column_slices, 2_000),
+}
+
+
+@pytest.mark.parametrize("shape", ["10k eager ops", "one op of 20k ranges"])
+def test_an_access_meets_only_the_earlier_accesses_near_it(shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Python engine's shadow memory: each access meets a bounded number of earlier ones
+    (the earlier ones it is checked against are counted), not every access of its 2 MiB."""
+    from streamrace.analysis import shadow
+    from streamrace.analysis.engine import Engine
+
+    met = [0]
+    ordered_before = shadow.ordered_before
+
+    def counted(*args: object) -> bool:
+        met[0] += 1
+        return ordered_before(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(shadow, "ordered_before", counted)
+    build, count = LARGE[shape]
+    tb = TraceBuilder()
+    build(tb, count)
+    engine = Engine()
+    engine.run(tb.events)
+    assert engine.accesses == count * (2 if shape == "one op of 20k ranges" else 1)
+    assert met[0] <= 4 * engine.accesses  # before: about accesses**2 / 2
+
+
+@pytest.mark.parametrize("shape", LARGE)
+def test_large_shapes_get_the_same_report_from_both_engines_under_the_memory_limit(shape: str, tmp_path: Path) -> None:
+    build, count = LARGE[shape]
+    tb = TraceBuilder()
+    build(tb, count)
+    path = tmp_path / "t.jsonl"
+    tb.write(str(path))
+    reports = {}
+    for engine in ("python", "cpp") if cpp_available() else ("python",):
+        done = streamrace(engine, "analyze", "--format", "json", path)
+        assert done.returncode in (0, 1) and done.stderr == "", done.stderr[-2000:]
+        reports[engine] = done.stdout
+    assert len(set(reports.values())) == 1
+    assert json.loads(reports["python"])["summary"]["accesses"] == (2 * count if "ranges" in shape else count)
