@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import resource
 import subprocess
 import sys
@@ -288,3 +289,28 @@ def test_large_shapes_get_the_same_report_from_both_engines_under_the_memory_lim
         reports[engine] = done.stdout
     assert len(set(reports.values())) == 1
     assert json.loads(reports["python"])["summary"]["accesses"] == (2 * count if "ranges" in shape else count)
+
+
+# -- enormous names in the reports for people ----------------------------------------------------
+@pytest.mark.parametrize("fmt", ["text", "html"])
+def test_an_enormous_name_is_cut_and_says_so(tmp_path: Path, fmt: str) -> None:
+    """A 1,000,000-character stream and op name: the text and HTML reports show 500 characters
+    of each and how many more there are; the JSON report keeps them whole."""
+    long = 1_000_000
+    tb = TraceBuilder()
+    main, side = tb.stream("q" * long), tb.stream("side")
+    x = tb.alloc(4096, main, at="m.py:1")
+    tb.op("aten::" + "z" * long, main, writes=[tb.span(x, 4096)], at="m.py:2")
+    tb.op("aten::sum", side, reads=[tb.span(x, 4096)], at="m.py:3")
+    path = tmp_path / "t.jsonl"
+    tb.write(str(path))
+    done = streamrace("python", "analyze", "--format", fmt, path)
+    assert done.returncode == 1, done.stderr[-2000:]
+    # The page's data is ASCII JSON; the text report wraps: compare without either.
+    shown = re.sub(r"\s+", "", done.stdout.replace("\\u2026", "…"))
+    assert "q" * 500 + "…(999,500morecharacters)" in shown
+    assert "aten::" + "z" * 494 + "…(999,506morecharacters)" in shown
+    assert "q" * 501 not in shown and "z" * 501 not in shown
+    assert len(done.stdout) < 200_000  # the report, not the names
+    whole = streamrace("python", "analyze", "--format", "json", path)
+    assert "q" * long in json.loads(whole.stdout)["findings"][0]["missing_edge"]

@@ -24,7 +24,7 @@ from typing import IO, TYPE_CHECKING, Any
 from streamrace.analysis.describe import Suggestion
 from streamrace.analysis.detectors import suggestion
 from streamrace.analysis.findings import Access, Allocation, Finding
-from streamrace.report.escape import for_terminal
+from streamrace.report.escape import shown
 from streamrace.report.options import DEFAULT, ReportOptions, Style
 from streamrace.report.sources import SourceLines
 
@@ -192,7 +192,7 @@ class _Report:
         self.callers_shown: set[tuple[tuple[str, int, str], ...]] = set()  # call chains printed in this finding
 
     def style(self, text: str, role: str) -> str:
-        plain = for_terminal(text)
+        plain = shown(text)
         return _Styled(self._style(plain, role), plain, role)
 
     def source(self, path: str, lineno: int) -> str | None:
@@ -203,7 +203,7 @@ class _Report:
         line indented ``hang`` columns more; the text of a source line is cut instead (``…``),
         since a code line broken in two reads as two. Only one word wider than a whole line
         (a long path) goes past the width."""
-        segments = [(p.plain, p.role) if isinstance(p, _Styled) else (for_terminal(p), None) for p in pieces]
+        segments = [(p.plain, p.role) if isinstance(p, _Styled) else (shown(p), None) for p in pieces]
         prefix = INDENT * depth
         if len(prefix) + sum(len(text) for text, _ in segments) <= self.width:
             self.lines.append(prefix + "".join(self._render(text, role) for text, role in segments))
@@ -247,7 +247,7 @@ class _Report:
     def prose(self, depth: int, label: str, text: str, role: str) -> None:
         """A sentence in the second column, wrapped to the report's width; `code` in it is
         styled as code."""
-        lines = textwrap.wrap(for_terminal(text), self.width - len(INDENT) * depth - LABEL_WIDTH) or [""]
+        lines = textwrap.wrap(shown(text), self.width - len(INDENT) * depth - LABEL_WIDTH) or [""]
         in_code = False
         for index, line in enumerate(lines):
             pieces, in_code = _code_spans(line, in_code)
@@ -373,7 +373,7 @@ class _Report:
         self.add(depth, self.style(f"[{number}]", "heading"), *spaced)
         self.callers_shown.clear()
         body = depth + 2
-        for line in textwrap.wrap(for_terminal(finding.message), self.width - len(INDENT) * body):
+        for line in textwrap.wrap(shown(finding.message), self.width - len(INDENT) * body):
             self.add(body, line)
         for access in finding.accesses:
             self.access(body, access)
@@ -406,7 +406,7 @@ class _Report:
         self.workdir = item.workdir
         self.add(0, self.style(item.path, "heading"))
         for note in item.result.notes:
-            lines = textwrap.wrap(for_terminal(note.message), self.width - len(INDENT) - len("note: ")) or [""]
+            lines = textwrap.wrap(shown(note.message), self.width - len(INDENT) - len("note: ")) or [""]
             self.add(1, self.style("note: ", "note"), lines[0])
             for line in lines[1:]:
                 self.add(1, " " * len("note: "), line)
