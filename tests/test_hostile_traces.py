@@ -314,3 +314,28 @@ def test_an_enormous_name_is_cut_and_says_so(tmp_path: Path, fmt: str) -> None:
     assert len(done.stdout) < 200_000  # the report, not the names
     whole = streamrace("python", "analyze", "--format", "json", path)
     assert "q" * long in json.loads(whole.stdout)["findings"][0]["missing_edge"]
+
+
+# -- deep stacks ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("depth", ["1000000", "all"])
+def test_a_deep_stack_shows_at_most_the_frame_limit(tmp_path: Path, depth: str) -> None:
+    """Stacks of 200,000 frames with --stack-depth 1000000 (or all): 1,000 frames shown, the
+    rest counted; before, each frame's call chain was a copy of all its callers (n**2 / 2)."""
+    from streamrace.report.text import MAX_STACK_DEPTH
+
+    frames = 200_000
+    tb = TraceBuilder()
+    main, side = tb.stream("main"), tb.stream("side")
+    x = tb.alloc(4096, main, at="m.py:1")
+    tb.op("aten::fill_", main, writes=[tb.span(x, 4096)], at="m.py:2")
+    tb.op("aten::sum", side, reads=[tb.span(x, 4096)], at="m.py:3")
+    for event in tb.events:
+        if event["ev"] == "stack":
+            event["frames"] += [[f"f{i % 97}.py", i + 1, f"fn{i}"] for i in range(frames)]
+    path = tmp_path / "deep.jsonl"
+    tb.write(str(path))
+    done = streamrace("python", "analyze", "--stack-depth", depth, path)
+    assert done.returncode == 1, done.stderr[-2000:]
+    shown = done.stdout.count("called from ")
+    assert 0 < shown <= 3 * MAX_STACK_DEPTH  # the two accesses' stacks, the allocation's
+    assert f"({frames + 1 - MAX_STACK_DEPTH:,} more frames)" in done.stdout

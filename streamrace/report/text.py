@@ -83,6 +83,9 @@ def terminal_style(stream: IO[str]) -> tuple[Style, int] | None:
     return style, max(MIN_WIDTH, min(console.width, 140))
 
 
+MAX_STACK_DEPTH = 1000  # frames shown of one stack, whatever --stack-depth says
+
+
 def _may_be_terminal(stream: IO[str]) -> bool:
     """False only where rich's Console would find no terminal either: not a tty, and neither
     TTY_COMPATIBLE=1 nor a non-empty FORCE_COLOR says to colour anyway."""
@@ -185,11 +188,16 @@ class _Report:
     def __init__(self, options: ReportOptions) -> None:
         self._style = options.style
         self.width = max(MIN_WIDTH, options.width)
-        self.stack_depth = options.stack_depth
+        # Even `all` stops somewhere: a hostile trace's stack may hold millions of frames.
+        self.stack_depth = min(options.stack_depth or MAX_STACK_DEPTH, MAX_STACK_DEPTH)
         self.sources = SourceLines(options.source_roots)
         self.workdir: str | None = None  # the trace being reported: where its relative paths start
         self.lines: list[str] = []
-        self.callers_shown: set[tuple[tuple[str, int, str], ...]] = set()  # call chains printed in this finding
+        self.callers_shown: set[int] = set()  # call chains printed in this finding, by their ids
+        # A call chain (a frame and all its callers) by its id: the frame and its callers' id. A
+        # chain as a tuple of its frames made a stack of n frames cost n**2 / 2 of them.
+        self.chain_ids: dict[tuple[tuple[str, int, str], int], int] = {}
+        self.stack_frames: dict[int, tuple[list[list[Any]], list[tuple[str, int, str]], list[int]]] = {}
 
     def style(self, text: str, role: str) -> str:
         plain = shown(text)
@@ -276,7 +284,7 @@ class _Report:
         Stacks are innermost first (docs/trace-format.md) and ``location`` is the innermost
         user frame, so it is normally ``stack[0]``.
         """
-        frames = [(str(f[0]), int(f[1]), str(f[2])) for f in stack]
+        frames, chains = self._frames(stack)
         if location is None and frames:
             location = f"{frames[0][0]}:{frames[0][1]}"
         first = partial(self.continued, depth) if label is None else partial(self.labelled, depth, label)
@@ -298,9 +306,9 @@ class _Report:
             if (file, line) == parsed:
                 continue
             # A frame with the same callers all the way out is the same call chain.
-            chain = tuple(frames[index:])
+            chain = chains[index]
             seen = chain in self.callers_shown
-            if not seen and self.stack_depth is not None and shown >= self.stack_depth:
+            if not seen and shown >= self.stack_depth:
                 rest = sum((f[0], f[1]) != parsed for f in frames[index:])
                 self.continued(depth, self.style(f"({_plural(rest, 'more frame')})", "dim"))
                 break
@@ -315,6 +323,20 @@ class _Report:
             )
             if seen:  # one finding's stacks share their outer frames: print them once
                 break
+
+    def _frames(self, stack: list[list[Any]]) -> tuple[list[tuple[str, int, str]], list[int]]:
+        """The stack's frames, and the id of each one's call chain (it and its callers); once
+        per stack, as many accesses share one (the stack is kept, so its id stays its own)."""
+        known = self.stack_frames.get(id(stack))
+        if known is not None and known[0] is stack:
+            return known[1], known[2]
+        frames = [(str(f[0]), int(f[1]), str(f[2])) for f in stack]
+        ids = [0] * len(frames)
+        outer = -1  # no callers
+        for index in range(len(frames) - 1, -1, -1):
+            outer = ids[index] = self.chain_ids.setdefault((frames[index], outer), len(self.chain_ids))
+        self.stack_frames[id(stack)] = (stack, frames, ids)
+        return frames, ids
 
     # -- one finding ----------------------------------------------------------------------
     def access(self, depth: int, access: Access) -> None:
