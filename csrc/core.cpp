@@ -837,14 +837,17 @@ PYBIND11_MODULE(_core, m) {
     if (!reader::init_line_reader_type()) throw py::error_already_set();
     m.def(
         "line_reader",
-        [](py::handle stream, py::handle table, py::handle checker, py::handle on_line, i64 lineno, i64 max_streams) {
-            PyObject* r =
-                reader::new_line_reader(stream.ptr(), table.ptr(), checker.ptr(), on_line.ptr(), lineno, max_streams);
+        [](py::handle stream, py::handle table, py::handle checker, py::handle on_line, i64 lineno, i64 max_streams,
+           i64 line_read) {
+            PyObject* r = reader::new_line_reader(stream.ptr(), table.ptr(), checker.ptr(), on_line.ptr(), lineno,
+                                                  max_streams, line_read);
             if (r == nullptr) throw py::error_already_set();
             return py::reinterpret_steal<py::object>(r);
         },
         py::arg("stream"), py::arg("table"), py::arg("checker"), py::arg("on_line"), py::arg("lineno"),
-        py::arg("max_streams"), "The trace reader's fast path over the rest of stream (csrc/reader.h).");
+        py::arg("max_streams"), py::arg("line_read"),
+        "The trace reader's fast path over the rest of stream (csrc/reader.h); a line longer than line_read bytes is "
+        "handed to on_line cut to that length.");
     m.def(
         "parse_trace_line",
         [](py::bytes line) -> py::object {

@@ -10,9 +10,10 @@
 // the Python path's, so a new kind is never dropped here. It says no to anything unusual,
 // numbers beyond 64 bits included, and never yes to what the Python fast check refuses.
 //
-// The stream is read the way `for line in stream` reads it: one read of the buffer's size
-// each time no whole line is left, so a corrupt gzip stream fails at the same line; and a
-// pipe's lines are handed on as they come.
+// The stream is read the way io.py's loop of `readline(line_read)` reads it: one read of the
+// buffer's size each time no whole line is left, so a corrupt gzip stream fails at the same
+// line; a pipe's lines are handed on as they come; and a line longer than the limit is handed
+// on cut to line_read bytes (no newline), so the buffer stays bounded whatever the input.
 #pragma once
 
 #include <Python.h>
@@ -283,6 +284,7 @@ struct LineReader {
     trace_json::Parser* parser;
     std::string* buffer;
     size_t start, scanned;  // the buffer's next line starts at `start`; no '\n' before `scanned`
+    size_t line_read;       // the most of one line handed on (io.py's _LINE_READ)
     i64 lineno, last_seq, max_streams;
     bool eof;
 };
@@ -311,8 +313,12 @@ inline bool next_line(LineReader* r, const char*& begin, const char*& end) {
     for (;;) {
         const char* base = buffer.data();
         const void* newline = std::memchr(base + r->scanned, '\n', buffer.size() - r->scanned);
-        if (newline != nullptr || (r->eof && r->start < buffer.size())) {
-            const size_t stop = newline != nullptr ? static_cast<const char*>(newline) - base + 1 : buffer.size();
+        const bool too_long = buffer.size() - r->start >= r->line_read;
+        if (newline != nullptr || (r->eof && r->start < buffer.size()) || too_long) {
+            size_t stop = newline != nullptr ? static_cast<const char*>(newline) - base + 1 : buffer.size();
+            // A line past the limit goes on cut to line_read bytes, as readline(line_read)
+            // cuts it: the Python path refuses it, and the buffer never holds much more.
+            if (stop - r->start > r->line_read) stop = r->start + r->line_read;
             begin = base + r->start;
             end = base + stop;
             r->start = r->scanned = stop;
@@ -403,7 +409,9 @@ inline PyObject* line_reader_next(PyObject* self) {
     auto* r = reinterpret_cast<LineReader*>(self);
     const char *begin, *end;
     while (next_line(r, begin, end)) {
-        PyObject* event = accept(r, begin, end);
+        // A line cut at the limit is the Python path's to refuse, even where its start parses.
+        const bool cut = size_t(end - begin) >= r->line_read && end[-1] != '\n';
+        PyObject* event = cut ? nullptr : accept(r, begin, end);
         if (event == nullptr) event = defer(r, begin, end);
         if (event != Py_None) return event;  // an event, or null with the error
         Py_DECREF(event);
@@ -432,7 +440,11 @@ inline bool init_line_reader_type() {
 
 // A reader of `stream`'s remaining lines; null with an error set when the table is not one.
 inline PyObject* new_line_reader(PyObject* stream, PyObject* table, PyObject* checker, PyObject* on_line, i64 line,
-                                 i64 max_streams) {
+                                 i64 max_streams, i64 line_read) {
+    if (line_read < 1) {
+        PyErr_SetString(PyExc_ValueError, "line_read must be at least 1");
+        return nullptr;
+    }
     auto checks = std::make_unique<Checks>();
     if (!checks->load(table)) return nullptr;
     PyObject* read = PyObject_GetAttrString(stream, "read1");
@@ -469,6 +481,7 @@ inline PyObject* new_line_reader(PyObject* stream, PyObject* table, PyObject* ch
     r->lineno = line;
     r->last_seq = last_seq;
     r->max_streams = max_streams;
+    r->line_read = size_t(line_read);
     r->eof = false;
     return reinterpret_cast<PyObject*>(r);
 }

@@ -125,7 +125,9 @@ def _configure_report(parser: argparse.ArgumentParser) -> None:
 
 
 def _configure_analyze(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("traces", nargs="+", metavar="TRACE", help="trace file (.jsonl or .jsonl.gz)")
+    parser.add_argument(
+        "traces", nargs="+", metavar="TRACE", help="trace file (.jsonl or .jsonl.gz; - for standard input)"
+    )
     parser.add_argument("--format", choices=list(REPORTERS), default="text", help=FORMAT_HELP)
     parser.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
     _configure_report(parser)
@@ -236,7 +238,27 @@ def _check_source_roots(args: argparse.Namespace) -> None:
             raise UsageError(f"--source-root {root}: not a directory")
 
 
+def _check_inputs(traces: Sequence[str], output: str | None) -> None:
+    """UsageError for standard input named twice (the second would read nothing) and for an
+    output that is one of the traces (through any path to it): the report would replace it."""
+    from streamrace.trace.io import STDIN, display_name
+
+    if list(traces).count(STDIN) > 1:
+        raise UsageError(f"standard input ({STDIN}) is named more than once: it can be read only once")
+    if output is None or not os.path.exists(output):
+        return
+    target = os.stat(output)
+    for trace in traces:
+        try:  # standard input redirected from the file (`analyze - -o t.jsonl < t.jsonl`) too
+            found = os.fstat(sys.stdin.fileno()) if trace == STDIN else os.stat(trace)
+        except (OSError, ValueError):  # no such trace (its reading says so), or no stdin
+            continue
+        if (found.st_dev, found.st_ino) == (target.st_dev, target.st_ino):
+            raise UsageError(f"-o {output}: is the trace {display_name(trace)}; the report would overwrite its input")
+
+
 def _run_analyze(args: argparse.Namespace) -> int:
+    _check_inputs(args.traces, args.output)
     _check_source_roots(args)
     gate = _gate(args)
     results = _apply_gate(gate, _analyze_files(args.traces, args.source_root, drawn=args.format in DRAWN))
@@ -263,6 +285,7 @@ def _run_diff(args: argparse.Namespace) -> int:
 
     if "-" in (args.a, args.b) and args.a == args.b:
         raise UsageError("A and B cannot both be standard input")
+    _check_inputs([args.a, args.b], args.output)
     tables = (AllocationTable(), AllocationTable())
     results = _analyze_files([args.a, args.b], observers=[table.observe for table in tables])
     empty = [item for item in results if recorded_nothing(item.result.summary)]

@@ -380,6 +380,78 @@ def test_bad_standard_input_is_one_line() -> None:
     assert proc.stderr.decode() == "streamrace: error: <stdin>: empty file: no trace header\n"
 
 
+def test_standard_input_twice_is_a_usage_error() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "streamrace", "analyze", "-", "-"],
+        input=BUNDLED.read_bytes(),
+        capture_output=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.decode() == (
+        "streamrace: error: standard input (-) is named more than once: it can be read only once\n"
+    )
+
+
+def test_analyze_help_names_dash_for_standard_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", "--help"]) == 0
+    assert "- for standard input" in capsys.readouterr().out
+
+
+# -- the report never overwrites its input ------------------------------------------------------
+def _same_file_paths(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A copy of the bundled trace, and other paths to that same file: ./, .., a symbolic link
+    and a hard link."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes(BUNDLED.read_bytes())
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "link.jsonl").symlink_to(trace)
+    os.link(trace, tmp_path / "hard.jsonl")
+    return trace, [
+        str(trace),
+        f"{tmp_path}/./t.jsonl",
+        f"{tmp_path}/sub/../t.jsonl",
+        f"{tmp_path}/sub/link.jsonl",
+        f"{tmp_path}/hard.jsonl",
+    ]
+
+
+@pytest.mark.parametrize("command", ["analyze", "diff"])
+def test_output_over_an_input_trace_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    trace, outputs = _same_file_paths(tmp_path)
+    before = trace.read_bytes()
+    inputs = [str(trace)] if command == "analyze" else [str(BUNDLED), str(trace)]
+    for output in outputs:
+        assert main([command, *inputs, "-o", output]) == 2, output
+        _, err = capsys.readouterr()
+        assert err == f"streamrace: error: -o {output}: is the trace {trace}; the report would overwrite its input\n"
+    assert trace.read_bytes() == before
+    assert main([command, *inputs, "-o", str(tmp_path / "report.txt")]) == (1 if command == "analyze" else 0)
+    assert (tmp_path / "report.txt").stat().st_size > 0  # another file is fine
+    assert trace.read_bytes() == before
+
+
+def test_output_over_the_file_standard_input_reads_is_refused(tmp_path: Path) -> None:
+    trace, _ = _same_file_paths(tmp_path)
+    before = trace.read_bytes()
+    with trace.open("rb") as stdin:
+        proc = subprocess.run(
+            [sys.executable, "-m", "streamrace", "analyze", "-", "-o", str(trace)],
+            stdin=stdin,
+            capture_output=True,
+            cwd=REPO,
+            timeout=60,
+        )
+    assert proc.returncode == 2
+    assert proc.stderr.decode() == (
+        f"streamrace: error: -o {trace}: is the trace <stdin>; the report would overwrite its input\n"
+    )
+    assert trace.read_bytes() == before
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
 @pytest.mark.parametrize("via", ["fifo", "/dev/stdin"])
 def test_analyze_reads_a_fifo_and_dev_stdin(tmp_path: Path, via: str) -> None:

@@ -180,6 +180,27 @@ def test_sarif_messages_carry_no_markup_and_uris_stay_under_the_root(tmp_path: P
     assert json.loads(rendered) == json.loads(json.dumps(doc))
 
 
+def _strings(data: object) -> list[str]:
+    """Every string in a JSON value, keys included."""
+    if isinstance(data, str):
+        return [data]
+    if isinstance(data, dict):
+        return [s for key, value in data.items() for s in (*_strings(key), *_strings(value))]
+    if isinstance(data, list):
+        return [s for value in data for s in _strings(value)]
+    return []
+
+
+def test_every_sarif_result_string_is_escaped_properties_included(tmp_path: Path) -> None:
+    """Not only the messages: ``properties.fix`` and ``.missingEdge`` name the trace's streams
+    and ops too, and a viewer shows them as they are."""
+    (result,) = sarif.document([_hostile_result(tmp_path)])["runs"][0]["results"]
+    properties = result["properties"]
+    assert "main\\x1b]0;pwned" in properties["fix"] + properties["missingEdge"], "the stream name is there, escaped"
+    unprintable = [s for s in _strings(result) if not s.isprintable()]
+    assert unprintable == []
+
+
 def _hostile_drawn(tmp_path: Path) -> TraceResult:
     """The hostile race, with markup and script in its names, analysed with its timeline."""
     from streamrace.report.timeline import build_timeline

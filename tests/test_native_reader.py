@@ -199,6 +199,7 @@ def _read_one(event: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
         lambda line: deferred.append(line),  # the Python path's answer: no event
         1,
         MAX_STREAMS,
+        trace_io._LINE_READ,
     )
     out = list(lines)
     return (out[0] if out else None), bool(deferred)

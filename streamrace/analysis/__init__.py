@@ -36,7 +36,9 @@ class Note:
     allocations are missing, or the allocator is one the lifetime model does not describe.
     Notes come from the header; they are not findings and do not change the exit code."""
 
-    code: str  # "recorder-errors", "allocations-dropped", "replays-unrecorded", "allocator-model", "unknown-events"
+    # "recorder-errors", "allocations-dropped", "replays-unrecorded", "replays-unknown-graph", "allocator-model",
+    # "unknown-events", "trace-incomplete"
+    code: str
     message: str
 
     def to_dict(self) -> dict[str, str]:
@@ -45,7 +47,7 @@ class Note:
 
 def header_notes(header: Mapping[str, Any], unknown_replays: int = 0) -> list[Note]:
     """The notes a trace header calls for (docs/trace-format.md, header fields), and the
-    engine's count of replays of graphs the trace never captured (``unknown_replays``)."""
+    engine's count of replay events naming graphs the trace never captured (``unknown_replays``)."""
     notes = []
     if header.get("incomplete") is True:
         notes.append(
@@ -74,9 +76,9 @@ def header_notes(header: Mapping[str, Any], unknown_replays: int = 0) -> list[No
                 "(size unknown to the recorder); their lifetimes were not checked",
             )
         )
-    # Replays of graphs whose capture the trace lacks: the recorder counts those it saw no
-    # capture of, the engine those whose replay events name a graph the trace never captured.
-    unrecorded = (header.get("replays_unrecorded") or 0) + unknown_replays
+    # Replays of graphs whose capture the trace lacks, as the recorder counts them: it writes
+    # no event for a replay of a graph it saw no capture of.
+    unrecorded = header.get("replays_unrecorded") or 0
     if unrecorded:
         notes.append(
             Note(
@@ -84,6 +86,17 @@ def header_notes(header: Mapping[str, Any], unknown_replays: int = 0) -> list[No
                 f"{unrecorded} replay{'s' if unrecorded != 1 else ''} of CUDA graphs captured before recording "
                 f"started {'were' if unrecorded != 1 else 'was'} not analysed: what they read and write is not "
                 "in the trace (start recording before the captures to see them)",
+            )
+        )
+    # So a replay event naming a graph the trace never captured is one no recorder writes:
+    # the engine skips it and counts it (docs/trace-format.md, replays and graph lifetimes).
+    if unknown_replays:
+        notes.append(
+            Note(
+                "replays-unknown-graph",
+                f"{unknown_replays} replay event{'s name' if unknown_replays != 1 else ' names'} a CUDA graph this "
+                f"trace never captured, which a recorder does not write (a hand-made or edited trace?): "
+                f"{'they were' if unknown_replays != 1 else 'it was'} not analysed",
             )
         )
     allocator = header.get("allocator") or {}

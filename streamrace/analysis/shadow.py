@@ -1,7 +1,7 @@
 """Shadow memory: the earlier accesses of one domain on one device, and the race check.
 
-Accesses are indexed by coarse address granules so that a new access only meets the earlier
-accesses near it. An earlier access is forgotten once a later one that it happens before
+Accesses are indexed by address granules of their own size class so that a new access only
+meets the earlier accesses near it. An earlier access is forgotten once a later one that it happens before
 covers its bytes and is a write (or both are reads): every future race with the forgotten
 access is then also a race with the later one (docs/analysis.md §4), and the later one is
 more recent, so the reported partner (the most recent racing access) does not change.
@@ -9,6 +9,7 @@ more recent, so the reported partner (the most recent racing access) does not ch
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,9 +17,18 @@ from typing import Any
 from streamrace.analysis.clocks import NO_HOST, Domain, ordered_before
 from streamrace.analysis.ranges import ByteRange, Overlap, covers, overlaps
 
-GRANULE_BITS = 21  # 2 MiB: the allocator's small-segment size
-# An access over more granules than this sits in one list that every lookup scans.
-_MAX_GRANULES = 64
+# The index's levels (csrc/shadow.h): granules of 4 KiB, each level's 16 times the one's
+# below, the last one holding any span.
+LEVEL0_BITS = 12
+LEVEL_STEP = 4
+LEVELS = 14
+# Above this many granules a lookup walks the level's sorted keys instead of probing each one.
+_DIRECT_LOOKUPS = 8
+
+
+def level_bits(level: int) -> int:
+    """The granule of ``level``, in bits."""
+    return LEVEL0_BITS + level * LEVEL_STEP if level + 1 < LEVELS else 62
 
 
 @dataclass(eq=False, slots=True)
@@ -63,24 +73,23 @@ def allocator_waited(old: AccessRecord, new: AccessRecord) -> bool:
 
 
 class ShadowMemory:
-    """Earlier accesses of one (domain, device)."""
+    """Earlier accesses of one (domain, device).
+
+    An access sits in one bucket of the finest level whose granule is at least its span, keyed
+    by its start granule (csrc/shadow.h's index, level for level), so a lookup meets a handful
+    of accesses of its own size class. One 2 MiB granule per bucket, as before, made a lookup
+    scan every earlier access near it: thousands of small eager accesses to one block, or one
+    op of thousands of ranges, were quadratic. The decisions do not depend on the order
+    accesses are met in: every earlier access whose span meets the new one is met, once."""
 
     def __init__(self) -> None:
-        self._granules: dict[int, list[AccessRecord]] = {}
-        self._wide: list[AccessRecord] = []
+        self._levels: list[dict[int, list[AccessRecord]]] = [{} for _ in range(LEVELS)]
+        self._keys: list[list[int]] = [[] for _ in range(LEVELS)]  # each level's granules, sorted
+        self._size = 0
 
     def __len__(self) -> int:
         """How many accesses are remembered (not forgotten)."""
-        live = {rec.order for bucket in self._granules.values() for rec in bucket if not rec.forgotten}
-        return len(live) + sum(not rec.forgotten for rec in self._wide)
-
-    def _granule_keys(self, first: int, last: int) -> list[int]:
-        if first == last:
-            return [first] if first in self._granules else []
-        if last - first < 4 * _MAX_GRANULES:
-            return [g for g in range(first, last + 1) if g in self._granules]
-        # A huge range: cheaper to scan the granules that exist than every one it spans.
-        return [g for g in self._granules if first <= g <= last]
+        return self._size
 
     def check(
         self, new: AccessRecord, clock: Mapping[int, int], host: Mapping[int, int] = NO_HOST
@@ -91,50 +100,76 @@ class ShadowMemory:
         Also forgets the earlier accesses ``new`` makes redundant. Returns the racing access
         and how its overlap was decided.
         """
-        rng, stream, write = new.rng, new.stream, new.write
-        first, last = rng.lo >> GRANULE_BITS, (rng.hi - 1) >> GRANULE_BITS
-        keys = self._granule_keys(first, last)
-        lists = [self._granules[g] for g in keys]
-        if self._wide:
-            lists.append(self._wide)
-        racer: AccessRecord | None = None
-        how = Overlap.NONE
-        stale = False
-        # An access spanning several granules is met once per granule: the checks repeat
-        # harmlessly, cheaper than de-duplicating every lookup.
-        for bucket in lists:
-            for old in bucket:
-                if old.forgotten:
-                    stale = True
-                elif ordered_before(old.stream, old.tick, clock, host):
-                    if (write or not old.write) and covers(rng, old.rng):
-                        old.forgotten = stale = True
-                elif (write or old.write) and old.stream != stream and (racer is None or old.order > racer.order):
-                    hit = overlaps(old.rng, rng)
-                    if hit and not allocator_waited(old, new):
-                        racer, how = old, hit
-        if stale:
-            self._compact(keys)
-        return racer, how
+        rng = new.rng
+        lo, hi = rng.lo, rng.hi
+        found: list[AccessRecord | None] = [None]
+        how = [Overlap.NONE]
+        for level, buckets in enumerate(self._levels):
+            if not buckets:
+                continue
+            shift = level_bits(level)
+            # An access of this level starts at most one granule before the one it meets.
+            first, last = (lo >> shift) - 1, (hi - 1) >> shift
+            keys = self._keys[level]
+            if last < keys[0] or keys[-1] < first:
+                continue  # all elsewhere
+            if last - first < _DIRECT_LOOKUPS:
+                granules = [g for g in range(first, last + 1) if g in buckets]
+            else:  # a wide access: visit only the granules that exist in its span
+                granules = keys[bisect_left(keys, first) : bisect_right(keys, last)]
+            for g in granules:
+                if self._scan(buckets[g], new, clock, host, found, how):
+                    del buckets[g]
+                    del keys[bisect_left(keys, g)]
+        return found[0], how[0]
 
-    def _compact(self, keys: list[int]) -> None:
-        for g in keys:
-            live = [rec for rec in self._granules[g] if not rec.forgotten]
-            if live:
-                self._granules[g] = live
-            else:
-                del self._granules[g]
-        if self._wide:
-            self._wide = [rec for rec in self._wide if not rec.forgotten]
+    def _scan(
+        self,
+        bucket: list[AccessRecord],
+        new: AccessRecord,
+        clock: Mapping[int, int],
+        host: Mapping[int, int],
+        found: list[AccessRecord | None],
+        how: list[Overlap],
+    ) -> bool:
+        """Checks one bucket; drops the accesses ``new`` makes redundant. True when it is left
+        empty."""
+        rng, stream, write = new.rng, new.stream, new.write
+        lo, hi = rng.lo, rng.hi
+        racer = found[0]
+        dropped = False
+        for old in bucket:
+            old_rng = old.rng
+            # Most of a bucket is elsewhere in its granules: an access that shares no byte of
+            # span with ``new`` is neither covered by it nor racing with it.
+            if not (old_rng.lo < hi and lo < old_rng.hi):
+                continue
+            if ordered_before(old.stream, old.tick, clock, host):
+                if (write or not old.write) and covers(rng, old_rng):
+                    old.forgotten = dropped = True
+            elif (write or old.write) and old.stream != stream and (racer is None or old.order > racer.order):
+                hit = overlaps(old_rng, rng)
+                if hit and not allocator_waited(old, new):
+                    racer, how[0] = old, hit
+        found[0] = racer
+        if not dropped:
+            return False
+        live = [rec for rec in bucket if not rec.forgotten]
+        self._size -= len(bucket) - len(live)
+        bucket[:] = live
+        return not live
 
     def insert(self, rec: AccessRecord) -> None:
-        first, last = rec.rng.lo >> GRANULE_BITS, (rec.rng.hi - 1) >> GRANULE_BITS
-        if last - first >= _MAX_GRANULES:
-            self._wide.append(rec)
-            return
-        for g in range(first, last + 1):
-            bucket = self._granules.get(g)
-            if bucket is None:
-                self._granules[g] = [rec]
-            else:
-                bucket.append(rec)
+        span = rec.rng.hi - rec.rng.lo
+        level = 0
+        while level + 1 < LEVELS and span > 1 << level_bits(level):
+            level += 1
+        key = rec.rng.lo >> level_bits(level)
+        buckets = self._levels[level]
+        bucket = buckets.get(key)
+        if bucket is None:
+            buckets[key] = [rec]
+            insort(self._keys[level], key)
+        else:
+            bucket.append(rec)
+        self._size += 1

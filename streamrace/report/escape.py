@@ -45,15 +45,37 @@ def for_markdown(text: str) -> str:
     return _MARKDOWN.sub(r"\\\1", for_terminal(text))
 
 
-def printable_strings(data: Any, keep: frozenset[str] = frozenset()) -> Any:
+# A word (no space) longer than this is cut in the reports for people (text, HTML), which say
+# how much is left out: wrapping a name of millions of characters cost time quadratic in it.
+MAX_WORD = 500
+_LONG_WORD = re.compile(rf"[^ ]{{{MAX_WORD + 1},}}")
+
+
+def _cut(match: re.Match[str]) -> str:
+    word = match.group()
+    kept = word[:MAX_WORD]
+    # A backtick cut off would leave a code span open to the end of the paragraph.
+    closing = "`" if kept.count("`") % 2 else ""
+    return f"{kept}…{closing} ({len(word) - MAX_WORD:,} more characters)"
+
+
+def shown(text: str) -> str:
+    """``text`` as a report for people shows it: escaped (``for_terminal``), each word of
+    more than MAX_WORD characters cut to that many, ``…`` and the count of the rest after it."""
+    text = for_terminal(text)
+    return _LONG_WORD.sub(_cut, text) if len(text) > MAX_WORD else text
+
+
+def printable_strings(data: Any, keep: frozenset[str] = frozenset(), cut: bool = False) -> Any:
     """``data`` (JSON-ready: dicts, lists, strings, numbers) with every string passed through
     ``for_terminal``, except the values of the keys in ``keep`` (text already made safe, with
     its own line breaks). A page or a trace viewer draws a bidirectional override or a
-    control character as the trace's writer wanted: a name that reads as another."""
+    control character as the trace's writer wanted: a name that reads as another. ``cut``:
+    long words are cut as ``shown`` cuts them (a report for people)."""
     if isinstance(data, str):
-        return for_terminal(data)
+        return shown(data) if cut else for_terminal(data)
     if isinstance(data, dict):
-        return {k: v if k in keep else printable_strings(v, keep) for k, v in data.items()}
+        return {k: v if k in keep else printable_strings(v, keep, cut) for k, v in data.items()}
     if isinstance(data, list):
-        return [printable_strings(v, keep) for v in data]
+        return [printable_strings(v, keep, cut) for v in data]
     return data

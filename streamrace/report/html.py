@@ -182,7 +182,7 @@ def document(traces: Sequence[TraceResult], options: ReportOptions = DEFAULT) ->
             }
         )
     # "text" is the text report's, escaped already and with its own line breaks.
-    return printable_strings(out, keep=frozenset({"text"}))
+    return printable_strings(out, keep=frozenset({"text"}), cut=True)
 
 
 def embedded_json(data: Any) -> str:

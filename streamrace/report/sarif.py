@@ -34,7 +34,7 @@ from urllib.parse import quote
 from streamrace import __version__
 from streamrace.analysis.detectors import DETECTORS, KINDS, Detector
 from streamrace.analysis.findings import Access, Finding
-from streamrace.report.escape import for_markdown, for_terminal
+from streamrace.report.escape import for_markdown, for_terminal, printable_strings
 from streamrace.report.json_report import to_json
 from streamrace.report.options import DEFAULT, ReportOptions
 
@@ -173,16 +173,19 @@ def _result(finding: Finding, trace: str, accepted: Suppressed | None) -> dict[s
         "relatedLocations": related,
         "stacks": [s for s in stacks if s is not None],
         "partialFingerprints": {FINGERPRINT: finding.signature},
-        "properties": {
-            "trace": trace,
-            "hazard": finding.hazard,
-            "aliasing": finding.aliasing,
-            "count": finding.count,
-            "graphs": finding.graphs or ([finding.graph] if finding.graph is not None else []),
-            "missingEdge": finding.missing_edge,
-            "fix": finding.fix,
-            "signature": finding.signature,
-        },
+        # Viewers show properties as they are: their trace strings are escaped as messages are.
+        "properties": printable_strings(
+            {
+                "trace": trace,
+                "hazard": finding.hazard,
+                "aliasing": finding.aliasing,
+                "count": finding.count,
+                "graphs": finding.graphs or ([finding.graph] if finding.graph is not None else []),
+                "missingEdge": finding.missing_edge,
+                "fix": finding.fix,
+                "signature": finding.signature,
+            }
+        ),
     }
     if accepted is not None and accepted.entry is None:
         result["baselineState"] = "unchanged"

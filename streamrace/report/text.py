@@ -24,7 +24,7 @@ from typing import IO, TYPE_CHECKING, Any
 from streamrace.analysis.describe import Suggestion
 from streamrace.analysis.detectors import suggestion
 from streamrace.analysis.findings import Access, Allocation, Finding
-from streamrace.report.escape import for_terminal
+from streamrace.report.escape import shown
 from streamrace.report.options import DEFAULT, ReportOptions, Style
 from streamrace.report.sources import SourceLines
 
@@ -81,6 +81,9 @@ def terminal_style(stream: IO[str]) -> tuple[Style, int] | None:
         return rich_style.render(text, color_system=system) if rich_style and text else text
 
     return style, max(MIN_WIDTH, min(console.width, 140))
+
+
+MAX_STACK_DEPTH = 1000  # frames shown of one stack, whatever --stack-depth says
 
 
 def _may_be_terminal(stream: IO[str]) -> bool:
@@ -185,14 +188,19 @@ class _Report:
     def __init__(self, options: ReportOptions) -> None:
         self._style = options.style
         self.width = max(MIN_WIDTH, options.width)
-        self.stack_depth = options.stack_depth
+        # Even `all` stops somewhere: a hostile trace's stack may hold millions of frames.
+        self.stack_depth = min(options.stack_depth or MAX_STACK_DEPTH, MAX_STACK_DEPTH)
         self.sources = SourceLines(options.source_roots)
         self.workdir: str | None = None  # the trace being reported: where its relative paths start
         self.lines: list[str] = []
-        self.callers_shown: set[tuple[tuple[str, int, str], ...]] = set()  # call chains printed in this finding
+        self.callers_shown: set[int] = set()  # call chains printed in this finding, by their ids
+        # A call chain (a frame and all its callers) by its id: the frame and its callers' id. A
+        # chain as a tuple of its frames made a stack of n frames cost n**2 / 2 of them.
+        self.chain_ids: dict[tuple[tuple[str, int, str], int], int] = {}
+        self.stack_frames: dict[int, tuple[list[list[Any]], list[tuple[str, int, str]], list[int]]] = {}
 
     def style(self, text: str, role: str) -> str:
-        plain = for_terminal(text)
+        plain = shown(text)
         return _Styled(self._style(plain, role), plain, role)
 
     def source(self, path: str, lineno: int) -> str | None:
@@ -203,7 +211,7 @@ class _Report:
         line indented ``hang`` columns more; the text of a source line is cut instead (``…``),
         since a code line broken in two reads as two. Only one word wider than a whole line
         (a long path) goes past the width."""
-        segments = [(p.plain, p.role) if isinstance(p, _Styled) else (for_terminal(p), None) for p in pieces]
+        segments = [(p.plain, p.role) if isinstance(p, _Styled) else (shown(p), None) for p in pieces]
         prefix = INDENT * depth
         if len(prefix) + sum(len(text) for text, _ in segments) <= self.width:
             self.lines.append(prefix + "".join(self._render(text, role) for text, role in segments))
@@ -247,7 +255,7 @@ class _Report:
     def prose(self, depth: int, label: str, text: str, role: str) -> None:
         """A sentence in the second column, wrapped to the report's width; `code` in it is
         styled as code."""
-        lines = textwrap.wrap(for_terminal(text), self.width - len(INDENT) * depth - LABEL_WIDTH) or [""]
+        lines = textwrap.wrap(shown(text), self.width - len(INDENT) * depth - LABEL_WIDTH) or [""]
         in_code = False
         for index, line in enumerate(lines):
             pieces, in_code = _code_spans(line, in_code)
@@ -276,7 +284,7 @@ class _Report:
         Stacks are innermost first (docs/trace-format.md) and ``location`` is the innermost
         user frame, so it is normally ``stack[0]``.
         """
-        frames = [(str(f[0]), int(f[1]), str(f[2])) for f in stack]
+        frames, chains = self._frames(stack)
         if location is None and frames:
             location = f"{frames[0][0]}:{frames[0][1]}"
         first = partial(self.continued, depth) if label is None else partial(self.labelled, depth, label)
@@ -298,9 +306,9 @@ class _Report:
             if (file, line) == parsed:
                 continue
             # A frame with the same callers all the way out is the same call chain.
-            chain = tuple(frames[index:])
+            chain = chains[index]
             seen = chain in self.callers_shown
-            if not seen and self.stack_depth is not None and shown >= self.stack_depth:
+            if not seen and shown >= self.stack_depth:
                 rest = sum((f[0], f[1]) != parsed for f in frames[index:])
                 self.continued(depth, self.style(f"({_plural(rest, 'more frame')})", "dim"))
                 break
@@ -315,6 +323,20 @@ class _Report:
             )
             if seen:  # one finding's stacks share their outer frames: print them once
                 break
+
+    def _frames(self, stack: list[list[Any]]) -> tuple[list[tuple[str, int, str]], list[int]]:
+        """The stack's frames, and the id of each one's call chain (it and its callers); once
+        per stack, as many accesses share one (the stack is kept, so its id stays its own)."""
+        known = self.stack_frames.get(id(stack))
+        if known is not None and known[0] is stack:
+            return known[1], known[2]
+        frames = [(str(f[0]), int(f[1]), str(f[2])) for f in stack]
+        ids = [0] * len(frames)
+        outer = -1  # no callers
+        for index in range(len(frames) - 1, -1, -1):
+            outer = ids[index] = self.chain_ids.setdefault((frames[index], outer), len(self.chain_ids))
+        self.stack_frames[id(stack)] = (stack, frames, ids)
+        return frames, ids
 
     # -- one finding ----------------------------------------------------------------------
     def access(self, depth: int, access: Access) -> None:
@@ -373,7 +395,7 @@ class _Report:
         self.add(depth, self.style(f"[{number}]", "heading"), *spaced)
         self.callers_shown.clear()
         body = depth + 2
-        for line in textwrap.wrap(for_terminal(finding.message), self.width - len(INDENT) * body):
+        for line in textwrap.wrap(shown(finding.message), self.width - len(INDENT) * body):
             self.add(body, line)
         for access in finding.accesses:
             self.access(body, access)
@@ -406,7 +428,7 @@ class _Report:
         self.workdir = item.workdir
         self.add(0, self.style(item.path, "heading"))
         for note in item.result.notes:
-            lines = textwrap.wrap(for_terminal(note.message), self.width - len(INDENT) - len("note: ")) or [""]
+            lines = textwrap.wrap(shown(note.message), self.width - len(INDENT) - len("note: ")) or [""]
             self.add(1, self.style("note: ", "note"), lines[0])
             for line in lines[1:]:
                 self.add(1, " " * len("note: "), line)

@@ -36,6 +36,10 @@ INT64_MIN = -(1 << 63)
 # 62 bits (csrc/ranges.h), and both engines must give the same answer. GPUs use 49 to 57.
 ADDRESS_END = 1 << 62
 MAX_STREAMS = 4096  # distinct streams in one trace; the engines' clocks are per stream
+# The longest line a trace may hold, its newline not counted. Checked while reading, so a line
+# with no end (a file of NUL bytes, /dev/zero, a gzip bomb) costs this much memory and no more;
+# the largest line a recorder writes (a captured graph's read-back, a deep stack) is far shorter.
+MAX_LINE_BYTES = 64 << 20
 
 # Field kinds understood by the validator.
 INT = "int"

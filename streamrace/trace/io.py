@@ -26,7 +26,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from typing import IO, Any, cast
 
 from streamrace.errors import TraceError
@@ -34,6 +34,7 @@ from streamrace.trace.events import (
     FORMAT_MINOR,
     FORMAT_NAME,
     FORMAT_VERSION,
+    MAX_LINE_BYTES,
     MAX_STREAMS,
     EventInvalid,
     UnknownEvent,
@@ -115,6 +116,16 @@ def _open_binary(path: str) -> Iterator[IO[bytes]]:
 
 
 # -- parsing ---------------------------------------------------------------------------------
+# Both readers hand on at most this much of a line: a longer one arrives cut, without its newline.
+_LINE_READ = MAX_LINE_BYTES + 1
+
+
+def _check_length(line: bytes) -> None:
+    """EventInvalid for the cut start of a line longer than the limit (MAX_LINE_BYTES)."""
+    if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+        raise EventInvalid(f"line longer than {MAX_LINE_BYTES:,} bytes (the limit of this streamrace)")
+
+
 class _Refused(ValueError):
     """Valid JSON syntax that a trace may not hold (NaN, infinities: reports stay strict JSON)."""
 
@@ -188,6 +199,8 @@ class _Checker:
         self.open_graphs: set[int] = set()
         self.capturing_streams: set[int] = set()
         self.graph_stream: dict[int, int] = {}
+        self.ended: dict[int, str] = {}  # graph -> the event that ended it (graph_reset, graph_destroy)
+        self.captures_only = False  # the header's recording is "captures": no graph lifetime events
 
     def order(self, ev: dict[str, Any]) -> None:
         if ev["seq"] <= self.last_seq:
@@ -229,12 +242,33 @@ class _Checker:
                 raise EventInvalid(f"capture_end of graph {graph}, which is not being captured")
             self.open_graphs.discard(graph)
             self.capturing_streams.discard(self.graph_stream[graph])
+        else:  # replay, graph_reset, graph_destroy: a graph's life after its capture
+            self.lifetime(kind, ev["graph"])
+
+    def lifetime(self, kind: str, graph: int) -> None:
+        """The rules of docs/trace-format.md (replays and graph lifetimes) that a recorder never
+        breaks: a graph is replayed, reset or destroyed only once its capture has ended, and
+        never again once it is gone. A graph the trace never captured is the engine's to count
+        (a replay of it gets the replays-unknown-graph note)."""
+        if self.captures_only:
+            raise EventInvalid(
+                f"'{kind}' event in a trace whose header says recording 'captures' (the captures alone: no replay, "
+                "reset or destroy)"
+            )
+        if graph in self.open_graphs:
+            raise EventInvalid(f"{kind} of graph {graph} before its capture ends")
+        ended = self.ended.get(graph)
+        if ended is not None:
+            raise EventInvalid(f"{kind} of graph {graph} after its {ended}: the graph is gone")
+        if kind != "replay" and graph in self.graph_stream:
+            self.ended[graph] = kind
 
 
-_STATEFUL = frozenset({"stack", "capture_begin", "capture_end"})
+_STATEFUL = frozenset({"stack", "capture_begin", "capture_end", "replay", "graph_reset", "graph_destroy"})
 
 
 def _read_header(line: bytes) -> dict[str, Any]:
+    _check_length(line)
     header = _reference_parse(line)
     if header is _BLANK:
         header = None
@@ -268,6 +302,8 @@ def _line_taker(checker: _Checker, header: dict[str, Any]) -> Callable[[bytes], 
     loads, checks, stacks, streams = _fast_loads, fast_checks(), checker.stacks, checker.streams
 
     def take(line: bytes) -> dict[str, Any] | None:
+        if len(line) > MAX_LINE_BYTES:  # before parsing: the cut start of a line may be JSON
+            _check_length(line)
         try:
             event = loads(line)
             fast = checks[event["ev"]](event)
@@ -342,19 +378,20 @@ def iter_trace(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     lines = None  # the C++ reader, once it reads: it counts the lines then
     try:
         with _open_binary(path) as stream:
-            first = stream.readline()
+            first = stream.readline(_LINE_READ)
             if not first:
                 raise TraceError(name, None, "empty file: no trace header")
             lineno = 1
             header = _read_header(first)
+            checker.captures_only = header.get("recording") == "captures"
             yield header
             take = _line_taker(checker, header)
             if native is not None:
-                lines = native(stream, _native_table(), checker, take, lineno, MAX_STREAMS)
+                lines = native(stream, _native_table(), checker, take, lineno, MAX_STREAMS, _LINE_READ)
                 yield from lines
                 lineno = lines.lineno
             else:
-                for line in stream:
+                for line in iter(partial(stream.readline, _LINE_READ), b""):
                     lineno += 1
                     event = take(line)
                     if event is not None:
