@@ -134,6 +134,8 @@ class AnalysisEngine(Protocol):
     @property
     def appearance(self) -> Mapping[int, int]: ...
     @property
+    def captures(self) -> Mapping[int, list[int]]: ...
+    @property
     def detections(self) -> Sequence[Detection]: ...
 
     def feed(self, ev: Mapping[str, Any]) -> None: ...
@@ -155,6 +157,7 @@ class Engine:
         self.stacks: dict[int, list[list[Any]]] = dict(stacks or {})
         self.names: dict[int, str] = {}  # stream -> the name its `stream` event gave
         self.appearance: dict[int, int] = {}  # stream -> order of first appearance
+        self.captures: dict[int, list[int]] = {}  # stream -> the graphs captured on it, in order
         self.devices = StreamDevices()
         self.events = self.graphs = self.ops = self.accesses = 0
         self.replays = 0
@@ -240,6 +243,7 @@ class Engine:
         self._graph_gone(ev)  # a graph id captured again: the old program is gone
         self._programs[ev["graph"]] = []
         self.hb.capture_begin(ev["graph"], ev["stream"])
+        self.captures.setdefault(ev["stream"], []).append(ev["graph"])
 
     def _capture_end(self, ev: Mapping[str, Any]) -> None:
         graph = ev["graph"]
