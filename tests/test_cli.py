@@ -347,10 +347,31 @@ def test_a_newer_minor_version_asks_for_an_upgrade(tmp_path: Path, capsys: pytes
     code, doc = _json_report(capsys, str(path))
 
     assert code == 5, "no op in the trace: nothing recorded (docs/cli.md, exit codes)"
-    (note,) = doc["notes"]
-    assert note["code"] == "unknown-events"
+    assert [n["code"] for n in doc["notes"]] == ["unknown-events", "nothing-recorded"]
+    note = doc["notes"][0]
     assert f"the trace is format {FORMAT_VERSION}.{FORMAT_MINOR + 1}" in note["message"]
     assert "upgrade" in note["message"]
+
+
+def test_json_says_nothing_was_recorded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Exit code 5 is the only sign in a pipeline without --exit-zero; with it, or in a file kept
+    for later, the document itself must say that no trace had anything to check."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"format": "streamrace-trace", "version": 1}\n', encoding="utf-8")
+
+    code, doc = _json_report(capsys, str(empty), "--exit-zero")
+
+    assert code == 0 and doc["nothing_recorded"] is True
+    (note,) = doc["notes"]
+    assert note["code"] == "nothing-recorded" and note["trace"] == str(empty)
+    assert note["message"].startswith("nothing recorded: the trace had no CUDA graph capture and no op")
+    assert doc["traces"][0]["notes"] == [{"code": note["code"], "message": note["message"]}]
+
+    code, doc = _json_report(capsys, str(empty), str(BUNDLED))
+    assert code == 1 and doc["nothing_recorded"] is False, "one trace recorded something"
+    assert [n["trace"] for n in doc["notes"]] == [str(empty)]
+    code, doc = _json_report(capsys, str(BUNDLED))
+    assert doc["nothing_recorded"] is False and doc["notes"] == []
 
 
 # -- standard input and pipes -------------------------------------------------------------------

@@ -83,7 +83,10 @@ def test_unnamed_streams_get_explained_placeholders():
     assert "`owner_stream` is stream#0" in finding.fix and "`user_stream` is stream#1" in finding.fix
     race = _race(None, "side")
     assert "`side.wait_stream(earlier_stream)`" in race.fix
-    assert re.search(r"`earlier_stream` is stream#0, graph 1's capture stream, handle 0x[0-9a-f]+ \(the stream of aten::fill_\)", race.fix), race.fix
+    explained = (
+        r"`earlier_stream` is stream#0, graph 1's capture stream, handle 0x[0-9a-f]+ \(the stream of aten::fill_\)"
+    )
+    assert re.search(explained, race.fix), race.fix
     for code in _code_spans(race.fix):
         _assert_python(code)
 

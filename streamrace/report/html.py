@@ -176,7 +176,7 @@ def document(traces: Sequence[TraceResult], options: ReportOptions = DEFAULT) ->
                 "names": timeline.names,
                 "sites": timeline.sites,
                 "summary": {key: summary.get(key, 0) for key in ("findings", "graphs", "replays", "ops", "accesses")},
-                "notes": [note.message for note in item.result.notes],
+                "notes": [note.message for note in item.machine_notes()],
                 "suppressed": len(item.suppressed),
                 "recorded_nothing": recorded_nothing(summary),
             }
