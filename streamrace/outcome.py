@@ -36,6 +36,11 @@ DIFF_EXIT_CODES = f"""exit codes:
   {EXIT_INTERNAL}  internal error: a bug in streamrace (one line; --debug shows the traceback)
   {EXIT_NOTHING_RECORDED}  nothing recorded in A or B: there is nothing to compare"""
 
+ENV_EXIT_CODES = f"""exit codes:
+  {EXIT_CLEAN}  the exports were printed (the trace folder exists: it is made when missing)
+  {EXIT_ERROR}  usage error (one line on stderr): a trace folder that cannot be made or written
+  {EXIT_INTERNAL}  internal error: a bug in streamrace (one line; --debug shows the traceback)"""
+
 DEBUG_ENV = "STREAMRACE_DEBUG"
 
 
