@@ -213,7 +213,11 @@ class Core {
         } else if (kind == "capture_begin") {
             i64 s = need_stream(stream_obj, stream);
             if (PyObject* dev = get(ev, K.device)) engine_.set_device(s, as_int(dev), true);
-            engine_.capture_begin(as_int(need(ev, K.graph)), s);
+            i64 graph = as_int(need(ev, K.graph));
+            engine_.capture_begin(graph, s);
+            py::int_ key(s);  // the graphs captured on each stream, for the fixes' words
+            if (!captures_.contains(key)) captures_[key] = py::list();
+            captures_[key].cast<py::list>().append(py::int_(graph));
         } else if (kind == "capture_end") {
             engine_.capture_end(as_int(need(ev, K.graph)), truthy(ev, K.aborted));
         } else if (kind == "replay") {
@@ -282,6 +286,7 @@ class Core {
     }
 
     py::dict names() const { return names_; }
+    py::dict captures() const { return captures_; }
     py::dict stacks() const { return stacks_; }
     py::list library_calls() const { return library_calls_; }
     i64 events() const { return events_; }
@@ -347,6 +352,7 @@ class Core {
     py::dict stacks_;
     py::dict names_;
     py::list library_calls_;
+    py::dict captures_;  // stream -> the graphs captured on it, in order
     i64 events_ = 0;
     Capture* sink_ = nullptr;  // where the current launch's ranges also go (the graph check's)
 };
@@ -795,6 +801,7 @@ PYBIND11_MODULE(_core, m) {
         .def("detections", &Core::detections)
         .def("appearance", &Core::appearance)
         .def("names", &Core::names)
+        .def("captures", &Core::captures)
         .def("stacks", &Core::stacks)
         .def("library_calls", &Core::library_calls)
         .def_property_readonly("events", &Core::events)

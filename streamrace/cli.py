@@ -23,6 +23,7 @@ from streamrace import __version__
 from streamrace.errors import StreamraceError, UsageError
 from streamrace.outcome import (
     DIFF_EXIT_CODES,
+    ENV_EXIT_CODES,
     EXIT_CLEAN,
     EXIT_CODES,
     EXIT_ERROR,
@@ -414,10 +415,26 @@ def _run_env(args: argparse.Namespace) -> int:
     from streamrace.record.autostart import ENV_CAPTURE_ONLY, ENV_DIR, ENV_ENABLE
     from streamrace.run_program import child_environment
 
-    env = child_environment(os.path.abspath(args.trace_dir), args.capture_only)
+    trace_dir = os.path.abspath(args.trace_dir)
+    _make_trace_dir(trace_dir)
+    env = child_environment(trace_dir, args.capture_only)
     names = [ENV_ENABLE, ENV_DIR, "PYTHONPATH"] + ([ENV_CAPTURE_ONLY] if args.capture_only else [])
     _emit("".join(f"export {name}={shlex.quote(env[name])}\n" for name in names), None)
     return EXIT_CLEAN
+
+
+def _make_trace_dir(path: str) -> None:
+    """The folder every recorded process will write its trace in, made now if missing: else
+    each process would fail later, one "recorder not started" line each, long after the
+    exports were printed. One that cannot be made or written is a usage error."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except FileExistsError:
+        raise UsageError(f"--trace-dir {path}: not a directory") from None
+    except OSError as exc:
+        raise UsageError(f"--trace-dir {path}: cannot make the folder: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"--trace-dir {path}: cannot write in it")
 
 
 COMMANDS: tuple[Command, ...] = (
@@ -430,11 +447,40 @@ COMMANDS: tuple[Command, ...] = (
         DIFF_EXIT_CODES,
     ),
     Command("run", "Run a program with its CUDA work recorded, then analyse.", _configure_run, _run_run),
-    Command("env", "Print shell exports that record every Python process started later.", _configure_env, _run_env),
+    Command(
+        "env",
+        "Print shell exports that record every Python process started later.",
+        _configure_env,
+        _run_env,
+        ENV_EXIT_CODES,
+    ),
 )
 
 
 # -- the program -----------------------------------------------------------------------------
+class _Version(argparse.Action):
+    """``--version``: streamrace's, the trace format's, and which analysis engine runs, worked
+    out only when asked (it imports the engine, which the parser must not at start-up)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> NoReturn:
+        print(f"{parser.prog} {__version__} (trace format {FORMAT_VERSION}.{FORMAT_MINOR}; {engine_words()})")
+        parser.exit()
+
+
+def engine_words() -> str:
+    """``analysis engine: C++ core`` or ``analysis engine: Python (why)``, as STREAMRACE_CORE
+    and the build decide."""
+    from streamrace.analysis.core import CORE_ENV, cpp_available, selected_core
+
+    if selected_core() == "cpp":
+        return "analysis engine: C++ core"
+    why = f"{CORE_ENV}=python" if cpp_available() else "the C++ core is not built"
+    return f"analysis engine: Python ({why})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="streamrace",
@@ -443,7 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--version", action="version", version=f"%(prog)s {__version__} (trace format {FORMAT_VERSION}.{FORMAT_MINOR})"
+        "--version", action=_Version, help="print the version, the trace format and the analysis engine"
     )
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

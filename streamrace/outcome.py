@@ -36,6 +36,11 @@ DIFF_EXIT_CODES = f"""exit codes:
   {EXIT_INTERNAL}  internal error: a bug in streamrace (one line; --debug shows the traceback)
   {EXIT_NOTHING_RECORDED}  nothing recorded in A or B: there is nothing to compare"""
 
+ENV_EXIT_CODES = f"""exit codes:
+  {EXIT_CLEAN}  the exports were printed (the trace folder exists: it is made when missing)
+  {EXIT_ERROR}  usage error (one line on stderr): a trace folder that cannot be made or written
+  {EXIT_INTERNAL}  internal error: a bug in streamrace (one line; --debug shows the traceback)"""
+
 DEBUG_ENV = "STREAMRACE_DEBUG"
 
 
@@ -49,15 +54,22 @@ def recorded_nothing(summary: Mapping[str, int]) -> bool:
     return not summary.get("ops") and not summary.get("accesses")
 
 
-def nothing_recorded_note(summaries: Sequence[Mapping[str, int]], what: str, exit_zero: bool = True) -> str:
-    """The one line that says why the exit code is EXIT_NOTHING_RECORDED; ``what`` names the
-    inputs ("the trace", "2 traces", "the program"); ``exit_zero``: the command has --exit-zero."""
+NOTHING_RECORDED = "nothing-recorded"  # the note's code in the JSON report and SARIF
+
+
+def nothing_recorded_message(summaries: Sequence[Mapping[str, int]], what: str) -> str:
+    """``nothing recorded: {what} had ...``: what was seen instead, and the likely causes."""
     graphs = sum(int(s.get("graphs", 0)) for s in summaries)
     if graphs:
         seen = f"{graphs} CUDA graph capture{'s' if graphs != 1 else ''} but no op or kernel in them"
     else:
         seen = "no CUDA graph capture and no op"
-    return (
-        f"streamrace: nothing recorded: {what} had {seen} (no CUDA on this machine, or the code did not "
-        f"capture a graph); exit code {EXIT_NOTHING_RECORDED}" + (" (--exit-zero accepts it)" if exit_zero else "")
+    return f"nothing recorded: {what} had {seen} (no CUDA on this machine, or the code did not capture a graph)"
+
+
+def nothing_recorded_note(summaries: Sequence[Mapping[str, int]], what: str, exit_zero: bool = True) -> str:
+    """The one line that says why the exit code is EXIT_NOTHING_RECORDED; ``what`` names the
+    inputs ("the trace", "2 traces", "the program"); ``exit_zero``: the command has --exit-zero."""
+    return f"streamrace: {nothing_recorded_message(summaries, what)}; exit code {EXIT_NOTHING_RECORDED}" + (
+        " (--exit-zero accepts it)" if exit_zero else ""
     )

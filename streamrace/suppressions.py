@@ -1,7 +1,8 @@
 """Suppressions and baselines: accept known findings, so that a CI gate fails only on new ones.
 
 A **suppressions file** (TOML, docs/ci.md) lists accepted findings, each by its ``signature``
-or by the ``location`` (``file:line``) of either of its accesses, optionally narrowed to one
+or by a ``location`` (``file:line``) in either of its accesses' stacks (the innermost frame
+or any caller), optionally narrowed to one
 ``kind``, and each with a ``reason``::
 
     [[suppress]]
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from streamrace.analysis.detectors import KINDS
-from streamrace.analysis.findings import Finding
+from streamrace.analysis.findings import Access, Finding
 from streamrace.errors import UsageError
 
 if sys.version_info >= (3, 11):
@@ -64,13 +65,26 @@ class Suppression:
             return False
         if self.signature is not None:
             return finding.signature == self.signature
-        return any(access.location == self.location for access in finding.accesses)
+        return any(self.location in _locations(access) for access in finding.accesses)
 
     def describe(self) -> str:
         """``suppression 2 (location model.py:14)``: how messages name the entry."""
         what = self.signature if self.signature is not None else self.location
         kind = f", kind {self.kind}" if self.kind else ""
         return f"suppression {self.number} ({self.by} {what}{kind})"
+
+
+def _locations(access: Access) -> set[str]:
+    """Every ``file:line`` of an access's stack (and of the captured op's, for a replay): a
+    report points at the caller's line when the innermost frame is a shared helper
+    (``model.py:115 via rms_norm``), so an entry may name any frame, not only the innermost."""
+    stacks = [access.stack]
+    if access.captured:
+        stacks.append(access.captured.get("stack") or [])
+    found = {f"{frame[0]}:{frame[1]}" for stack in stacks for frame in stack if len(frame) >= 2}
+    if access.location:
+        found.add(access.location)
+    return found
 
 
 @dataclass(frozen=True)

@@ -161,6 +161,10 @@ class FakeCuda:
     def current_device() -> int:
         return 0
 
+    @staticmethod
+    def missing() -> str | None:
+        return None  # the fake is CUDA, whatever torch is
+
     def current_stream(self, device: int) -> int:
         return self.stream
 

@@ -68,4 +68,4 @@ def test_run_analyses_the_partial_trace_of_a_process_killed_before_its_exit(tmp_
     assert main(["run", "--format", "json", "-o", str(kept), "--", *leaves_abruptly]) == EXIT_NOTHING_RECORDED
     assert load_trace(kept).header["incomplete"] is True
     report = json.loads(capsys.readouterr().out)
-    assert [note["code"] for note in report["notes"]] == ["trace-incomplete"]
+    assert [note["code"] for note in report["notes"]] == ["trace-incomplete", "nothing-recorded"]

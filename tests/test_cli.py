@@ -14,6 +14,7 @@ from types import ModuleType
 import pytest
 
 from streamrace import __version__
+from streamrace.analysis.core import cpp_available
 from streamrace.cli import main
 from streamrace.trace import FORMAT_MINOR, FORMAT_VERSION
 from streamrace.trace.builder import TraceBuilder
@@ -248,12 +249,15 @@ def test_several_traces_one_report(tmp_path: Path, capsys: pytest.CaptureFixture
     out, _ = capsys.readouterr()
     assert code == 1
     assert out.index(str(clean)) < out.index(str(BUNDLED))
-    assert out.rstrip().endswith("total: 1 finding (1 error) in 1 trace of 2 traces analysed")
+    assert out.rstrip().endswith("total: 1 finding (1 error) in 1 of 2 traces analysed")
+
+
+VERSION = f"streamrace {__version__} (trace format {FORMAT_VERSION}.{FORMAT_MINOR}; analysis engine: "
 
 
 def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--version"]) == 0
-    assert capsys.readouterr().out == f"streamrace {__version__} (trace format {FORMAT_VERSION}.{FORMAT_MINOR})\n"
+    assert capsys.readouterr().out.startswith(VERSION)
 
     assert main(["analyze", "--help"]) == 0
     out = capsys.readouterr().out
@@ -266,7 +270,51 @@ def test_console_script_and_module_agree() -> None:
     proc = _run("--version")
 
     assert proc.returncode == 0
-    assert proc.stdout.strip() == f"streamrace {__version__} (trace format {FORMAT_VERSION}.{FORMAT_MINOR})"
+    assert proc.stdout.startswith(VERSION)
+
+
+@pytest.mark.parametrize(
+    ("core", "engine"),
+    [
+        ("python", "Python (STREAMRACE_CORE=python)" if cpp_available() else "Python (the C++ core is not built)"),
+        ("auto", "C++ core" if cpp_available() else "Python (the C++ core is not built)"),
+    ],
+)
+def test_version_says_which_analysis_engine_runs(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, core: str, engine: str
+) -> None:
+    monkeypatch.setenv("STREAMRACE_CORE", core)
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"{VERSION}{engine})\n"
+
+
+def test_each_command_help_has_its_own_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    """env's help printed analyze's table (findings, nothing recorded), which env never returns."""
+    assert main(["env", "--help"]) == 0
+    env_help = capsys.readouterr().out
+    assert "exit codes:" in env_help and "findings" not in env_help and "nothing recorded" not in env_help
+    assert "cannot be made or written" in env_help
+    assert main(["diff", "--help"]) == 0
+    assert "B has a finding that A lacks" in capsys.readouterr().out
+
+
+def test_env_makes_a_missing_trace_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Else every process started later fails with "recorder not started: [Errno 2] ...",
+    long after env exited 0 (recording.md's own example did)."""
+    folder = tmp_path / "missing" / "dir"
+    assert main(["env", "--trace-dir", str(folder)]) == 0
+    assert folder.is_dir()
+    assert f"export STREAMRACE_TRACE_DIR={folder}" in capsys.readouterr().out
+
+
+def test_env_refuses_a_trace_folder_it_cannot_make(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    assert main(["env", "--trace-dir", str(taken)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"streamrace: error: --trace-dir {taken}: not a directory\n"
+    assert main(["env", "--trace-dir", str(taken / "below")]) == 2
+    assert "cannot make the folder" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(os.name != "posix", reason="needs a POSIX shell and pipe")
@@ -347,10 +395,31 @@ def test_a_newer_minor_version_asks_for_an_upgrade(tmp_path: Path, capsys: pytes
     code, doc = _json_report(capsys, str(path))
 
     assert code == 5, "no op in the trace: nothing recorded (docs/cli.md, exit codes)"
-    (note,) = doc["notes"]
-    assert note["code"] == "unknown-events"
+    assert [n["code"] for n in doc["notes"]] == ["unknown-events", "nothing-recorded"]
+    note = doc["notes"][0]
     assert f"the trace is format {FORMAT_VERSION}.{FORMAT_MINOR + 1}" in note["message"]
     assert "upgrade" in note["message"]
+
+
+def test_json_says_nothing_was_recorded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Exit code 5 is the only sign in a pipeline without --exit-zero; with it, or in a file kept
+    for later, the document itself must say that no trace had anything to check."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"format": "streamrace-trace", "version": 1}\n', encoding="utf-8")
+
+    code, doc = _json_report(capsys, str(empty), "--exit-zero")
+
+    assert code == 0 and doc["nothing_recorded"] is True
+    (note,) = doc["notes"]
+    assert note["code"] == "nothing-recorded" and note["trace"] == str(empty)
+    assert note["message"].startswith("nothing recorded: the trace had no CUDA graph capture and no op")
+    assert doc["traces"][0]["notes"] == [{"code": note["code"], "message": note["message"]}]
+
+    code, doc = _json_report(capsys, str(empty), str(BUNDLED))
+    assert code == 1 and doc["nothing_recorded"] is False, "one trace recorded something"
+    assert [n["trace"] for n in doc["notes"]] == [str(empty)]
+    code, doc = _json_report(capsys, str(BUNDLED))
+    assert doc["nothing_recorded"] is False and doc["notes"] == []
 
 
 # -- standard input and pipes -------------------------------------------------------------------

@@ -51,9 +51,10 @@ def _write(tmp_path: Path, name: str, tb: TraceBuilder) -> str:
 
 
 def _diff(capsys, *args: str) -> tuple[int, str, str]:
+    """The exit code, stdout with its wrapping undone (one space between words), stderr."""
     code = main(["diff", *args])
     out, err = capsys.readouterr()
-    return code, out, err
+    return code, " ".join(out.split()), err
 
 
 @pytest.fixture
@@ -90,7 +91,7 @@ def test_manifest_to_latent_persists_and_says_why(capsys, runs):
     assert "came from the large pool: the hazard is latent in B" in out
     assert "the freed block: 16,384 bytes requested, 16,384 rounded, small pool; stream main, user pool (0, 1)" in out
     assert out.endswith(
-        "summary: 0 appeared, 0 disappeared, 1 persisted (1 with its aliasing flipped); no finding in B that A lacks\n"
+        "summary: 0 appeared, 0 disappeared, 1 persisted (1 with its aliasing flipped); no finding in B that A lacks"
     )
 
 

@@ -84,3 +84,18 @@ def test_the_index_traces_come_from_the_h200(name):
 
     header = load_trace(_trace(name)).header
     assert header["devices"][0]["name"] == "NVIDIA H200" and header["recorder_errors"] == []
+
+
+def test_diff_text_is_wrapped_at_100_columns(capsys):
+    """As the text report: plain text at 100 columns, each continuation indented under its
+    text, and no word cut (an escaped path or a signature stays whole)."""
+    code, _, text = _diff(capsys, "dsv4_index_bf16", "dsv4_index_fp8")
+    assert code == 0
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 100, [line for line in lines if len(line) > 100]
+    assert lines[0].startswith("streamrace diff: A ") and all(line.startswith("  ") for line in lines[1:-2])
+    joined = " ".join(text.split())
+    assert (
+        "the freed block: 16,384 bytes requested, 16,384 rounded, small pool; stream main, user pool (0, 1);" in joined
+    )
+    assert joined.endswith("1 persisted (1 with its aliasing flipped); no finding in B that A lacks")

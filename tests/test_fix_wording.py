@@ -4,14 +4,18 @@ that the sentence explains; ``suggestion`` places the fix's join at a source lin
 from __future__ import annotations
 
 import ast
+import json
 import re
+from pathlib import Path
 
 import pytest
 
 from streamrace.analysis import analyze
-from streamrace.analysis.detectors import DATA_RACE, RECORD_STREAM_NOOP, UNSAFE_FREE, suggestion
+from streamrace.analysis.detectors import DATA_RACE, GRAPH_INPUT_FREED, RECORD_STREAM_NOOP, UNSAFE_FREE, suggestion
+from streamrace.cli import main
 from streamrace.trace.builder import TraceBuilder
 
+REPO = Path(__file__).resolve().parents[1]
 SIZE = 4096
 PLACEHOLDER = r"\b(?:owner|user|later|earlier|consumer)_stream\b"
 
@@ -79,9 +83,33 @@ def test_unnamed_streams_get_explained_placeholders():
     assert "`owner_stream` is stream#0" in finding.fix and "`user_stream` is stream#1" in finding.fix
     race = _race(None, "side")
     assert "`side.wait_stream(earlier_stream)`" in race.fix
-    assert "`earlier_stream` is stream#0 (the stream of aten::fill_)" in race.fix
+    explained = (
+        r"`earlier_stream` is stream#0, graph 1's capture stream, handle 0x[0-9a-f]+ \(the stream of aten::fill_\)"
+    )
+    assert re.search(explained, race.fix), race.fix
     for code in _code_spans(race.fix):
         _assert_python(code)
+
+
+def test_a_placeholder_says_which_stream_object_it_is():
+    """A stream the program never named is, to its reader, the graph's capture stream or a
+    handle: the explanation gives both, not only the report's own ``stream#K``."""
+    tb = TraceBuilder()
+    main, side, third = tb.stream(None), tb.stream(None), tb.stream(None)
+    with tb.capture(main):
+        x = tb.alloc(SIZE, main, at="model.py:1")
+        tb.wait_stream(side, main, at="model.py:2")
+        tb.wait_stream(third, main, at="model.py:2")
+        tb.op("aten::fill_", side, writes=[tb.span(x, SIZE)], at="model.py:3")
+        tb.op("aten::sum", third, reads=[tb.span(x, SIZE)], at="model.py:4")
+        tb.wait_stream(main, side, at="model.py:5")
+        tb.wait_stream(main, third, at="model.py:5")
+    (race,) = analyze(tb.trace()).findings
+    assert f"`later_stream` is stream#2, handle {third:#x} (the stream of aten::sum)" in race.fix
+    assert f"`earlier_stream` is stream#1, handle {side:#x} (the stream of aten::fill_)" in race.fix
+    race = _race(None, None)
+    assert "`later_stream` is stream#1, handle" in race.fix
+    assert "`earlier_stream` is stream#0, graph 1's capture stream, handle" in race.fix
 
 
 def test_default_stream_is_torch_cuda_default_stream():
@@ -221,3 +249,18 @@ def test_an_invisible_kernel_s_line_is_only_near():
     assert "cupy_scale on side (near model.py:3)" in race.message
     report = text.render([TraceResult("t.jsonl", analyze(tb.trace()))])
     assert "near model.py:3 in forward" in report and "at model.py:3 in forward" in report
+
+
+@pytest.mark.parametrize(
+    ("trace", "name"),
+    [("examples/traces/execution_X5_buggy.jsonl.gz", "x"), ("examples/traces/nccl_N4_buggy.jsonl.gz", "inp")],
+)
+def test_graph_input_freed_fix_names_the_one_tensor_throughout(trace, name, capsys, monkeypatch):
+    """The fix said "keep `x` alive ... or copy new data into `t`, where `t` is ...": two names
+    for one tensor. Where the source names it, both halves use that name."""
+    monkeypatch.chdir(REPO)
+    main(["analyze", trace, "--format", "json"])
+    (finding,) = json.loads(capsys.readouterr().out)["findings"]
+    assert finding["kind"] == GRAPH_INPUT_FREED
+    assert f"keep `{name}` alive" in finding["fix"] and f"copy new data into `{name}`" in finding["fix"]
+    assert "`t`" not in finding["fix"], finding["fix"]

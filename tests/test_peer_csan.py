@@ -1,7 +1,7 @@
 """PyTorch's CUDA Sanitizer (CSAN) event-handler cases, ported to streamrace traces.
 
 The scenarios are those of ``TestEventHandler`` in pytorch ``test/test_cuda_sanitizer.py``
-(see /work/shared/design/ANCHORS.md): synthetic streams, events and tensors, kernel launches
+(docs/design.md, the peer suites): synthetic streams, events and tensors, kernel launches
 that read or write whole tensors, and the same expected outcome (a launch is good or bad).
 A kernel's read-only tensors are ``reads`` of the op and its read-write tensors ``writes``.
 

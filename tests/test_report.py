@@ -195,7 +195,20 @@ def test_text_several_traces_end_with_a_total(model_py: str) -> None:
     out = text.render(traces)
 
     assert out.index("a.jsonl") < out.index("b.jsonl")
-    assert out.rstrip().splitlines()[-1] == "total: 1 finding (1 error) in 1 trace of 2 traces analysed"
+    assert out.rstrip().splitlines()[-1] == "total: 1 finding (1 error) in 1 of 2 traces analysed"
+
+
+@pytest.mark.parametrize(
+    ("found", "total"),
+    [
+        ((True, True), "total: 2 findings (2 errors) in all 2 traces analysed"),
+        ((False, False), "total: no findings in 2 traces analysed"),
+    ],
+)
+def test_text_total_names_the_traces_once(model_py: str, found: tuple[bool, bool], total: str) -> None:
+    """It read "in 2 traces of 2 traces analysed"."""
+    traces = [TraceResult(f"{n}.jsonl", _result([_unsafe_free(model_py)] if f else [])) for n, f in enumerate(found)]
+    assert text.render(traces).rstrip().splitlines()[-1] == total
 
 
 def test_text_style_sees_every_role(model_py: str) -> None:

@@ -99,6 +99,29 @@ def test_clean_trace_is_a_valid_empty_run(tmp_path: Path) -> None:
     assert [rule["id"] for rule in doc["runs"][0]["tool"]["driver"]["rules"]] == list(KINDS)
 
 
+def test_clean_trace_is_a_successful_run(tmp_path: Path) -> None:
+    out = tmp_path / "fixed.sarif"
+    main(["analyze", "examples/traces/dsv4_mini_fixed.jsonl.gz", "--format", "sarif", "-o", str(out)])
+    (invocation,) = json.loads(out.read_text(encoding="utf-8"))["runs"][0]["invocations"]
+    assert invocation == {"executionSuccessful": True}
+
+
+def test_nothing_recorded_is_a_notification_and_not_a_clean_run(tmp_path: Path) -> None:
+    """Zero results from a trace with no op look like a clean run to code scanning, more so
+    with --exit-zero, which hides exit code 5: the log says the analysis had nothing."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"format": "streamrace-trace", "version": 1}\n', encoding="utf-8")
+    out = tmp_path / "empty.sarif"
+    assert main(["analyze", str(empty), "--format", "sarif", "-o", str(out), "--exit-zero"]) == 0
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    _validate(doc)
+    (invocation,) = doc["runs"][0]["invocations"]
+    assert invocation["executionSuccessful"] is False
+    (note,) = invocation["toolExecutionNotifications"]
+    assert note["descriptor"]["id"] == "nothing-recorded" and note["level"] == "error"
+    assert note["message"]["text"].startswith(f"{empty}: nothing recorded: the trace had no CUDA graph capture")
+
+
 def test_suppressed_and_baselined_findings_are_marked_not_dropped() -> None:
     result = analyze(load_trace(RACE))
     signature = result.findings[0].signature

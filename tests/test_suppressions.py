@@ -58,6 +58,25 @@ def test_a_location_of_either_access_suppresses(tmp_path, race, capsys, which):
     assert "1 suppressed" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("frame", [1, 2])
+def test_a_location_of_a_caller_frame_suppresses(tmp_path, race, capsys, frame):
+    """A report points at the caller's line when the innermost frame is a shared helper
+    (``dsv4_mini_decode.py:115 via rms_norm``): that line, or any frame further out, matches."""
+    filename, line, _ = race.accesses[0].stack[frame]
+    rules = _toml(tmp_path, f'[[suppress]]\nlocation = "{filename}:{line}"\nreason = "tracked in #12"\n')
+    assert main(["analyze", RACE, "--suppressions", rules]) == 0
+    out, err = capsys.readouterr()
+    assert "1 suppressed" in out and "matched no finding" not in err
+
+
+def test_the_via_line_the_message_names_suppresses(tmp_path, race, capsys):
+    assert race.accesses[0].site == "examples/dsv4_mini_decode.py:115", "the helper's caller"
+    assert f"({race.accesses[0].site} via rms_norm)" in race.message
+    rules = _toml(tmp_path, f'[[suppress]]\nlocation = "{race.accesses[0].site}"\nreason = "tracked in #12"\n')
+    assert main(["analyze", RACE, "--suppressions", rules]) == 0
+    assert "matched no finding" not in capsys.readouterr().err
+
+
 def test_kind_narrows_a_suppression(tmp_path, race, capsys):
     location = race.accesses[0].location
     rules = _toml(tmp_path, f'[[suppress]]\nlocation = "{location}"\nkind = "data-race"\nreason = "x"\n')

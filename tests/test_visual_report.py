@@ -117,6 +117,8 @@ def test_several_traces_are_one_page_each_finding_in_its_own_trace_s_view() -> N
     data = page_data(html.render(items))
     assert [t["path"] for t in data["traces"]] == [str(DSV4_RACE), str(REPLAY_RACE)]
     assert [f["trace"] for f in data["findings"]] == [0, 1]
+    assert [f["number"] for f in data["findings"]] == [1, 2], "one list on the page: each number once"
+    assert data["findings"][1]["text"].lstrip().startswith("[2]")
     for finding in data["findings"]:
         view = data["views"][finding["view"]]
         assert view["trace"] == finding["trace"]

@@ -36,8 +36,8 @@ class Note:
     allocations are missing, or the allocator is one the lifetime model does not describe.
     Notes come from the header; they are not findings and do not change the exit code."""
 
-    # "recorder-errors", "allocations-dropped", "replays-unrecorded", "replays-unknown-graph", "allocator-model",
-    # "unknown-events", "trace-incomplete"
+    # "no-cuda", "recorder-errors", "allocations-dropped", "replays-unrecorded", "replays-unknown-graph",
+    # "allocator-model", "unknown-events", "trace-incomplete"; the reporters add "nothing-recorded"
     code: str
     message: str
 
@@ -56,6 +56,11 @@ def header_notes(header: Mapping[str, Any], unknown_replays: int = 0) -> list[No
                 "the recording of this trace never finished (its process was killed, or left without "
                 "running its exit handlers): the events after its last flush are missing, so findings may be missing",
             )
+        )
+    no_cuda = header.get("no_cuda")
+    if isinstance(no_cuda, str) and no_cuda:  # a descriptive fact: only a string says anything
+        notes.append(
+            Note("no-cuda", f"no CUDA here ({no_cuda}): the recorder installed nothing, so nothing was recorded")
         )
     errors = header.get("recorder_errors") or []
     if errors:

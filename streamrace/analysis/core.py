@@ -162,6 +162,10 @@ class CppEngine:
     def appearance(self) -> dict[int, int]:
         return self._core.appearance()
 
+    @property
+    def captures(self) -> dict[int, list[int]]:
+        return self._core.captures()
+
     def remembered(self) -> int:
         """Accesses the shadow memories still hold (not forgotten)."""
         return self._core.remembered()

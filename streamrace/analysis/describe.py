@@ -42,6 +42,7 @@ class Describer:
         self._generated = generated if generated is not None else GeneratedCode()
         self._names = engine.names
         self._appearance = engine.appearance
+        self._captures = engine.captures
         self._sites: dict[int, tuple[list[list[Any]], str | None]] = {}  # stack id -> frames, location
         self._source = SourceNames(sources)
         self._call_sites: CallSites | None = None  # built on first use: the stack table is complete
@@ -69,6 +70,17 @@ class Describer:
         if stream == 0:
             return "default"
         return f"stream#{self._appearance.get(stream, len(self._appearance))}"
+
+    def stream_words(self, access: Access) -> str:
+        """Which stream object the access's stream is, for a fix's placeholder: its label and
+        handle, and the graph it is the capture stream of (what a program without a name for
+        it knows it as: the stream current inside ``torch.cuda.graph``)."""
+        words = stream_words(access)
+        graphs = self._captures.get(access.stream)
+        if not graphs:
+            return words
+        graph = access.graph if access.graph in graphs else graphs[0]
+        return words.replace(",", f", graph {graph}'s capture stream,", 1)
 
     def launch(self, event: Mapping[str, Any], access: str) -> Access:
         """An op or kernel event as one side of a finding (for checks outside the engine)."""
@@ -287,12 +299,19 @@ def join_code(waiter: Access, waited: Access) -> str:
     return f"{stream_code(waiter, waiter_role, place)}.wait_stream({stream_code(waited, waited_role, place)})"
 
 
-def where(codes: tuple[str, ...], *streams: tuple[Access, str]) -> str:
+def stream_words(access: Access) -> str:
+    """The access's stream as the report's reader finds it: label and handle."""
+    return f"{access.stream_label}, handle {access.stream:#x}"
+
+
+def where(codes: tuple[str, ...], *streams: tuple[Access, str], describer: Describer | None = None) -> str:
     """The clause that names each placeholder the ``codes`` use, e.g. ``where `later_stream`
-    is stream#3``."""
+    is stream#3, graph 1's capture stream, handle 0x5010 (the stream of aten::mul)``; without
+    a ``describer`` it cannot say which graph captured on the stream."""
     used = {name for code in codes for name in re.findall(r"\w+", code)}
+    words = describer.stream_words if describer is not None else stream_words
     parts = [
-        f"`{placeholder}` is {access.stream_label} ({_ROLE[placeholder].format(op=access.op)})"
+        f"`{placeholder}` is {words(access)} ({_ROLE[placeholder].format(op=access.op)})"
         for access, placeholder in streams
         if placeholder in used
     ]

@@ -135,6 +135,7 @@ class AnalysisEngine(Protocol):
     def appearance(self) -> Mapping[int, int]: ...
     @property
     def library_calls(self) -> Sequence[Mapping[str, Any]]: ...
+    def captures(self) -> Mapping[int, list[int]]: ...
     @property
     def detections(self) -> Sequence[Detection]: ...
 
@@ -159,6 +160,7 @@ class Engine:
         self.appearance: dict[int, int] = {}  # stream -> order of first appearance
         # library_call events, as they are: the library protocols judge findings by them
         self.library_calls: list[Mapping[str, Any]] = []
+        self.captures: dict[int, list[int]] = {}  # stream -> the graphs captured on it, in order
         self.devices = StreamDevices()
         self.events = self.graphs = self.ops = self.accesses = 0
         self.replays = 0
@@ -245,6 +247,7 @@ class Engine:
         self._graph_gone(ev)  # a graph id captured again: the old program is gone
         self._programs[ev["graph"]] = []
         self.hb.capture_begin(ev["graph"], ev["stream"])
+        self.captures.setdefault(ev["stream"], []).append(ev["graph"])
 
     def _capture_end(self, ev: Mapping[str, Any]) -> None:
         graph = ev["graph"]

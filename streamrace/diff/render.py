@@ -4,6 +4,7 @@ went or flipped, the allocator's decisions in each run in the same sentences."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -12,6 +13,7 @@ from streamrace.analysis import Note
 from streamrace.diff import ABSENT, APPEARED, DISAPPEARED, MANIFEST, PERSISTED, DiffEntry
 from streamrace.report.escape import for_terminal
 from streamrace.report.json_report import to_json
+from streamrace.report.options import WIDTH
 from streamrace.report.text import _pool as pool_name
 
 CHANGES = (APPEARED, DISAPPEARED, PERSISTED)
@@ -73,19 +75,35 @@ def _signatures(entry: DiffEntry) -> str:
 
 
 def render_text(a: str, b: str, entries: Sequence[DiffEntry], notes: Mapping[str, Sequence[Note]]) -> str:
-    out = [f"streamrace diff: A {a} (baseline), B {b} (new)"]
+    """The diff for people: plain text wrapped at WIDTH columns as the text report is, each
+    line's continuation indented under its text (a single word wider than a line goes past)."""
+    out = _wrapped(f"streamrace diff: A {a} (baseline), B {b} (new)", "", "  ")
     for run, found in notes.items():
-        out += [f"  note ({run}): {note.message}" for note in found]
+        for note in found:
+            out += _wrapped(f"note ({run}): {note.message}", "  ", "        ")
     for change in CHANGES:
         for entry in (e for e in entries if e.change == change):
             finding = entry.finding
-            out.append(f"  {_headline(entry)}")
-            out.append(f"      {finding.message}")
-            out.append(f"      signature  {_signatures(entry)}")
+            out += _wrapped(_headline(entry), "  ", "      ")
+            out += _wrapped(finding.message, "      ", "      ")
+            out += _wrapped(f"signature  {_signatures(entry)}", "      ", "                 ")
             if entry.block is not None:
-                out += [f"      {sentence}" for sentence in block_sentences(entry.block)]
-    out.append(f"summary: {_summary_line(entries)}")
-    return "".join(for_terminal(line) + "\n" for line in out)
+                for sentence in block_sentences(entry.block):
+                    out += _wrapped(sentence, "      ", "        ")
+    out += _wrapped(f"summary: {_summary_line(entries)}", "", "  ")
+    return "".join(line + "\n" for line in out)
+
+
+def _wrapped(text: str, indent: str, hang: str) -> list[str]:
+    """``text`` escaped (before wrapping: an escape widens it), then wrapped at WIDTH at spaces."""
+    return textwrap.wrap(
+        for_terminal(text),
+        WIDTH,
+        initial_indent=indent,
+        subsequent_indent=hang,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [indent]
 
 
 def summary(entries: Sequence[DiffEntry]) -> dict[str, int]:

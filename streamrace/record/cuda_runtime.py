@@ -67,6 +67,15 @@ class CudaRuntime:
         # Graphs are read back where both the driver and cuda-bindings (kernel parameters) load.
         self.reads_graphs = graph_readback.AVAILABLE
 
+    @staticmethod
+    def missing() -> str | None:
+        """Why nothing can be recorded here, or None: a torch built without CUDA (or ROCm).
+        Only the build is asked, not the driver: initializing CUDA before the program does
+        would break the children a program forks."""
+        if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+            return f"torch {torch.__version__} is built without CUDA"
+        return None
+
     # -- devices, streams, tensors ---------------------------------------------------------
     @staticmethod
     def is_recorded_tensor(value: Any) -> bool:

@@ -82,6 +82,7 @@ class Recorder:
         self.hooks_choice = hooks or hooks_choice()
         self.hooks: Hooks | None = None
         self.native_unavailable: str | None = None  # why the native hooks were not used
+        self.no_cuda: str | None = None  # why nothing is recorded: no hooks were built or installed
         self.log = EventLog()
         self.allocations = AllocatorHistory(self.runtime)
         self.captures = CaptureLifecycle(self)
@@ -152,6 +153,13 @@ class Recorder:
 
         # The trace file first: a path that cannot be written fails before anything is installed.
         self.output.open(make_header(streamrace=__version__, recording=self.recording, incomplete=True))
+        # Without CUDA every hook would fail (one recorder error per op), and the native hooks
+        # would be compiled (a minute) for nothing: the trace says so once instead. An explicit
+        # choice of hooks still records, for the hooks' own tests on a CPU.
+        if self.hooks_choice == "auto":
+            self.no_cuda = self.runtime.missing()
+        if self.no_cuda is not None:
+            return
         shown_path = UserCode().shown_path
         options = HookOptions(
             not self.capture_only, self.stack_depth, _MAX_WALK, shown_path, self.unseen.guarded_catch_up, self.runtime
@@ -176,6 +184,8 @@ class Recorder:
             self._first_alloc_callbacks.add_callback(self._first_allocation)
 
     def stop(self) -> None:
+        if self.no_cuda is not None:
+            return  # nothing was installed
         hooks = self.started_hooks
         self.captures.abort_running()
         hooks.stop()
@@ -192,6 +202,8 @@ class Recorder:
     def settle(self) -> None:
         """Every event so far settled: the hooks' drained, allocations resolved, the kernel
         events of captures read back completed."""
+        if self.no_cuda is not None:
+            return
         self.log.ingest()
         self.resolve_allocations()
         self.unseen.finish()

@@ -27,6 +27,8 @@ def trace_header(recorder: Recorder) -> dict[str, Any]:
     header["hooks"] = recorder.hooks_kind
     if recorder.native_unavailable is not None:
         header["native_hooks_unavailable"] = recorder.native_unavailable
+    if recorder.no_cuda is not None:
+        header["no_cuda"] = recorder.no_cuda
     header["allocations_dropped"] = recorder.dropped_allocations
     header["kernel_nodes"] = asdict(recorder.kernel_stats)
     if not recorder.capture_only:

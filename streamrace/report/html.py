@@ -156,13 +156,13 @@ def document(traces: Sequence[TraceResult], options: ReportOptions = DEFAULT) ->
     out: dict[str, Any] = {"streamrace": __version__, "kinds": list(KIND_NAMES)}
     out.update(traces=[], views=[], findings=[])
     lines = SourceLines(options.source_roots)
+    number = 0  # one sidebar for every trace: numbered through, or each trace's first is [1]
     for trace_index, item in enumerate(traces):
         timeline = timeline_of(item)
         views: dict[int, int] = {}
         for view in timeline.views:
             views[id(view)] = len(out["views"])
             out["views"].append(_view(view, timeline, trace_index))
-        number = 0
         for members in by_graph(item.result.findings).values():
             for finding in members:
                 number += 1
@@ -176,7 +176,7 @@ def document(traces: Sequence[TraceResult], options: ReportOptions = DEFAULT) ->
                 "names": timeline.names,
                 "sites": timeline.sites,
                 "summary": {key: summary.get(key, 0) for key in ("findings", "graphs", "replays", "ops", "accesses")},
-                "notes": [note.message for note in item.result.notes],
+                "notes": [note.message for note in item.machine_notes()],
                 "suppressed": len(item.suppressed),
                 "recorded_nothing": recorded_nothing(summary),
             }

@@ -34,6 +34,7 @@ def document(traces: Sequence[TraceResult]) -> dict[str, Any]:
         part = item.result.to_dict(__version__)
         for finding in part["findings"]:
             findings.append({**finding, "trace": item.path})
+        part["notes"] = [note.to_dict() for note in item.machine_notes()]
         for note in part["notes"]:
             notes.append({**note, "trace": item.path})
         for accepted in item.suppressed:
@@ -52,6 +53,8 @@ def document(traces: Sequence[TraceResult]) -> dict[str, Any]:
         "notes": notes,
         "traces": per_trace,
         "suppressed": suppressed,
+        # every trace empty: what exit code 5 means, readable where --exit-zero hid the code
+        "nothing_recorded": bool(traces) and all(item.recorded_nothing for item in traces),
     }
 
 

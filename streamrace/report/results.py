@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (docs/performance.md, start-up)
 if TYPE_CHECKING:
-    from streamrace.analysis import AnalysisResult
+    from streamrace.analysis import AnalysisResult, Note
     from streamrace.report.timeline import Timeline
     from streamrace.suppressions import Suppressed
 
@@ -29,6 +29,24 @@ class TraceResult:
     suppressed: tuple[Suppressed, ...] = ()
     workdir: str | None = None
     timeline: Timeline | None = None
+
+    @property
+    def recorded_nothing(self) -> bool:
+        """No op and no access: nothing was checked (exit code 5 when every trace is so)."""
+        from streamrace.outcome import recorded_nothing
+
+        return recorded_nothing(self.result.summary)
+
+    def machine_notes(self) -> list[Note]:
+        """The trace's notes, and ``nothing-recorded`` when it has no op or access: the text
+        report's reader sees that on stderr, a JSON or SARIF consumer only in the document."""
+        from streamrace.analysis import Note
+        from streamrace.outcome import NOTHING_RECORDED, nothing_recorded_message
+
+        notes = list(self.result.notes)
+        if self.recorded_nothing:
+            notes.append(Note(NOTHING_RECORDED, nothing_recorded_message([self.result.summary], "the trace")))
+        return notes
 
 
 def recorded_workdir(header: Mapping[str, object]) -> str | None:

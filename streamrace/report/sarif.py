@@ -34,6 +34,7 @@ from urllib.parse import quote
 from streamrace import __version__
 from streamrace.analysis.detectors import DETECTORS, KINDS, Detector
 from streamrace.analysis.findings import Access, Finding
+from streamrace.outcome import NOTHING_RECORDED
 from streamrace.report.escape import for_markdown, for_terminal, printable_strings
 from streamrace.report.json_report import to_json
 from streamrace.report.options import DEFAULT, ReportOptions
@@ -203,13 +204,16 @@ def document(traces: Sequence[TraceResult]) -> dict[str, Any]:
         results += [_result(accepted.finding, item.path, accepted) for accepted in item.suppressed]
         notifications += [
             {
-                "level": "warning",
+                "level": "error" if note.code == NOTHING_RECORDED else "warning",
                 "message": {"text": _text(f"{item.path}: {note.message}")},
                 "descriptor": {"id": note.code},
             }
-            for note in item.result.notes
+            for note in item.machine_notes()
         ]
-    invocation: dict[str, Any] = {"executionSuccessful": True}
+    # Nothing recorded is not a clean run: with --exit-zero an upload of zero results would
+    # look like one, so the invocation says the analysis did not happen.
+    nothing = bool(traces) and all(item.recorded_nothing for item in traces)
+    invocation: dict[str, Any] = {"executionSuccessful": not nothing}
     if notifications:
         invocation["toolExecutionNotifications"] = notifications
     return {

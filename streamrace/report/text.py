@@ -476,9 +476,18 @@ class _Report:
         self.add(
             0,
             self.style("total: ", "heading"),
-            f"{_verdict(findings)}{_accepted_counts(suppressed)} in {_plural(with_findings, 'trace')} "
-            f"of {_plural(len(traces), 'trace')} analysed",
+            f"{_verdict(findings)}{_accepted_counts(suppressed)} {_traces_with(with_findings, len(traces))}",
         )
+
+
+def _traces_with(with_findings: int, analysed: int) -> str:
+    """Where a total's findings are: ``in 1 of 2 traces analysed``, ``in all 2 traces analysed``
+    (not "in 2 traces of 2 traces"), or ``in 2 traces analysed`` when none has any."""
+    if with_findings == 0:
+        return f"in {_plural(analysed, 'trace')} analysed"
+    if with_findings == analysed:
+        return f"in all {analysed} traces analysed"
+    return f"in {with_findings} of {analysed} traces analysed"
 
 
 def _accepted_by(item: Suppressed) -> str:

@@ -68,7 +68,7 @@ class DataRaceDetector(Detector[Race]):
                 f"record an event on {first.stream_label} after {op_name(first)}{at(first)} and wait on it "
                 f"on {second.stream_label} before {op_name(second)}{at(second)}, e.g. "
                 f"`{join}` just before {_before(second) or op_name(second)}"
-                + where((join,), (second, LATER), (first, EARLIER))
+                + where((join,), (second, LATER), (first, EARLIER), describer=describer)
             ),
             fix_code=join,
             aliasing=aliasing,

@@ -58,9 +58,9 @@ class GraphInputFreedDetector(Detector[GraphInputFreed]):
                 message += f", and {what(clobber)} wrote the block through the allocation that took it"
         else:
             message += f" (latent: graph {graph} was still alive when the trace ended)"
-        tensor, which = tensor_code(describer, lifetime, None)
-        named = describer.tensor(lifetime)
-        keep = f"`{named[0]}`" if named is not None else "the tensor"
+        named = describer.tensor(lifetime)  # one name in both halves of the fix, where the source has one
+        tensor, which = tensor_code(describer, lifetime, named[1] if named is not None else None)
+        keep = f"`{tensor}`" if named is not None else "the tensor"
         return Finding(
             kind=KIND,
             hazard=None,

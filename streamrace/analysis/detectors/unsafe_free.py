@@ -88,7 +88,7 @@ class UnsafeFreeDetector(Detector[UnsafeFree]):
             fix=(
                 f"keep {keep} alive until after `{join}` (join, then free), "
                 f"or call `{record}` after {op_name(use)}{at(use)}"
-                + where((join, record), (free, OWNER), (use, USER))
+                + where((join, record), (free, OWNER), (use, USER), describer=describer)
                 + which
             ),
             fix_code=join,
