@@ -15,6 +15,7 @@ function that runs it. ``COMMANDS`` is the one place they are registered.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -118,6 +119,13 @@ def _configure_report(parser: argparse.ArgumentParser) -> None:
         help="text report: read source lines only from files under DIR (repeatable; default: the current directory)",
     )
     parser.add_argument(
+        "--library-findings",
+        choices=("hide", "show", "fail"),
+        default="hide",
+        help="findings about torch's own protocols (docs/library-protocols.md): hide them behind a note "
+        "(default), show them apart, or count them as findings (exit code 1)",
+    )
+    parser.add_argument(
         "--exit-zero",
         action="store_true",
         help=f"exit 0 on findings and when nothing was recorded (exit codes {EXIT_FINDINGS} and "
@@ -185,7 +193,11 @@ def _gate(args: argparse.Namespace) -> Gate | None:
     return load_gate(args.suppressions, args.baseline)
 
 
-def _apply_gate(gate: Gate | None, results: list[TraceResult]) -> list[TraceResult]:
+def _apply_gate(gate: Gate | None, results: list[TraceResult], library: str = "hide") -> list[TraceResult]:
+    """The findings that count: library protocols' too with ``--library-findings fail``, less
+    what the suppressions and the baseline accept."""
+    if library == "fail":
+        results = [dataclasses.replace(item, result=item.result.library_counted()) for item in results]
     if not gate:
         return results
     from streamrace.run_program import warn
@@ -221,15 +233,15 @@ def _report(results: Sequence[TraceResult], format: str, output: str | None, arg
     """Render and write; text to a terminal gets rich colour and the terminal's width."""
     from streamrace.report.options import ReportOptions
 
-    options = ReportOptions(stack_depth=args.stack_depth, source_roots=tuple(args.source_root))
+    options = ReportOptions(
+        stack_depth=args.stack_depth, source_roots=tuple(args.source_root), library=args.library_findings
+    )
     if format == "text" and output is None:
         from streamrace.report.text import terminal_style
 
         terminal = terminal_style(sys.stdout)
         if terminal is not None:
-            options = ReportOptions(
-                style=terminal[0], width=terminal[1], stack_depth=options.stack_depth, source_roots=options.source_roots
-            )
+            options = dataclasses.replace(options, style=terminal[0], width=terminal[1])
     _emit(REPORTERS[format](results, options), output)
 
 
@@ -262,7 +274,8 @@ def _run_analyze(args: argparse.Namespace) -> int:
     _check_inputs(args.traces, args.output)
     _check_source_roots(args)
     gate = _gate(args)
-    results = _apply_gate(gate, _analyze_files(args.traces, args.source_root, drawn=args.format in DRAWN))
+    analysed = _analyze_files(args.traces, args.source_root, drawn=args.format in DRAWN)
+    results = _apply_gate(gate, analysed, args.library_findings)
     _report(results, args.format, args.output, args)
     return _verdict(results, args, _traces_named(len(results)))
 
@@ -350,7 +363,7 @@ def _run_run(args: argparse.Namespace) -> int:
         traces = keep_traces(traces, args.output)
     extra = {"json": args.json, "sarif": args.sarif, "html": args.html, "perfetto": args.perfetto}
     drawn = args.format in DRAWN or any(extra[format] for format in DRAWN)
-    results = _apply_gate(gate, _analyze_files(traces, args.source_root, drawn=drawn))
+    results = _apply_gate(gate, _analyze_files(traces, args.source_root, drawn=drawn), args.library_findings)
     if traces:
         _report(results, args.format, None, args)
     for format, path in extra.items():

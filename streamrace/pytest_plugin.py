@@ -114,6 +114,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="keep every recorded test's trace in DIR, as <test id>.jsonl.gz (for streamrace analyze)",
     )
     group.addoption(
+        "--streamrace-library-findings",
+        choices=("hide", "show", "fail"),
+        default="hide",
+        help="findings about torch's own protocols (docs/library-protocols.md): hide (default), "
+        "show them in the test's report, or fail the test on them",
+    )
+    group.addoption(
         "--streamrace-suppressions",
         metavar="FILE",
         help="accept the findings listed in FILE (TOML, as streamrace analyze --suppressions)",
@@ -191,6 +198,7 @@ class _Tally:
     with_work: int = 0  # recorded an op or a kernel: not "nothing recorded"
     with_findings: int = 0
     suppressed: int = 0
+    with_library: int = 0  # tests with findings about a library's own protocol, set aside
     used_entries: set[int] = field(default_factory=set)
 
 
@@ -255,6 +263,9 @@ class _StreamracePlugin:
         result: AnalysisResult | None = session.result
         if result is None:
             return ""
+        library = self.config.getoption("streamrace_library_findings")
+        if library == "fail":
+            result = result.library_counted()
         traces = (
             self.gate.apply([TraceResult(item.nodeid, result)]) if self.gate else [TraceResult(item.nodeid, result)]
         )
@@ -267,13 +278,16 @@ class _StreamracePlugin:
             "ops": int(result.summary.get("ops", 0)),
             "accesses": int(result.summary.get("accesses", 0)),
             "suppressed": len(traces[0].suppressed),
+            "library": len(result.library_findings),
             "entries": sorted({s.entry for s in traces[0].suppressed if s.entry is not None}),
         }
-        report = text.render(traces)
+        from streamrace.report.options import ReportOptions
+
+        report = text.render(traces, ReportOptions(library=library))
         if kept and self.config.getoption("streamrace_html"):
             report += self._write_html(item, traces[0], getattr(session, "trace", None))
         if test_failed or found == marker.expect:
-            if kept or traces[0].suppressed or result.notes:  # worth a look, even where it passes
+            if kept or traces[0].suppressed or result.notes or result.library_findings:  # worth a look
                 item.add_report_section("call", "streamrace", report)
             return ""
         missing, unexpected = sorted(set(marker.expect) - found), sorted(found - set(marker.expect))
@@ -319,6 +333,7 @@ class _StreamracePlugin:
         self.tally.with_work += outcome.get("ops", 0) > 0 or outcome.get("accesses", 0) > 0
         self.tally.with_findings += outcome.get("findings", 0) > 0
         self.tally.suppressed += outcome.get("suppressed", 0)
+        self.tally.with_library += outcome.get("library", 0) > 0
         self.tally.used_entries.update(outcome.get("entries", ()))
 
     def nothing_recorded(self) -> bool:
@@ -345,6 +360,8 @@ class _StreamracePlugin:
         ]
         if tally.suppressed:
             parts.append(f"{tally.suppressed} finding{'s' if tally.suppressed != 1 else ''} suppressed")
+        if tally.with_library:
+            parts.append(f"{tally.with_library} with library-protocol findings set aside")
         terminalreporter.write_sep("-", "streamrace")
         terminalreporter.write_line(f"streamrace: {', '.join(parts)}")
         for message in self.gate.stale_messages(tally.used_entries):

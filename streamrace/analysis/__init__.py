@@ -10,6 +10,7 @@ detector (streamrace/analysis/detectors/) describes the detections of its kind.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
@@ -162,6 +163,16 @@ class AnalysisResult:
     # Findings about a library's own protocol (library_protocols.py), apart from ``findings``:
     # each has ``protocol`` set; they fail nothing unless a front end is asked to.
     library_findings: list[Finding] = field(default_factory=list)
+
+    def library_counted(self) -> AnalysisResult:
+        """This result with the library protocols' findings counted among the program's
+        (``--library-findings fail``): each still names its ``protocol``."""
+        if not self.library_findings:
+            return self
+        findings = [*self.findings, *self.library_findings]
+        summary = {**self.summary, "findings": len(findings)}
+        summary.pop("library_findings", None)
+        return dataclasses.replace(self, findings=findings, summary=summary, library_findings=[])
 
     def to_dict(self, streamrace_version: str = __version__) -> dict[str, Any]:
         return {

@@ -61,9 +61,13 @@ class LibraryProtocol:
         if finding.kind not in self.kinds:
             return False
         allocation = finding.allocation
-        if allocation is not None and self.allocated_in and allocation.size <= self.max_bytes:
-            if self._allocated_here(allocation.alloc_seq, calls):
-                return True
+        if (
+            allocation is not None
+            and self.allocated_in
+            and allocation.size <= self.max_bytes
+            and self._allocated_here(allocation.alloc_seq, calls)
+        ):
+            return True
         writes = [a for a in finding.accesses if a.access == "write"]
         if writes and self.writes_in:
             if all(self._protocol_write(a, calls) for a in writes):
@@ -140,7 +144,8 @@ def parse_protocols(text: str, known_kinds: Iterable[str]) -> tuple[LibraryProto
                 raise ValueError(f"{where}: {key!r} must be a {kind.__name__}")
         if not set(entry["kinds"]) <= kinds:
             raise ValueError(f"{where}: unknown finding kind in {entry['kinds']}")
-        if not (entry.get("allocated_in") or entry.get("captured_in") or (entry.get("writes_in") and entry.get("writes_by"))):
+        judged_by = entry.get("allocated_in") or entry.get("captured_in") or entry.get("writes_in")
+        if not judged_by or (entry.get("writes_in") and not entry.get("writes_by")):
             raise ValueError(
                 f"{where}: give allocated_in, captured_in, or writes_in with writes_by: what makes a finding its own"
             )

@@ -33,7 +33,10 @@ if TYPE_CHECKING:
 
 # (method of CUDAGraph, the name the trace gives the call); the last two only when the whole
 # program is recorded (they do their work outside captures).
-_ALWAYS = (("capture_begin", "CUDAGraph.capture_begin"), ("register_generator_state", "CUDAGraph.register_generator_state"))
+_ALWAYS = (
+    ("capture_begin", "CUDAGraph.capture_begin"),
+    ("register_generator_state", "CUDAGraph.register_generator_state"),
+)
 _PROGRAM = (("replay", "CUDAGraph.replay"), ("reset", "CUDAGraph.reset"))
 # (module, class, method, name): wrapped when recording starts, or at a later capture's begin,
 # once the program imported them (importing inductor here would cost the program seconds); a

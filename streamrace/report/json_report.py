@@ -5,7 +5,8 @@ The top level starts with the analysis contract (``AnalysisResult.to_dict``): ``
 reads a run over several unchanged. Several traces merge into it: every finding and note
 names its ``trace``, ``summary`` adds the counts up and gains ``traces``, and the ``traces``
 list keeps each trace's own summary. Findings a CI gate accepted are in ``suppressed``, not in
-``findings``, each with ``suppressed_by``. Output is byte-identical for the same inputs: no
+``findings``, each with ``suppressed_by``; findings about a library's own protocol are in
+``library_findings``, each naming its ``protocol``. Output is byte-identical for the same inputs: no
 timestamps, no absolute paths the user did not give, insertion-ordered keys.
 """
 
@@ -28,12 +29,14 @@ def document(traces: Sequence[TraceResult]) -> dict[str, Any]:
     findings: list[dict[str, Any]] = []
     notes: list[dict[str, Any]] = []
     suppressed: list[dict[str, Any]] = []
+    library: list[dict[str, Any]] = []
     summary: dict[str, int] = {}
     per_trace: list[dict[str, Any]] = []
     for item in traces:
         part = item.result.to_dict(__version__)
         for finding in part["findings"]:
             findings.append({**finding, "trace": item.path})
+        library += [{**finding, "trace": item.path} for finding in part.pop("library_findings")]
         part["notes"] = [note.to_dict() for note in item.machine_notes()]
         for note in part["notes"]:
             notes.append({**note, "trace": item.path})
@@ -53,6 +56,8 @@ def document(traces: Sequence[TraceResult]) -> dict[str, Any]:
         "notes": notes,
         "traces": per_trace,
         "suppressed": suppressed,
+        # findings about a library's own protocol (each names its "protocol"): not the program's
+        "library_findings": library,
         # every trace empty: what exit code 5 means, readable where --exit-zero hid the code
         "nothing_recorded": bool(traces) and all(item.recorded_nothing for item in traces),
     }

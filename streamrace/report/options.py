@@ -32,6 +32,9 @@ class ReportOptions:
     # where the text report may read source lines (streamrace/report/sources.py); () means
     # the current directory
     source_roots: tuple[str, ...] = ()
+    # findings about a library's own protocol (analysis/library_protocols.py): "hide" (a note
+    # says how many), "show" (listed apart), "fail" (counted with the program's, by the front end)
+    library: str = "hide"
 
 
 DEFAULT = ReportOptions()

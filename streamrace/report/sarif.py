@@ -34,6 +34,7 @@ from urllib.parse import quote
 from streamrace import __version__
 from streamrace.analysis.detectors import DETECTORS, KINDS, Detector
 from streamrace.analysis.findings import Access, Finding
+from streamrace.analysis.library_protocols import by_id
 from streamrace.outcome import NOTHING_RECORDED
 from streamrace.report.escape import for_markdown, for_terminal, printable_strings
 from streamrace.report.json_report import to_json
@@ -195,6 +196,17 @@ def _result(finding: Finding, trace: str, accepted: Suppressed | None) -> dict[s
     return result
 
 
+def _library_result(finding: Finding, trace: str) -> dict[str, Any]:
+    """A finding about a library's own protocol: a result suppressed outside the code, with the
+    protocol's reason (``--library-findings fail`` moves it into the findings instead)."""
+    result = _result(finding, trace, None)
+    result["properties"]["protocol"] = finding.protocol
+    protocol = by_id(finding.protocol) if finding.protocol else None
+    reason = f"{protocol.id}: {protocol.reason}" if protocol is not None else str(finding.protocol)
+    result["suppressions"] = [{"kind": "external", "status": "accepted", "justification": _text(reason)}]
+    return result
+
+
 def document(traces: Sequence[TraceResult]) -> dict[str, Any]:
     """The SARIF log as a JSON-ready dict."""
     results = []
@@ -202,6 +214,7 @@ def document(traces: Sequence[TraceResult]) -> dict[str, Any]:
     for item in traces:
         results += [_result(finding, item.path, None) for finding in item.result.findings]
         results += [_result(accepted.finding, item.path, accepted) for accepted in item.suppressed]
+        results += [_library_result(finding, item.path) for finding in item.result.library_findings]
         notifications += [
             {
                 "level": "error" if note.code == NOTHING_RECORDED else "warning",

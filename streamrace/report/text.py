@@ -24,6 +24,7 @@ from typing import IO, TYPE_CHECKING, Any
 from streamrace.analysis.describe import Suggestion
 from streamrace.analysis.detectors import suggestion
 from streamrace.analysis.findings import Access, Allocation, Finding
+from streamrace.analysis.library_protocols import by_id
 from streamrace.report.escape import shown
 from streamrace.report.options import DEFAULT, ReportOptions, Style
 from streamrace.report.sources import SourceLines
@@ -191,6 +192,7 @@ class _Report:
         # Even `all` stops somewhere: a hostile trace's stack may hold millions of frames.
         self.stack_depth = min(options.stack_depth or MAX_STACK_DEPTH, MAX_STACK_DEPTH)
         self.sources = SourceLines(options.source_roots)
+        self.library = options.library
         self.workdir: str | None = None  # the trace being reported: where its relative paths start
         self.lines: list[str] = []
         self.callers_shown: set[int] = set()  # call chains printed in this finding, by their ids
@@ -405,6 +407,9 @@ class _Report:
             self.prose(body, "missing edge", finding.missing_edge, "text")
         if finding.fix:
             self.prose(body, "fix", finding.fix, "fix")
+        protocol = by_id(finding.protocol) if finding.protocol else None
+        if protocol is not None:
+            self.prose(body, "library", f"{protocol.id}: inside {protocol.where}: {protocol.reason}", "text")
         hint = suggestion(finding)
         if hint is not None:
             self.suggestion(body, hint)
@@ -440,6 +445,25 @@ class _Report:
                 number += 1
                 self.finding(2, number, finding)
                 self.lines.append("")
+        library = item.result.library_findings
+        if library and self.library == "show":
+            self.add(
+                1,
+                self.style("library protocols", "heading"),
+                f": {_plural(len(library), 'finding')}, not the program's",
+            )
+            for finding in library:
+                number += 1
+                self.finding(2, number, finding)
+                self.lines.append("")
+        elif library:
+            ids = ", ".join(sorted({f.protocol for f in library if f.protocol}))
+            self.add(
+                1,
+                self.style("note: ", "note"),
+                f"{_plural(len(library), 'finding')} about a library's own protocol ({ids}) set aside, "
+                "not the program's: --library-findings show lists them (docs/library-protocols.md)",
+            )
         if item.suppressed:
             self.accepted(1, item.suppressed)
         analysed = (
