@@ -281,3 +281,30 @@ def test_watch_session_reports_what_it_found() -> None:
     doc = json.loads(session.report("json"))
     assert [(f["kind"], f["trace"]) for f in doc["findings"]] == [(f.kind, "<watch>") for f in session.findings]
     assert "<watch>" in session.report("text")
+
+
+def test_the_driver_facts_are_asked_of_nvml_once_a_process(monkeypatch):
+    """Every recording's header names the driver and devices; pytest --streamrace ends one
+    recording a test, and NVML's init and shutdown each time cost every test."""
+    import sys
+    import types
+
+    from streamrace.record import facts
+
+    calls = []
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: calls.append("init"),
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: 0,
+        nvmlSystemGetDriverVersion=lambda: "580.0",
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    facts._nvml_facts.cache_clear()
+    try:
+        first, second = facts.process_facts(), facts.process_facts()
+    finally:
+        facts._nvml_facts.cache_clear()
+    assert calls == ["init"]
+    assert first["driver"] == second["driver"] == "580.0"
+    first["devices"].append("changed")
+    assert second["devices"] == [], "each header gets its own copy"

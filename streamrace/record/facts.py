@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 import sys
 from typing import Any
@@ -47,11 +49,14 @@ def process_facts(recorder: Any = None) -> dict[str, Any]:
         facts["cuda_bindings"] = bindings.__version__
     except Exception:
         facts["cuda_bindings"] = None
-    facts.update(_nvml_facts())
+    facts.update(copy.deepcopy(_nvml_facts()))
     return facts
 
 
+@functools.cache
 def _nvml_facts() -> dict[str, Any]:
+    """The driver and devices, asked of NVML once a process: they do not change while it runs,
+    and every recording's header wants them (pytest --streamrace ends one recording a test)."""
     try:
         import pynvml
     except ImportError:
