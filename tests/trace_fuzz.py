@@ -438,6 +438,45 @@ def execution_view(rng: random.Random, lines: Lines) -> tuple[Lines, str]:
     return _renumbered(out), ", ".join(done)
 
 
+LIBRARY_CALLS = (
+    "CUDAGraph.capture_begin",
+    "CUDAGraph.replay",
+    "CUDAGraph.register_generator_state",
+    "cudagraph_trees.CUDAGraphNode._record",
+    "CUDAGraph.reset",
+    "",
+    "x" * 300,
+)
+
+
+def library_calls(rng: random.Random, lines: Lines) -> tuple[Lines, str]:
+    """library_call events (1.3) a hostile writer would make: a range over the whole trace, one
+    that starts after it ends, nested and overlapping ones, unknown and empty call names, and
+    first values at the integer boundaries."""
+    out = list(lines)
+    done = []
+    for _ in range(rng.randint(1, 5)):
+        at = rng.randint(1, len(out))
+        what = rng.choice(("whole", "backwards", "boundary", "nested", "name"))
+        call = rng.choice(LIBRARY_CALLS)
+        if what == "whole":
+            first: Any = 0
+            at = len(out)
+        elif what == "backwards":
+            first = at + rng.randint(1, 1000)
+        elif what == "boundary":
+            first = rng.choice(BOUNDARY_INTS)
+        elif what == "nested":
+            first = max(0, at - rng.randint(0, 20))
+            out.insert(at, _dumps({"seq": -1, "ev": "library_call", "call": rng.choice(LIBRARY_CALLS), "first": first}))
+        else:
+            first = max(0, at - 5)
+            call = rng.choice((None, 7, ["CUDAGraph.replay"], "CUDAGraph.replay\u0000"))
+        out.insert(min(at, len(out)), _dumps({"seq": -1, "ev": "library_call", "call": call, "first": first}))
+        done.append(what)
+    return _renumbered(out), "library calls: " + ", ".join(done)
+
+
 def graph_nodes(rng: random.Random, lines: Lines) -> tuple[Lines, str]:
     """A read-back graph made hostile: self-loops and cycles, negative or huge node ids,
     duplicate ids, a node whose op is a list, edges to nodes that do not exist."""
@@ -539,6 +578,7 @@ MUTATORS: dict[str, Mutator] = {
     "graph-nodes": graph_nodes,
     "header-change": header_change,
     "execution-view": execution_view,
+    "library-calls": library_calls,
 }
 # Inputs that are large by design: a few of each per run, not one in eleven.
 HEAVY_MUTATORS: dict[str, Mutator] = {"many-streams": many_streams, "descending-allocations": descending_allocations}
