@@ -272,3 +272,24 @@ def pytest_collection_modifyitems(items):
         _summary(result)
         == f"streamrace: {n} tests recorded, {n} with CUDA graph captures, {len(GALLERY)} with findings"
     )
+
+
+def test_streamrace_traces_keeps_each_recorded_test_s_trace(pytester: pytest.Pytester, tmp_path: Path):
+    """--streamrace-traces DIR: one trace per recorded test, named after its id (never a
+    hidden file, whatever the id starts with), loadable by streamrace analyze."""
+    pytest.importorskip("torch")
+    pytester.makepyfile(
+        test_traced="""
+        import torch
+
+        def test_adds():
+            assert torch.ones(2).add(1).sum().item() == 4
+        """
+    )
+    traces = tmp_path / "traces"
+    pytester.runpytest_subprocess("--streamrace", f"--streamrace-traces={traces}", "-p", "no:cacheprovider")
+    (kept,) = traces.iterdir()
+    assert kept.name == "test_traced.py_test_adds.jsonl.gz"
+    from streamrace.trace import load_trace
+
+    assert load_trace(str(kept)).header["format"] == "streamrace-trace"

@@ -400,8 +400,9 @@ def execution_view(rng: random.Random, lines: Lines) -> tuple[Lines, str]:
     begins: dict[Any, int] = {}
     ends: dict[Any, int] = {}
     for index, obj in enumerate(objs[1:], 1):
-        if obj is not None and obj.get("ev") in ("capture_begin", "capture_end"):
-            (begins if obj["ev"] == "capture_begin" else ends).setdefault(obj.get("graph"), index)
+        graph = obj.get("graph") if obj is not None else None
+        if obj is not None and obj.get("ev") in ("capture_begin", "capture_end") and isinstance(graph, int):
+            (begins if obj["ev"] == "capture_begin" else ends).setdefault(graph, index)
     streams = sorted({obj["stream"] for obj in objs[1:] if obj and isinstance(obj.get("stream"), int)}) or [0]
     graphs = sorted(begins, key=repr) or [1]
     inserts: list[tuple[int, dict[str, Any]]] = []
