@@ -13,11 +13,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fake_cuda import FakeCuda, FakeGraph, Kernels, memcopy  # noqa: E402
-from op_engines import native_module  # noqa: E402
+from fake_cuda import FakeGraph, memcopy  # noqa: E402
+from test_replays import record as record_on_fake  # noqa: E402
 
 from streamrace.analysis import analyze  # noqa: E402
-from streamrace.record.recorder import Recorder  # noqa: E402
 from streamrace.record.session import build_trace  # noqa: E402
 
 MAIN, SIDE, REPLAY = 0x1000, 0x2000, 0x3000
@@ -25,18 +24,8 @@ HOOKS = pytest.mark.parametrize("kind", ["native", "python"])
 
 
 def record(kind, program):
-    if kind == "native":
-        native_module()
-    fake = FakeCuda()
-    with Kernels(fake):
-        recorder = Recorder(hooks=kind, runtime=fake)
-        recorder.start()
-        try:
-            program(fake)
-        finally:
-            recorder.stop()
-    assert recorder.errors == []
-    return build_trace(recorder)
+    """``program`` recorded on a fake CUDA with one set of hooks, as a trace."""
+    return build_trace(record_on_fake(kind, program))
 
 
 def rng_program(in_prologue: bool):
