@@ -24,6 +24,13 @@ def test_a_cache_directory_the_header_names_is_generated_code():
     assert "/cache/inductorial/x.py" not in GeneratedCode(["/cache/inductor"]), "a directory, not a prefix"
 
 
+def test_inductor_modules_are_generated_code_wherever_the_cache_is():
+    generated = GeneratedCode()
+    assert "/tmp/tmpex57p9zn/54/c54wnu4phlkeiabzx74qgmey42ks4k6vvb65qat7vtks3qt6bxe3.py" in generated
+    assert "/home/me/project/54/c54model.py" not in generated, "a short name is the user's"
+    assert "/home/me/project/ab/c54wnu4phlkeiabzx74qgmey42ks4k6vvb65qat7vt.py" not in generated, "folder and hash agree"
+
+
 def _race_in_compiled_code(**header):
     tb = TraceBuilder(**header)
     main, side = tb.stream("main"), tb.stream("side")

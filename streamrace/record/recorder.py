@@ -45,7 +45,7 @@ from streamrace.record.unseen_launches import UnseenLaunches
 
 __all__ = ["Recorder", "name_stream"]
 
-_MAX_WALK = 48  # frames a stack walk looks at, user or not: deep framework stacks stop there
+_MAX_WALK = 128  # frames a stack walk looks at, user or not: deep framework stacks stop there
 
 
 class Recorder:
