@@ -139,7 +139,21 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--format", choices=list(REPORTERS), default="text", help=FORMAT_HELP)
     parser.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
+    parser.add_argument(
+        "-j",
+        "--jobs",
+        type=_jobs,
+        default=1,
+        metavar="N",
+        help="analyse up to N traces at once, one process each (0: one per CPU; default 1); the report is the same",
+    )
     _configure_report(parser)
+
+
+def _jobs(value: str) -> int:
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a number of processes (0 for one per CPU), got {value!r}")
+    return int(value) or (os.cpu_count() or 1)
 
 
 def _analyze_files(
@@ -147,11 +161,53 @@ def _analyze_files(
     source_roots: Sequence[str] = (),
     observers: Sequence[Callable[[Iterator[dict[str, Any]]], Iterator[dict[str, Any]]]] = (),
     drawn: bool = False,
+    jobs: int = 1,
 ) -> list[TraceResult]:
     """Each trace analysed, streaming; its fixes use the names of the source files it names,
     read as the text report reads them (the same roots and rules, streamrace/report/sources.py).
     ``observers[i]``, if given, sees the events of ``paths[i]`` on their way to the engine;
-    ``drawn``: a visual report will draw them, so each trace's timeline is noted on the way."""
+    ``drawn``: a visual report will draw them, so each trace's timeline is noted on the way.
+    ``jobs``: traces analysed at once, one process each (not standard input, nor observed ones,
+    which stay here); the results come back in the order given, so the report is the same."""
+    pooled = [i for i, path in enumerate(paths) if path != "-" and i >= len(observers)] if jobs > 1 else []
+    futures: dict[int, Any] = {}
+    pool = None
+    if len(pooled) > 1:
+        import concurrent.futures
+        import multiprocessing
+
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        pool = concurrent.futures.ProcessPoolExecutor(
+            max_workers=min(jobs, len(pooled)), mp_context=multiprocessing.get_context(method), initializer=_worker
+        )
+        futures = {i: pool.submit(_analyze_one, paths[i], source_roots, None, drawn) for i in pooled}
+    try:
+        results = []
+        for index, path in enumerate(paths):
+            if index in futures:
+                results.append(futures[index].result())  # a trace's error is raised here, in order
+            else:
+                observer = observers[index] if index < len(observers) else None
+                results.append(_analyze_one(path, source_roots, observer, drawn))
+        return results
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _worker() -> None:
+    """A worker of ``--jobs``: it frees what its analyses made (it outlives each of them)."""
+    from streamrace import short_lived
+
+    short_lived.forget_retained()
+
+
+def _analyze_one(
+    path: str,
+    source_roots: Sequence[str],
+    observer: Callable[[Iterator[dict[str, Any]]], Iterator[dict[str, Any]]] | None,
+    drawn: bool,
+) -> TraceResult:
     from streamrace.analysis import analyze
     from streamrace.errors import TraceError, TraceLimitError
     from streamrace.progress import analysis_progress
@@ -159,28 +215,25 @@ def _analyze_files(
     from streamrace.report.sources import source_reader
     from streamrace.trace.io import display_name, iter_trace
 
-    results = []
-    for index, path in enumerate(paths):
-        shown = display_name(path)
-        # Streaming: the engine consumes events as they are read, never the whole trace.
-        events = iter_trace(path)
-        header = next(events)
-        if index < len(observers):
-            events = observers[index](events)
-        builder = None
-        if drawn:
-            from streamrace.report.timeline import TimelineBuilder
+    shown = display_name(path)
+    # Streaming: the engine consumes events as they are read, never the whole trace.
+    events = iter_trace(path)
+    header = next(events)
+    if observer is not None:
+        events = observer(events)
+    builder = None
+    if drawn:
+        from streamrace.report.timeline import TimelineBuilder
 
-            builder = TimelineBuilder()
-            events = builder.observe(events)
-        with analysis_progress(path, events) as counted:
-            try:
-                result = analyze(header, counted, sources=source_reader(header, source_roots), keep_raw=False)
-            except TraceLimitError as exc:  # the trace loads, but what it holds is not a recording
-                raise TraceError(shown, None, str(exc)) from None
-            timeline = builder.timeline() if builder is not None else None
-            results.append(TraceResult(shown, result, workdir=recorded_workdir(header), timeline=timeline))
-    return results
+        builder = TimelineBuilder()
+        events = builder.observe(events)
+    with analysis_progress(path, events) as counted:
+        try:
+            result = analyze(header, counted, sources=source_reader(header, source_roots), keep_raw=False)
+        except TraceLimitError as exc:  # the trace loads, but what it holds is not a recording
+            raise TraceError(shown, None, str(exc)) from None
+        timeline = builder.timeline() if builder is not None else None
+        return TraceResult(shown, result, workdir=recorded_workdir(header), timeline=timeline)
 
 
 def _gate(args: argparse.Namespace) -> Gate | None:
@@ -274,7 +327,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
     _check_inputs(args.traces, args.output)
     _check_source_roots(args)
     gate = _gate(args)
-    analysed = _analyze_files(args.traces, args.source_root, drawn=args.format in DRAWN)
+    analysed = _analyze_files(args.traces, args.source_root, drawn=args.format in DRAWN, jobs=args.jobs)
     results = _apply_gate(gate, analysed, args.library_findings)
     _report(results, args.format, args.output, args)
     return _verdict(results, args, _traces_named(len(results)))

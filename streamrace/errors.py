@@ -17,6 +17,10 @@ class TraceError(StreamraceError):
         where = f"{path}:{line}" if line is not None else path
         super().__init__(f"{where}: {problem}")
 
+    def __reduce__(self) -> tuple[type[TraceError], tuple[str, int | None, str]]:
+        # pickled by its fields, not its message: a worker of analyze --jobs raises it
+        return (TraceError, (self.path, self.line, self.problem))
+
 
 class UsageError(StreamraceError):
     """A wrong flag, a missing file, a bad combination of options."""

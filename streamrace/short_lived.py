@@ -24,6 +24,12 @@ def retain_until_exit() -> None:
         _RETAINED = []
 
 
+def forget_retained() -> None:
+    """Analyses free what they made again (a worker process that outlives many of them)."""
+    global _RETAINED
+    _RETAINED = None
+
+
 def retain(*objects: object) -> bool:
     """Keep these to the process's end, unless that was not asked for (False: free them).
     What is kept is frozen out of the cyclic collector's scans (it makes no garbage)."""

@@ -626,3 +626,26 @@ def test_the_console_ends_without_freeing_and_loses_no_output(capsys: pytest.Cap
     assert proc.returncode == code == 1, proc.stderr
     assert proc.stdout == capsys.readouterr().out and proc.stdout.endswith("\n")
     assert short_lived._RETAINED is None, "main called in-process frees as before"
+
+
+def test_jobs_analyse_traces_in_processes_and_report_the_same(tmp_path: Path) -> None:
+    """analyze --jobs: one process per trace, up to N; the report and the exit code are the
+    serial run's, byte for byte, in text and JSON."""
+    traces = [str(p) for p in sorted((REPO / "examples" / "traces").glob("gallery_H*.jsonl.gz"))]
+    assert len(traces) >= 4
+    for format in ("text", "json"):
+        serial = _run("analyze", *traces, "--format", format)
+        parallel = _run("analyze", *traces, "--format", format, "--jobs", "3")
+        assert serial.returncode == parallel.returncode == 1
+        assert parallel.stdout == serial.stdout and parallel.stdout
+
+
+def test_jobs_report_a_broken_trace_as_the_serial_run_does(tmp_path: Path) -> None:
+    """A trace that fails to load in a worker is one line and exit 2, the serial run's line."""
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"format": "streamrace-trace", "version": 1}\n{"seq": 0, "ev": "op"}\n')
+    traces = [str(p) for p in sorted((REPO / "examples" / "traces").glob("gallery_H*.jsonl.gz"))[:2]]
+    serial = _run("analyze", *traces, str(broken))
+    parallel = _run("analyze", *traces, str(broken), "-j", "2")
+    assert serial.returncode == parallel.returncode == 2
+    assert parallel.stderr == serial.stderr and len(parallel.stderr.splitlines()) == 1
