@@ -42,11 +42,14 @@ def browser() -> Iterator[Any]:
         driver.quit()
 
 
-def _open(browser: Any, page: Path) -> None:
+def _open(browser: Any, page: Path, drawn: bool = True) -> None:
+    """Open ``page`` and wait for its script: until it drew a frame, or (``drawn`` False: a
+    page with no view to draw) until it is ready."""
     browser.get(page.as_uri())
+    ready = "document.body.dataset.ready === 'true'" + (" && !!window.streamrace.frame()" if drawn else "")
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        if browser.execute_script("return document.body.dataset.ready === 'true' && !!window.streamrace.frame()"):
+        if browser.execute_script("return " + ready):
             break
         time.sleep(0.05)
     else:
@@ -164,3 +167,23 @@ def test_100k_ops_draw_a_bounded_page_zoomed_out_and_in(browser: Any, tmp_path: 
     assert frame["drawn"] <= frame["last"] - frame["first"] + 1 < 1000, "zoomed in, only the columns in sight"
     assert [h["op"] for h in frame["highlighted"]] == ["aten::racing_write", "aten::racing_read"]
     assert browser.save_screenshot(str(tmp_path / "many.png"))
+
+
+def test_an_empty_trace_zooms_scrolls_and_hovers_without_a_script_error(browser: Any, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"format": "streamrace-trace", "version": 1}\n')
+    _open(browser, _report(tmp_path, empty, "empty.html"), drawn=False)
+    assert browser.execute_script("return document.querySelectorAll('#views button').length") == 0, "no view"
+    for button in ("zoom-in", "zoom-out", "fit"):
+        browser.execute_script("document.getElementById(arguments[0]).click()", button)
+    browser.execute_script(
+        "const s = document.getElementById('scroller');"
+        "s.dispatchEvent(new WheelEvent('wheel', {ctrlKey: true, deltaY: -1, bubbles: true, cancelable: true}));"
+        "s.dispatchEvent(new MouseEvent('mousemove', {clientX: 10, clientY: 10, bubbles: true}));"
+        "window.dispatchEvent(new Event('resize'));"
+    )
+    _frame(browser)  # fails on any uncaught error the clicks raised
+    assert browser.execute_script("return window.streamrace.frame()") is None, "nothing was drawn"
+    assert "Nothing was recorded" in _texts(browser, "#findings li")[0]
+    assert browser.find_element("id", "position").text == "no view to draw"
+    assert not browser.find_element("id", "zoom-in").is_enabled(), "zoom has nothing to act on"

@@ -354,7 +354,9 @@
   }
 
   // -- zoom and scroll ------------------------------------------------------------------------
+  // Zoom, fit and hover act on the view shown; a trace with no view (nothing recorded) has none.
   function zoom(factor, anchor) {
+    if (state.view === null) return;
     const view = data.views[state.view];
     const width = $("area").clientWidth;
     const at = anchor === undefined ? width / 2 : anchor;
@@ -366,6 +368,7 @@
   }
 
   function fit() {
+    if (state.view === null) return;
     const view = data.views[state.view];
     state.colW = Math.max(MIN_COL, Math.min(24, $("area").clientWidth / Math.max(1, view.columns)));
     layout();
@@ -423,6 +426,7 @@
 
   // -- hover ----------------------------------------------------------------------------------
   scroller.addEventListener("mousemove", (e) => {
+    if (state.view === null) return;
     const view = data.views[state.view];
     const box = scroller.getBoundingClientRect();
     const column = Math.floor((e.clientX - box.left + scroller.scrollLeft) / state.colW);
@@ -456,6 +460,9 @@
   if (data.views.length) {
     show(0);
     fit();
+  } else {
+    for (const id of ["zoom-in", "zoom-out", "fit"]) $(id).disabled = true;
+    $("position").textContent = "no view to draw";
   }
   if (data.findings.length) select(0);
   document.body.dataset.ready = "true";
