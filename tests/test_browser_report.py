@@ -88,6 +88,7 @@ def test_the_dsv4_race_shows_its_lanes_its_finding_and_the_pair(browser: Any, tm
     assert {"main", "kv"} <= set(lanes) and lanes[-1] == "memory"
     (finding,) = _texts(browser, ".finding")
     assert "unsafe-free" in finding and "aten::mul.Tensor on kv" in finding and "aten::mm on main" in finding
+    _streams_read_as_named(browser)
     browser.execute_script("document.querySelector('.finding').click()")
     frame = _frame(browser)
     assert frame["view"] == "graph 1 (capture)" and frame["missingEdge"] and frame["block"]
@@ -103,9 +104,22 @@ def test_the_dsv4_race_shows_its_lanes_its_finding_and_the_pair(browser: Any, tm
     pair_panel = browser.find_element("id", "pair").text
     assert "qkv = x @ self.w_qkv" in pair_panel and "missing edge" in pair_panel
     assert browser.find_element("id", "timeline").get_attribute("data-highlight") == (
-        "aten::mul.Tensor@kv (0x47fb74d0) | aten::mm@main (0x47fe4760)"
+        "aten::mul.Tensor@kv | aten::mm@main"
     )
     assert browser.save_screenshot(str(tmp_path / "dsv4.png"))
+
+
+def _streams_read_as_named(browser: Any) -> None:
+    """The DSV4 race's lanes and finding show each stream by the program's name, its handle
+    after it, dimmer and lighter: secondary."""
+    names, handles = _texts(browser, ".lane-label .name"), _texts(browser, ".lane-label .handle")
+    assert names[:2] == ["main", "kv"] and handles[:2] == ["0x47fe4760", "0x47fb74d0"]
+    style = "const s = getComputedStyle(document.querySelector(arguments[0])); return [s.color, s.fontWeight];"
+    name_style = browser.execute_script(style, ".lane-label .name")
+    handle_style = browser.execute_script(style, ".lane-label .handle")
+    assert handle_style[0] != name_style[0] and int(handle_style[1]) < int(name_style[1])
+    assert _texts(browser, ".finding .pair .name") == ["kv", "main"]
+    assert _texts(browser, ".finding .pair .handle") == ["0x47fb74d0", "0x47fe4760"]
 
 
 def test_the_execution_view_shows_the_replay_that_races(browser: Any, tmp_path: Path) -> None:
@@ -147,7 +161,7 @@ def test_a_hostile_trace_runs_no_script_and_shows_its_strings_as_text(browser: A
     assert browser.execute_script("return typeof window.__pwned") == "undefined"
     assert browser.execute_script("return document.querySelectorAll('img, iframe, object, embed').length") == 0
     assert browser.execute_script("return document.scripts.length") == 2, "the data and the page's script, no other"
-    lanes = [text.rsplit(" (0x", 1)[0] for text in _texts(browser, ".lane-label")]
+    lanes = _texts(browser, ".lane-label .name") + _texts(browser, ".lane-label.block-row")
     assert lanes == [HOSTILE_NAME, HOSTILE_SCRIPT, "memory"]
     assert HOSTILE_SCRIPT in browser.find_element("id", "finding-text").text
     assert HOSTILE_NAME in _texts(browser, ".finding")[0]

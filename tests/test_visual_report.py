@@ -234,3 +234,42 @@ def test_a_padded_scatter_draws_no_missing_edge_between_its_ordered_pair() -> No
     traces = Path(__file__).resolve().parent.parent / "examples" / "traces"
     data = page_data(html.render([analysed(traces / "dsv4_padded_race.jsonl.gz")]))
     assert {(f["kind"], f["unordered"]) for f in data["findings"]} == {("unsafe-free", True), ("padded-scatter", False)}
+
+
+# -- stream names (issue 27) -------------------------------------------------------------------
+def _named_and_unnamed(tmp_path: Path) -> tuple[Path, int, int]:
+    """A trace of a stream the program named (``side``) and one it did not."""
+    tb = TraceBuilder()
+    named, unnamed = tb.stream("side"), tb.stream()
+    x = tb.alloc(256, named)
+    tb.op("aten::fill_", named, writes=[tb.span(x, 256)])
+    tb.op("aten::neg", unnamed, reads=[tb.span(x, 256)])
+    trace = tmp_path / "names.jsonl"
+    tb.write(str(trace))
+    return trace, named, unnamed
+
+
+def test_html_names_lanes_and_accesses_by_the_stream_and_keeps_the_handle_apart(tmp_path: Path) -> None:
+    data = page_data(html.render([analysed(DSV4_RACE)]))
+    graph = _views(data)["graph 1 (capture)"]
+    assert graph["lanes"][:2] == ["main", "kv"], "the program's names, not 'main (0x47fe4760)'"
+    assert graph["handles"][:2] == ["0x47fe4760", "0x47fb74d0"]
+    (finding,) = data["findings"]
+    assert [(a["stream"], a["handle"]) for a in finding["accesses"]] == [("kv", "0x47fb74d0"), ("main", "0x47fe4760")]
+    assert (finding["block"]["stream"], finding["block"]["handle"]) == ("main", "0x47fe4760")
+    trace, named, unnamed = _named_and_unnamed(tmp_path)
+    (view,) = page_data(html.render([analysed(trace)]))["views"]
+    assert view["lanes"] == ["side", "stream#1"] and view["handles"] == [f"{named:#x}", f"{unnamed:#x}"]
+
+
+def test_perfetto_names_a_stream_s_track_by_its_name_and_an_unnamed_one_by_label_and_handle(tmp_path: Path) -> None:
+    trace, named, unnamed = _named_and_unnamed(tmp_path)
+    events = json.loads(perfetto.render([analysed(trace)]))["traceEvents"]
+    threads = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert sorted(threads.values()) == ["finding 1: the block", "side", f"stream#1 ({unnamed:#x})"]
+    streams = {e["name"]: (threads[e["tid"]], e["args"]["stream"]) for e in events if e.get("cat") == "op"}
+    unnamed_track = f"stream#1 ({unnamed:#x})"
+    assert streams == {"aten::fill_": ("side", f"{named:#x}"), "aten::neg": (unnamed_track, f"{unnamed:#x}")}
+    doc = json.loads(perfetto.render([analysed(DSV4_RACE)]))
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"main", "kv", "indexer", "weights", "query"} <= names and not any("(0x47" in name for name in names)

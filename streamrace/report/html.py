@@ -46,11 +46,6 @@ def _asset(name: str) -> str:
     return (resources.files("streamrace.report") / "assets" / name).read_text(encoding="utf-8")
 
 
-def stream_text(label: str, handle: int) -> str:
-    """A lane's name: the stream's label and its handle (two streams may share a name)."""
-    return f"{label} ({handle:#x})" if label != f"{handle:#x}" else label
-
-
 def _differences(values: Sequence[int]) -> list[int]:
     previous, out = 0, []
     for value in values:
@@ -64,7 +59,9 @@ def _view(view: View, timeline: Timeline, trace: int) -> dict[str, Any]:
         "trace": trace,
         "title": view.title,
         "graph": view.graph,
-        "lanes": [stream_text(timeline.labels.get(s, f"{s:#x}"), s) for s in view.streams],
+        # A lane shows the program's name for its stream; the handle is the page's secondary text.
+        "lanes": [timeline.labels.get(s, f"{s:#x}") for s in view.streams],
+        "handles": [f"{s:#x}" for s in view.streams],
         "seq": _differences(view.seqs),
         "lane": view.lanes.tolist(),
         "kind": view.kinds.tolist(),
@@ -83,7 +80,8 @@ def _access(timeline: Timeline, access: Access, views: dict[int, int]) -> dict[s
         "exact": placed.exact if placed is not None else False,
         "access": access.access,
         "op": access.op,
-        "stream": stream_text(access.stream_label, access.stream),
+        "stream": access.stream_label,
+        "handle": f"{access.stream:#x}",
         "location": access.location,
         "seq": access.seq,
         "captured": (access.captured or {}).get("location"),
@@ -109,7 +107,8 @@ def _block(
         "reuse": span.reuse,
         "starts_before": span.starts_before,
         "size": alloc.size,
-        "stream": stream_text(alloc.stream_label, alloc.stream),
+        "stream": alloc.stream_label,
+        "handle": f"{alloc.stream:#x}",
         "alloc_location": alloc.alloc_location,
         "free_location": alloc.free_location,
         "source": source.strip() if source else None,

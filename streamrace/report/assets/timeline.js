@@ -27,6 +27,17 @@
 
   // "read aten::mm", but "free", not "free free": a free or a record_stream is its own op.
   function accessText(a) { return a.op === a.access ? a.access : a.access + " " + a.op; }
+  // A stream as the program named it, its handle after it as secondary text (two streams may
+  // share a name, and the handle is what a debugger shows).
+  function streamNode(name, handle) {
+    const node = el("span", "stream");
+    node.appendChild(el("span", "name", name));
+    if (handle && handle !== name) {
+      node.appendChild(document.createTextNode(" "));  // so that copied text reads "kv 0x47fb74d0"
+      node.appendChild(el("span", "handle", handle));
+    }
+    return node;
+  }
   function plural(n, one, many) { return n.toLocaleString("en") + " " + (n === 1 ? one : (many || one + "s")); }
 
   // -- the page around the timeline ---------------------------------------------------------
@@ -62,8 +73,13 @@
       head.appendChild(document.createTextNode(
         (f.hazard ? " " + f.hazard : "") + (f.aliasing ? " aliasing" : "") + (f.count > 1 ? " (\u00d7" + f.count + ")" : "")));
       item.appendChild(head);
-      const pair = f.accesses.map((a) => a.op + " on " + a.stream).join("  \u2194  ");
-      item.appendChild(el("div", "pair", pair));
+      const pair = el("div", "pair");
+      f.accesses.forEach((a, i) => {
+        if (i) pair.appendChild(document.createTextNode("  \u2194  "));
+        pair.appendChild(document.createTextNode(a.op + " on "));
+        pair.appendChild(streamNode(a.stream, a.handle));
+      });
+      item.appendChild(pair);
       if (data.traces.length > 1) item.appendChild(el("div", "pair", data.traces[f.trace].path));
       item.addEventListener("click", () => select(index));
       item.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); select(index); } });
@@ -94,10 +110,11 @@
     labels.replaceChildren();
     labels.style.height = height(view) + "px";
     view.lanes.forEach((name, lane) => {
-      const label = el("div", "lane-label", name);
+      const label = el("div", "lane-label");
+      label.appendChild(streamNode(name, view.handles[lane]));
       label.style.top = AXIS + lane * ROW + "px";
       label.style.height = ROW + "px";
-      label.title = name;
+      label.title = name + " (stream " + view.handles[lane] + ")";
       label.dataset.lane = String(lane);
       labels.appendChild(label);
     });
@@ -403,12 +420,14 @@
     pair.replaceChildren();
     const row = (label, value, className) => {
       pair.appendChild(el("div", "label", label));
-      pair.appendChild(el("div", "value" + (className ? " " + className : ""), value));
+      const cell = el("div", "value" + (className ? " " + className : ""));
+      for (const part of Array.isArray(value) ? value : [value]) cell.appendChild(typeof part === "string" ? document.createTextNode(part) : part);
+      pair.appendChild(cell);
     };
     f.accesses.forEach((a, i) => {
       const where = a.view === null ? "not on the timeline" : data.views[a.view].title;
-      row(i === 0 ? "first" : "second", accessText(a) + " on " + a.stream + (a.location ? " at " + a.location : "") +
-        (a.captured ? " (captured at " + a.captured + ")" : "") + " \u2014 " + where, "access");
+      row(i === 0 ? "first" : "second", [accessText(a) + " on ", streamNode(a.stream, a.handle), (a.location ? " at " + a.location : "") +
+        (a.captured ? " (captured at " + a.captured + ")" : "") + " \u2014 " + where], "access");
     });
     if (f.block) row("block", blockName(f.block) + (f.block.free_location ? ", freed at " + f.block.free_location : "") +
       (f.block.reused_by ? ", reused by " + f.block.reused_by : ""));
@@ -435,7 +454,7 @@
     const trace = data.traces[view.trace];
     const site = view.site[column] >= 0 ? trace.sites[view.site[column]] : "no user source line recorded";
     tooltip.textContent = data.kinds[view.kind[column]] + " " + trace.names[view.name[column]] + "\non " +
-      view.lanes[lane] + ", seq " + view.seqs[column] + "\n" + site;
+      view.lanes[lane] + " (stream " + view.handles[lane] + "), seq " + view.seqs[column] + "\n" + site;
     tooltip.style.left = Math.min(e.clientX + 12, window.innerWidth - 540) + "px";
     tooltip.style.top = e.clientY + 14 + "px";
     tooltip.hidden = false;
