@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from streamrace.report.demangle import demangled
 from streamrace.report.escape import printable_strings
 from streamrace.report.json_report import to_json
 from streamrace.report.options import DEFAULT, ReportOptions
@@ -68,7 +69,7 @@ class _Events:
         self.events.append({**base, "ph": "f", "bp": "e", "tid": end[0], "ts": end[1]})
 
 
-def _view(out: _Events, view: View, timeline: Timeline, pid: int, path: str, sort: int) -> None:
+def _view(out: _Events, view: View, timeline: Timeline, pid: int, path: str, sort: int, shown: dict[str, str]) -> None:
     out.meta(pid, None, "process_name", {"name": f"{path}: {view.title}"})
     out.meta(pid, None, "process_sort_index", {"sort_index": sort})
     for lane, stream in enumerate(view.streams):
@@ -80,9 +81,12 @@ def _view(out: _Events, view: View, timeline: Timeline, pid: int, path: str, sor
         args: dict[str, Any] = {"seq": view.seqs[column], "stream": f"{view.streams[view.lanes[column]]:#x}"}
         if site >= 0:
             args["at"] = timeline.sites[site]
+        name = timeline.names[view.names[column]]
+        if name in shown:  # a kernel's symbol: demangled for the eye, raw for a search
+            args["symbol"] = name
         out.events.append(
             {
-                "name": timeline.names[view.names[column]],
+                "name": shown.get(name, name),
                 "cat": KIND_NAMES[kind],
                 "ph": "X",
                 "pid": pid,
@@ -158,13 +162,14 @@ def document(traces: Sequence[TraceResult]) -> dict[str, Any]:
     """The trace-event JSON object."""
     out = _Events()
     pid = 0
+    shown = demangled(name for item in traces for name in timeline_of(item).names)  # one c++filt for all
     for item in traces:
         timeline = timeline_of(item)
         pids: dict[int, int] = {}
         for view in timeline.views:
             pid += 1
             pids[id(view)] = pid
-            _view(out, view, timeline, pid, item.path, pid)
+            _view(out, view, timeline, pid, item.path, pid, shown)
         number = 0
         for members in by_graph(item.result.findings).values():
             for finding in members:
