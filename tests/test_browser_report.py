@@ -201,3 +201,63 @@ def test_an_empty_trace_zooms_scrolls_and_hovers_without_a_script_error(browser:
     assert "Nothing was recorded" in _texts(browser, "#findings li")[0]
     assert browser.find_element("id", "position").text == "no view to draw"
     assert not browser.find_element("id", "zoom-in").is_enabled(), "zoom has nothing to act on"
+
+
+LONG_OP = "aten::" + "very_long_operator_name_" * 12
+LONG_STREAM = "a_stream_the_program_named_at_great_length_" * 4
+
+# Every element of the sidebar inside it, and no element's content wider than its box unless
+# the element ends it in an ellipsis by design.
+_SIDEBAR_OVERFLOW = """
+const side = document.getElementById('side'), box = side.getBoundingClientRect(), bad = [];
+for (const e of side.querySelectorAll('*')) {
+  const r = e.getBoundingClientRect(), s = getComputedStyle(e);
+  if (r.left < box.left - 0.5 || r.right > box.right + 0.5) bad.push('outside: ' + e.className + ' ' + e.tagName);
+  const clipped = s.textOverflow === 'ellipsis' && s.overflow === 'hidden';
+  if (!clipped && e.scrollWidth > e.clientWidth + 1 && e.clientWidth > 0) {
+    bad.push('overflows: ' + e.className + ' ' + e.tagName);
+  }
+}
+return bad;
+"""
+
+# How many lines each occurrence of a name is laid out on (a name cut by a wrap: more than one).
+_LINES_OF = """
+const out = [], walker = document.createTreeWalker(document.getElementById(arguments[1]), NodeFilter.SHOW_TEXT);
+for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+  for (let at = node.data.indexOf(arguments[0]); at >= 0; at = node.data.indexOf(arguments[0], at + 1)) {
+    const range = document.createRange();
+    range.setStart(node, at);
+    range.setEnd(node, at + arguments[0].length);
+    out.push(new Set(Array.from(range.getClientRects(), (r) => Math.round(r.top))).size);
+  }
+}
+return out;
+"""
+
+
+def test_long_names_stay_in_the_sidebar_on_one_line_and_tags_keep_off_the_axis(browser: Any, tmp_path: Path) -> None:
+    tb = TraceBuilder()
+    main_s, side = tb.stream("main"), tb.stream(LONG_STREAM)
+    with tb.capture(main_s):
+        x = tb.alloc(4096, main_s)
+        tb.wait_stream(side, main_s)
+        tb.op(LONG_OP, main_s, writes=[tb.span(x, 4096)])
+        tb.op(LONG_OP + "_read", side, reads=[tb.span(x, 4096)])
+        tb.wait_stream(main_s, side)
+    trace = tmp_path / ("long_" * 30 + ".jsonl")
+    tb.write(str(trace))
+    _open(browser, _report(tmp_path, trace, "long.html"))
+    browser.execute_script("document.querySelector('.finding').click()")
+    frame = _frame(browser)
+    assert browser.execute_script(_SIDEBAR_OVERFLOW) == []
+    for name in (LONG_OP, LONG_STREAM):
+        lines = browser.execute_script(_LINES_OF, name, "findings")
+        assert lines and all(n == 1 for n in lines), f"{name[:20]}... is cut by a wrap: {lines}"
+    assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+    # The access's tag on the first lane sits above that lane: below the axis's labels, so that
+    # it can hide none of them wherever the columns fall.
+    assert frame["axis"] and len(frame["tags"]) == 3, "two access tags and the missing edge's"
+    labels_bottom = max(label["y"] + label["h"] for label in frame["axis"])
+    assert all(tag["y"] >= labels_bottom for tag in frame["tags"]), (frame["tags"], frame["axis"])
+    assert browser.save_screenshot(str(tmp_path / "long.png"))

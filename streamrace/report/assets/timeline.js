@@ -3,7 +3,9 @@
 // through textContent and the canvas's fillText: never as markup.
 (function () {
   const data = JSON.parse(document.getElementById("streamrace-data").textContent);
-  const AXIS = 22, ROW = 30, BLOCK_ROW = 26, MIN_COL = 1 / 64, MAX_COL = 160, MAX_SPACER = 8e6;
+  // The axis band is tall enough for its labels above the callout an access on the first lane
+  // puts over that lane: otherwise the callout hides the labels.
+  const AXIS = 36, AXIS_TEXT = 8, ROW = 30, BLOCK_ROW = 26, MIN_COL = 1 / 64, MAX_COL = 160, MAX_SPACER = 8e6;
   const COLORS = { op: "#4a7fd4", kernel: "#8e6bd8", replay: "#e09a2a", record: "#2f9e44", wait: "#2f9e44" };
   const BAD = "#d62728", EDGE = "#2f9e44";
   const $ = (id) => document.getElementById(id);
@@ -76,11 +78,13 @@
       const pair = el("div", "pair");
       f.accesses.forEach((a, i) => {
         if (i) pair.appendChild(document.createTextNode("  \u2194  "));
-        pair.appendChild(document.createTextNode(a.op + " on "));
+        pair.appendChild(el("span", "op", a.op));
+        pair.appendChild(document.createTextNode(" on "));
         pair.appendChild(streamNode(a.stream, a.handle));
       });
       item.appendChild(pair);
-      if (data.traces.length > 1) item.appendChild(el("div", "pair", data.traces[f.trace].path));
+      item.title = f.accesses.map((a) => a.op + " on " + a.stream + " (" + a.handle + ")").join("\n");  // what an ellipsis cut
+      if (data.traces.length > 1) item.appendChild(el("div", "pair path", data.traces[f.trace].path));
       item.addEventListener("click", () => select(index));
       item.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); select(index); } });
       list.appendChild(item);
@@ -92,6 +96,7 @@
       const button = el("button", "view", (data.traces.length > 1 ? data.traces[view.trace].path + ": " : "") +
         view.title + " \u2014 " + plural(view.lanes.length, "stream") + ", " + plural(view.columns, "column"));
       button.type = "button";
+      button.title = button.textContent;  // the whole title, where the button cuts it
       button.dataset.index = String(index);
       button.addEventListener("click", () => { show(index); fit(); });
       $("views").appendChild(button);
@@ -188,9 +193,12 @@
     ctx.font = "11px system-ui, sans-serif";
     ctx.textBaseline = "middle";
     const step = Math.max(1, Math.pow(10, Math.ceil(Math.log10(90 / colW))));
+    const axis = [];
     for (let c = Math.ceil(first / step) * step; c <= last; c += step) {
-      ctx.fillRect(x(c), AXIS - 6, 1, 6);
-      ctx.fillText("seq " + view.seqs[c], x(c) + 3, AXIS / 2);
+      const label = "seq " + view.seqs[c];
+      ctx.fillRect(x(c), AXIS_TEXT + 7, 1, 5);
+      ctx.fillText(label, x(c) + 3, AXIS_TEXT);
+      axis.push({ x: x(c) + 3, y: AXIS_TEXT - 7, w: ctx.measureText(label).width, h: 14 });
     }
     // slices: several columns to a pixel when zoomed out, one rectangle per pixel and lane
     let drawn = 0;
@@ -234,7 +242,7 @@
         arrow(x(r) + colW / 2, laneY(view.lane[r]) + ROW / 2, x(w) + colW / 2, laneY(view.lane[w]) + ROW / 2, EDGE, false, 1.25);
       }
     }
-    const frame = { view: view.title, first: first, last: last, colW: colW, drawn: drawn, edges: inSight <= 3000 ? inSight : 0, highlighted: [], missingEdge: false, block: false };
+    const frame = { view: view.title, first: first, last: last, colW: colW, drawn: drawn, edges: inSight <= 3000 ? inSight : 0, highlighted: [], missingEdge: false, block: false, axis: axis, tags: [] };
     if (hl) drawPair(view, hl, x, laneY, frame);
     state.frame = frame;
     $("position").textContent = view.columns ? "columns " + first.toLocaleString("en") + "\u2013" + last.toLocaleString("en") +
@@ -321,6 +329,8 @@
       const above = i === 0 && order.length > 1 ? true : order.length === 1;
       taken.push(callout(accessText(p.a), p.left, above ? laneY(p.a.lane) + 3 : laneY(p.a.lane) + ROW - 3, above));
     });
+    frame.tags.push(...taken);
+    taken.push(...frame.axis);  // the missing edge's label keeps off the axis's too
     if (points.length === 2 && hl.finding.unordered) {  // a padded scatter's pair is ordered: no missing edge
       const [p, q] = points[0].left <= points[1].left ? points : [points[1], points[0]];
       arrow(p.right, p.y, q.left, q.y, BAD, true, 2.5);
@@ -343,6 +353,7 @@
       ctx.fillStyle = BAD;
       ctx.textBaseline = "middle";
       ctx.fillText(label, place.x + 2, place.y + h / 2);
+      frame.tags.push(place);
       frame.missingEdge = true;
     }
     frame.block = Boolean(hl.block);
