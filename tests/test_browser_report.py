@@ -42,11 +42,14 @@ def browser() -> Iterator[Any]:
         driver.quit()
 
 
-def _open(browser: Any, page: Path) -> None:
+def _open(browser: Any, page: Path, drawn: bool = True) -> None:
+    """Open ``page`` and wait for its script: until it drew a frame, or (``drawn`` False: a
+    page with no view to draw) until it is ready."""
     browser.get(page.as_uri())
+    ready = "document.body.dataset.ready === 'true'" + (" && !!window.streamrace.frame()" if drawn else "")
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        if browser.execute_script("return document.body.dataset.ready === 'true' && !!window.streamrace.frame()"):
+        if browser.execute_script("return " + ready):
             break
         time.sleep(0.05)
     else:
@@ -85,6 +88,7 @@ def test_the_dsv4_race_shows_its_lanes_its_finding_and_the_pair(browser: Any, tm
     assert {"main", "kv"} <= set(lanes) and lanes[-1] == "memory"
     (finding,) = _texts(browser, ".finding")
     assert "unsafe-free" in finding and "aten::mul.Tensor on kv" in finding and "aten::mm on main" in finding
+    _streams_read_as_named(browser)
     browser.execute_script("document.querySelector('.finding').click()")
     frame = _frame(browser)
     assert frame["view"] == "graph 1 (capture)" and frame["missingEdge"] and frame["block"]
@@ -100,9 +104,22 @@ def test_the_dsv4_race_shows_its_lanes_its_finding_and_the_pair(browser: Any, tm
     pair_panel = browser.find_element("id", "pair").text
     assert "qkv = x @ self.w_qkv" in pair_panel and "missing edge" in pair_panel
     assert browser.find_element("id", "timeline").get_attribute("data-highlight") == (
-        "aten::mul.Tensor@kv (0x47fb74d0) | aten::mm@main (0x47fe4760)"
+        "aten::mul.Tensor@kv | aten::mm@main"
     )
     assert browser.save_screenshot(str(tmp_path / "dsv4.png"))
+
+
+def _streams_read_as_named(browser: Any) -> None:
+    """The DSV4 race's lanes and finding show each stream by the program's name, its handle
+    after it, dimmer and lighter: secondary."""
+    names, handles = _texts(browser, ".lane-label .name"), _texts(browser, ".lane-label .handle")
+    assert names[:2] == ["main", "kv"] and handles[:2] == ["0x47fe4760", "0x47fb74d0"]
+    style = "const s = getComputedStyle(document.querySelector(arguments[0])); return [s.color, s.fontWeight];"
+    name_style = browser.execute_script(style, ".lane-label .name")
+    handle_style = browser.execute_script(style, ".lane-label .handle")
+    assert handle_style[0] != name_style[0] and int(handle_style[1]) < int(name_style[1])
+    assert _texts(browser, ".finding .pair .name") == ["kv", "main"]
+    assert _texts(browser, ".finding .pair .handle") == ["0x47fb74d0", "0x47fe4760"]
 
 
 def test_the_execution_view_shows_the_replay_that_races(browser: Any, tmp_path: Path) -> None:
@@ -144,7 +161,7 @@ def test_a_hostile_trace_runs_no_script_and_shows_its_strings_as_text(browser: A
     assert browser.execute_script("return typeof window.__pwned") == "undefined"
     assert browser.execute_script("return document.querySelectorAll('img, iframe, object, embed').length") == 0
     assert browser.execute_script("return document.scripts.length") == 2, "the data and the page's script, no other"
-    lanes = [text.rsplit(" (0x", 1)[0] for text in _texts(browser, ".lane-label")]
+    lanes = _texts(browser, ".lane-label .name") + _texts(browser, ".lane-label.block-row")
     assert lanes == [HOSTILE_NAME, HOSTILE_SCRIPT, "memory"]
     assert HOSTILE_SCRIPT in browser.find_element("id", "finding-text").text
     assert HOSTILE_NAME in _texts(browser, ".finding")[0]
@@ -164,3 +181,83 @@ def test_100k_ops_draw_a_bounded_page_zoomed_out_and_in(browser: Any, tmp_path: 
     assert frame["drawn"] <= frame["last"] - frame["first"] + 1 < 1000, "zoomed in, only the columns in sight"
     assert [h["op"] for h in frame["highlighted"]] == ["aten::racing_write", "aten::racing_read"]
     assert browser.save_screenshot(str(tmp_path / "many.png"))
+
+
+def test_an_empty_trace_zooms_scrolls_and_hovers_without_a_script_error(browser: Any, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"format": "streamrace-trace", "version": 1}\n')
+    _open(browser, _report(tmp_path, empty, "empty.html"), drawn=False)
+    assert browser.execute_script("return document.querySelectorAll('#views button').length") == 0, "no view"
+    for button in ("zoom-in", "zoom-out", "fit"):
+        browser.execute_script("document.getElementById(arguments[0]).click()", button)
+    browser.execute_script(
+        "const s = document.getElementById('scroller');"
+        "s.dispatchEvent(new WheelEvent('wheel', {ctrlKey: true, deltaY: -1, bubbles: true, cancelable: true}));"
+        "s.dispatchEvent(new MouseEvent('mousemove', {clientX: 10, clientY: 10, bubbles: true}));"
+        "window.dispatchEvent(new Event('resize'));"
+    )
+    _frame(browser)  # fails on any uncaught error the clicks raised
+    assert browser.execute_script("return window.streamrace.frame()") is None, "nothing was drawn"
+    assert "Nothing was recorded" in _texts(browser, "#findings li")[0]
+    assert browser.find_element("id", "position").text == "no view to draw"
+    assert not browser.find_element("id", "zoom-in").is_enabled(), "zoom has nothing to act on"
+
+
+LONG_OP = "aten::" + "very_long_operator_name_" * 12
+LONG_STREAM = "a_stream_the_program_named_at_great_length_" * 4
+
+# Every element of the sidebar inside it, and no element's content wider than its box unless
+# the element ends it in an ellipsis by design.
+_SIDEBAR_OVERFLOW = """
+const side = document.getElementById('side'), box = side.getBoundingClientRect(), bad = [];
+for (const e of side.querySelectorAll('*')) {
+  const r = e.getBoundingClientRect(), s = getComputedStyle(e);
+  if (r.left < box.left - 0.5 || r.right > box.right + 0.5) bad.push('outside: ' + e.className + ' ' + e.tagName);
+  const clipped = s.textOverflow === 'ellipsis' && s.overflow === 'hidden';
+  if (!clipped && e.scrollWidth > e.clientWidth + 1 && e.clientWidth > 0) {
+    bad.push('overflows: ' + e.className + ' ' + e.tagName);
+  }
+}
+return bad;
+"""
+
+# How many lines each occurrence of a name is laid out on (a name cut by a wrap: more than one).
+_LINES_OF = """
+const out = [], walker = document.createTreeWalker(document.getElementById(arguments[1]), NodeFilter.SHOW_TEXT);
+for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+  for (let at = node.data.indexOf(arguments[0]); at >= 0; at = node.data.indexOf(arguments[0], at + 1)) {
+    const range = document.createRange();
+    range.setStart(node, at);
+    range.setEnd(node, at + arguments[0].length);
+    out.push(new Set(Array.from(range.getClientRects(), (r) => Math.round(r.top))).size);
+  }
+}
+return out;
+"""
+
+
+def test_long_names_stay_in_the_sidebar_on_one_line_and_tags_keep_off_the_axis(browser: Any, tmp_path: Path) -> None:
+    tb = TraceBuilder()
+    main_s, side = tb.stream("main"), tb.stream(LONG_STREAM)
+    with tb.capture(main_s):
+        x = tb.alloc(4096, main_s)
+        tb.wait_stream(side, main_s)
+        tb.op(LONG_OP, main_s, writes=[tb.span(x, 4096)])
+        tb.op(LONG_OP + "_read", side, reads=[tb.span(x, 4096)])
+        tb.wait_stream(main_s, side)
+    trace = tmp_path / ("long_" * 30 + ".jsonl")
+    tb.write(str(trace))
+    _open(browser, _report(tmp_path, trace, "long.html"))
+    browser.execute_script("document.querySelector('.finding').click()")
+    frame = _frame(browser)
+    assert browser.execute_script(_SIDEBAR_OVERFLOW) == []
+    for name in (LONG_OP, LONG_STREAM):
+        lines = browser.execute_script(_LINES_OF, name, "findings")
+        assert lines and all(n == 1 for n in lines), f"{name[:20]}... is cut by a wrap: {lines}"
+    assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+    # The access's tag on the first lane sits above that lane: below the axis's labels, so that
+    # it can hide none of them wherever the columns fall.
+    assert frame["axis"] and len(frame["tags"]) == 3, "two access tags and the missing edge's"
+    labels_bottom = max(label["y"] + label["h"] for label in frame["axis"])
+    assert all(tag["y"] >= labels_bottom for tag in frame["tags"]), (frame["tags"], frame["axis"])
+    assert browser.save_screenshot(str(tmp_path / "long.png"))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ import pytest
 from visual_traces import DSV4_RACE, REPLAY_RACE, TRACES, analysed, page_data, write_many_ops
 
 from streamrace.cli import main
-from streamrace.report import html, perfetto, render
+from streamrace.report import demangle, html, perfetto, render
 from streamrace.report.timeline import build_timeline
 from streamrace.trace import load_trace
 from streamrace.trace.builder import TraceBuilder
@@ -234,3 +236,102 @@ def test_a_padded_scatter_draws_no_missing_edge_between_its_ordered_pair() -> No
     traces = Path(__file__).resolve().parent.parent / "examples" / "traces"
     data = page_data(html.render([analysed(traces / "dsv4_padded_race.jsonl.gz")]))
     assert {(f["kind"], f["unordered"]) for f in data["findings"]} == {("unsafe-free", True), ("padded-scatter", False)}
+
+
+# -- stream names (issue 27) -------------------------------------------------------------------
+def _named_and_unnamed(tmp_path: Path) -> tuple[Path, int, int]:
+    """A trace of a stream the program named (``side``) and one it did not."""
+    tb = TraceBuilder()
+    named, unnamed = tb.stream("side"), tb.stream()
+    x = tb.alloc(256, named)
+    tb.op("aten::fill_", named, writes=[tb.span(x, 256)])
+    tb.op("aten::neg", unnamed, reads=[tb.span(x, 256)])
+    trace = tmp_path / "names.jsonl"
+    tb.write(str(trace))
+    return trace, named, unnamed
+
+
+def test_html_names_lanes_and_accesses_by_the_stream_and_keeps_the_handle_apart(tmp_path: Path) -> None:
+    data = page_data(html.render([analysed(DSV4_RACE)]))
+    graph = _views(data)["graph 1 (capture)"]
+    assert graph["lanes"][:2] == ["main", "kv"], "the program's names, not 'main (0x47fe4760)'"
+    assert graph["handles"][:2] == ["0x47fe4760", "0x47fb74d0"]
+    (finding,) = data["findings"]
+    assert [(a["stream"], a["handle"]) for a in finding["accesses"]] == [("kv", "0x47fb74d0"), ("main", "0x47fe4760")]
+    assert (finding["block"]["stream"], finding["block"]["handle"]) == ("main", "0x47fe4760")
+    trace, named, unnamed = _named_and_unnamed(tmp_path)
+    (view,) = page_data(html.render([analysed(trace)]))["views"]
+    assert view["lanes"] == ["side", "stream#1"] and view["handles"] == [f"{named:#x}", f"{unnamed:#x}"]
+
+
+def test_perfetto_names_a_stream_s_track_by_its_name_and_an_unnamed_one_by_label_and_handle(tmp_path: Path) -> None:
+    trace, named, unnamed = _named_and_unnamed(tmp_path)
+    events = json.loads(perfetto.render([analysed(trace)]))["traceEvents"]
+    threads = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert sorted(threads.values()) == ["finding 1: the block", "side", f"stream#1 ({unnamed:#x})"]
+    streams = {e["name"]: (threads[e["tid"]], e["args"]["stream"]) for e in events if e.get("cat") == "op"}
+    unnamed_track = f"stream#1 ({unnamed:#x})"
+    assert streams == {"aten::fill_": ("side", f"{named:#x}"), "aten::neg": (unnamed_track, f"{unnamed:#x}")}
+    doc = json.loads(perfetto.render([analysed(DSV4_RACE)]))
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"main", "kv", "indexer", "weights", "query"} <= names and not any("(0x47" in name for name in names)
+
+
+# -- kernel names demangled for display (issue 27) ---------------------------------------------
+SLEEP_SYMBOL = "_ZN2at4cuda40_GLOBAL__N__758183f4_8_Sleep_cu_088d913f11spin_kernelEl"
+SLEEP_SHOWN = "at::cuda::(anonymous namespace)::spin_kernel(long)"
+needs_cxxfilt = pytest.mark.skipif(shutil.which("c++filt") is None, reason="needs c++filt (binutils)")
+
+
+def _kernel_race(tmp_path: Path) -> Path:
+    """A capture where a kernel the dispatcher never saw (named by its symbol) reads what an
+    op on another stream writes, unordered: a finding whose second access is the kernel."""
+    tb = TraceBuilder()
+    main_s, side = tb.stream("main"), tb.stream("side")
+    with tb.capture(main_s) as graph:
+        x = tb.alloc(256, main_s)
+        tb.wait_stream(side, main_s)
+        tb.op("aten::fill_", main_s, writes=[tb.span(x, 256)])
+        tb.emit(
+            "kernel", graph=graph, node=0, name=SLEEP_SYMBOL, stream=side, device=0, reads=[tb.span(x, 256)], writes=[]
+        )
+        tb.wait_stream(main_s, side)
+    trace = tmp_path / "kernel.jsonl"
+    tb.write(str(trace))
+    return trace
+
+
+@needs_cxxfilt
+def test_kernel_symbols_are_demangled_in_the_html_and_perfetto_reports_by_one_cxxfilt(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    item = analysed(_kernel_race(tmp_path))
+    calls: list[list[str]] = []
+    run = subprocess.run
+
+    def counted(args: list[str], **kwargs: Any) -> Any:
+        calls.append(args)
+        return run(args, **kwargs)
+
+    monkeypatch.setattr(demangle.subprocess, "run", counted)
+    data = page_data(html.render([item, item, analysed(TRACES / "extension_buggy.jsonl.gz")]))
+    assert len(calls) == 1, "one c++filt for all the names of the report, not one per name"
+    for trace in data["traces"]:
+        assert SLEEP_SHOWN in trace["names"] and SLEEP_SYMBOL not in trace["names"]
+    accesses = [(a["op"], a["stream"]) for f in data["findings"] for a in f["accesses"]]
+    assert accesses[:2] == [("aten::fill_", "main"), (SLEEP_SHOWN, "side")]
+    events = json.loads(perfetto.render([item]))["traceEvents"]
+    (sleep,) = [e for e in events if e.get("cat") == "kernel"]
+    assert (sleep["name"], sleep["args"]["symbol"]) == (SLEEP_SHOWN, SLEEP_SYMBOL)
+    assert len(calls) == 2
+    # The machine formats keep the trace's raw name.
+    for machine in ("json", "sarif"):
+        report = render(item.result, machine)
+        assert SLEEP_SYMBOL in report and SLEEP_SHOWN not in report
+
+
+def test_without_cxxfilt_or_with_a_hostile_name_kernel_names_stay_as_they_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert demangle.demangled(["aten::mm", "_Z3foo\nbar", "_Zx y"]) == {}, "only one-line symbols reach c++filt"
+    monkeypatch.setattr(demangle.shutil, "which", lambda name: None)
+    names = page_data(html.render([analysed(TRACES / "extension_buggy.jsonl.gz")]))["traces"][0]["names"]
+    assert SLEEP_SYMBOL in names

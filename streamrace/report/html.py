@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from streamrace import __version__
 from streamrace.analysis.detectors import detector
 from streamrace.outcome import recorded_nothing
+from streamrace.report.demangle import demangled
 from streamrace.report.escape import for_terminal, printable_strings
 from streamrace.report.options import DEFAULT, ReportOptions
 from streamrace.report.sources import SourceLines
@@ -46,11 +47,6 @@ def _asset(name: str) -> str:
     return (resources.files("streamrace.report") / "assets" / name).read_text(encoding="utf-8")
 
 
-def stream_text(label: str, handle: int) -> str:
-    """A lane's name: the stream's label and its handle (two streams may share a name)."""
-    return f"{label} ({handle:#x})" if label != f"{handle:#x}" else label
-
-
 def _differences(values: Sequence[int]) -> list[int]:
     previous, out = 0, []
     for value in values:
@@ -64,7 +60,9 @@ def _view(view: View, timeline: Timeline, trace: int) -> dict[str, Any]:
         "trace": trace,
         "title": view.title,
         "graph": view.graph,
-        "lanes": [stream_text(timeline.labels.get(s, f"{s:#x}"), s) for s in view.streams],
+        # A lane shows the program's name for its stream; the handle is the page's secondary text.
+        "lanes": [timeline.labels.get(s, f"{s:#x}") for s in view.streams],
+        "handles": [f"{s:#x}" for s in view.streams],
         "seq": _differences(view.seqs),
         "lane": view.lanes.tolist(),
         "kind": view.kinds.tolist(),
@@ -74,7 +72,7 @@ def _view(view: View, timeline: Timeline, trace: int) -> dict[str, Any]:
     }
 
 
-def _access(timeline: Timeline, access: Access, views: dict[int, int]) -> dict[str, Any]:
+def _access(timeline: Timeline, access: Access, views: dict[int, int], shown: dict[str, str]) -> dict[str, Any]:
     placed = spot(timeline, access.graph, access.stream, access.seq)
     return {
         "view": views[id(placed.view)] if placed is not None else None,
@@ -82,8 +80,9 @@ def _access(timeline: Timeline, access: Access, views: dict[int, int]) -> dict[s
         "column": placed.column if placed is not None else None,
         "exact": placed.exact if placed is not None else False,
         "access": access.access,
-        "op": access.op,
-        "stream": stream_text(access.stream_label, access.stream),
+        "op": shown.get(access.op, access.op),
+        "stream": access.stream_label,
+        "handle": f"{access.stream:#x}",
         "location": access.location,
         "seq": access.seq,
         "captured": (access.captured or {}).get("location"),
@@ -109,7 +108,8 @@ def _block(
         "reuse": span.reuse,
         "starts_before": span.starts_before,
         "size": alloc.size,
-        "stream": stream_text(alloc.stream_label, alloc.stream),
+        "stream": alloc.stream_label,
+        "handle": f"{alloc.stream:#x}",
         "alloc_location": alloc.alloc_location,
         "free_location": alloc.free_location,
         "source": source.strip() if source else None,
@@ -126,8 +126,9 @@ def _finding(
     options: ReportOptions,
     lines: SourceLines,
     workdir: str | None,
+    shown: dict[str, str],
 ) -> dict[str, Any]:
-    accesses = [_access(timeline, access, views) for access in finding.accesses]
+    accesses = [_access(timeline, access, views, shown) for access in finding.accesses]
     # The view the finding is shown in: its later access's (where the bug bites), else any.
     placed = [a["view"] for a in reversed(accesses) if a["view"] is not None]
     view_index = placed[0] if placed else None
@@ -157,6 +158,12 @@ def document(traces: Sequence[TraceResult], options: ReportOptions = DEFAULT) ->
     out.update(traces=[], views=[], findings=[])
     lines = SourceLines(options.source_roots)
     number = 0  # one sidebar for every trace: numbered through, or each trace's first is [1]
+    # Kernel symbols demangled for the page (one c++filt for the report); the text in
+    # "text" is the text report's, which, like the JSON and SARIF, keeps the raw name.
+    shown = demangled(
+        [name for item in traces for name in timeline_of(item).names]
+        + [a.op for item in traces for f in item.result.findings for a in f.accesses]
+    )
     for trace_index, item in enumerate(traces):
         timeline = timeline_of(item)
         views: dict[int, int] = {}
@@ -167,13 +174,13 @@ def document(traces: Sequence[TraceResult], options: ReportOptions = DEFAULT) ->
             for finding in members:
                 number += 1
                 out["findings"].append(
-                    _finding(number, finding, timeline, views, trace_index, options, lines, item.workdir)
+                    _finding(number, finding, timeline, views, trace_index, options, lines, item.workdir, shown)
                 )
         summary = item.result.summary
         out["traces"].append(
             {
                 "path": item.path,
-                "names": timeline.names,
+                "names": [shown.get(name, name) for name in timeline.names],
                 "sites": timeline.sites,
                 "summary": {key: summary.get(key, 0) for key in ("findings", "graphs", "replays", "ops", "accesses")},
                 "notes": [note.message for note in item.machine_notes()],

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from streamrace.report.demangle import demangled
 from streamrace.report.escape import printable_strings
-from streamrace.report.html import stream_text
 from streamrace.report.json_report import to_json
 from streamrace.report.options import DEFAULT, ReportOptions
 from streamrace.report.text import by_graph
@@ -32,6 +32,16 @@ if TYPE_CHECKING:
 COLUMN_US = 10  # one column of program order, in the format's microseconds
 SLICE_US = 8  # a slice is a little narrower than its column, so neighbours stay apart
 MARK_US = 2  # event records and waits: a sliver
+
+
+def track_name(timeline: Timeline, stream: int) -> str:
+    """A stream's thread name: the program's name for it; an unnamed stream's label and handle
+    (``stream#1 (0x5010)``), since its label alone says nothing outside this trace."""
+    name = timeline.stream_names.get(stream)
+    if name:
+        return name
+    label = timeline.labels.get(stream, f"{stream:#x}")
+    return f"{label} ({stream:#x})" if label != f"{stream:#x}" else label
 
 
 def _slice_start(column: int) -> int:
@@ -59,22 +69,24 @@ class _Events:
         self.events.append({**base, "ph": "f", "bp": "e", "tid": end[0], "ts": end[1]})
 
 
-def _view(out: _Events, view: View, timeline: Timeline, pid: int, path: str, sort: int) -> None:
+def _view(out: _Events, view: View, timeline: Timeline, pid: int, path: str, sort: int, shown: dict[str, str]) -> None:
     out.meta(pid, None, "process_name", {"name": f"{path}: {view.title}"})
     out.meta(pid, None, "process_sort_index", {"sort_index": sort})
     for lane, stream in enumerate(view.streams):
-        name = stream_text(timeline.labels.get(stream, f"{stream:#x}"), stream)
-        out.meta(pid, lane + 1, "thread_name", {"name": name})
+        out.meta(pid, lane + 1, "thread_name", {"name": track_name(timeline, stream)})
         out.meta(pid, lane + 1, "thread_sort_index", {"sort_index": lane})
     for column in range(len(view)):
         kind = view.kinds[column]
         site = view.sites[column]
-        args: dict[str, Any] = {"seq": view.seqs[column]}
+        args: dict[str, Any] = {"seq": view.seqs[column], "stream": f"{view.streams[view.lanes[column]]:#x}"}
         if site >= 0:
             args["at"] = timeline.sites[site]
+        name = timeline.names[view.names[column]]
+        if name in shown:  # a kernel's symbol: demangled for the eye, raw for a search
+            args["symbol"] = name
         out.events.append(
             {
-                "name": timeline.names[view.names[column]],
+                "name": shown.get(name, name),
                 "cat": KIND_NAMES[kind],
                 "ph": "X",
                 "pid": pid,
@@ -150,13 +162,14 @@ def document(traces: Sequence[TraceResult]) -> dict[str, Any]:
     """The trace-event JSON object."""
     out = _Events()
     pid = 0
+    shown = demangled(name for item in traces for name in timeline_of(item).names)  # one c++filt for all
     for item in traces:
         timeline = timeline_of(item)
         pids: dict[int, int] = {}
         for view in timeline.views:
             pid += 1
             pids[id(view)] = pid
-            _view(out, view, timeline, pid, item.path, pid)
+            _view(out, view, timeline, pid, item.path, pid, shown)
         number = 0
         for members in by_graph(item.result.findings).values():
             for finding in members:

@@ -86,6 +86,7 @@ class Timeline:
     labels: dict[int, str]  # stream -> label, as findings name streams
     names: list[str]  # op and kernel names, each once
     sites: list[str]  # "file:line in function" of the columns' innermost frames, each once
+    stream_names: dict[int, str] = field(default_factory=dict)  # stream -> the program's name, if it gave one
 
     def view(self, graph: int | None) -> View | None:
         key = EXECUTION if graph is None else f"graph {graph}"
@@ -185,7 +186,7 @@ class TimelineBuilder:
     def timeline(self) -> Timeline:
         views = [view for view in self._views if view.graph is not None or len(view) or view.streams]
         labels = {stream: self._label(stream) for stream in self._appearance}
-        return Timeline(views, labels, list(self._names), list(self._sites))
+        return Timeline(views, labels, list(self._names), list(self._sites), dict(self._stream_names))
 
     def _label(self, stream: int) -> str:
         """A stream's label as findings give it (streamrace/analysis/describe.py)."""

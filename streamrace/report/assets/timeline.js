@@ -3,7 +3,9 @@
 // through textContent and the canvas's fillText: never as markup.
 (function () {
   const data = JSON.parse(document.getElementById("streamrace-data").textContent);
-  const AXIS = 22, ROW = 30, BLOCK_ROW = 26, MIN_COL = 1 / 64, MAX_COL = 160, MAX_SPACER = 8e6;
+  // The axis band is tall enough for its labels above the callout an access on the first lane
+  // puts over that lane: otherwise the callout hides the labels.
+  const AXIS = 36, AXIS_TEXT = 8, ROW = 30, BLOCK_ROW = 26, MIN_COL = 1 / 64, MAX_COL = 160, MAX_SPACER = 8e6;
   const COLORS = { op: "#4a7fd4", kernel: "#8e6bd8", replay: "#e09a2a", record: "#2f9e44", wait: "#2f9e44" };
   const BAD = "#d62728", EDGE = "#2f9e44";
   const $ = (id) => document.getElementById(id);
@@ -27,6 +29,17 @@
 
   // "read aten::mm", but "free", not "free free": a free or a record_stream is its own op.
   function accessText(a) { return a.op === a.access ? a.access : a.access + " " + a.op; }
+  // A stream as the program named it, its handle after it as secondary text (two streams may
+  // share a name, and the handle is what a debugger shows).
+  function streamNode(name, handle) {
+    const node = el("span", "stream");
+    node.appendChild(el("span", "name", name));
+    if (handle && handle !== name) {
+      node.appendChild(document.createTextNode(" "));  // so that copied text reads "kv 0x47fb74d0"
+      node.appendChild(el("span", "handle", handle));
+    }
+    return node;
+  }
   function plural(n, one, many) { return n.toLocaleString("en") + " " + (n === 1 ? one : (many || one + "s")); }
 
   // -- the page around the timeline ---------------------------------------------------------
@@ -62,9 +75,16 @@
       head.appendChild(document.createTextNode(
         (f.hazard ? " " + f.hazard : "") + (f.aliasing ? " aliasing" : "") + (f.count > 1 ? " (\u00d7" + f.count + ")" : "")));
       item.appendChild(head);
-      const pair = f.accesses.map((a) => a.op + " on " + a.stream).join("  \u2194  ");
-      item.appendChild(el("div", "pair", pair));
-      if (data.traces.length > 1) item.appendChild(el("div", "pair", data.traces[f.trace].path));
+      const pair = el("div", "pair");
+      f.accesses.forEach((a, i) => {
+        if (i) pair.appendChild(document.createTextNode("  \u2194  "));
+        pair.appendChild(el("span", "op", a.op));
+        pair.appendChild(document.createTextNode(" on "));
+        pair.appendChild(streamNode(a.stream, a.handle));
+      });
+      item.appendChild(pair);
+      item.title = f.accesses.map((a) => a.op + " on " + a.stream + " (" + a.handle + ")").join("\n");  // what an ellipsis cut
+      if (data.traces.length > 1) item.appendChild(el("div", "pair path", data.traces[f.trace].path));
       item.addEventListener("click", () => select(index));
       item.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); select(index); } });
       list.appendChild(item);
@@ -76,6 +96,7 @@
       const button = el("button", "view", (data.traces.length > 1 ? data.traces[view.trace].path + ": " : "") +
         view.title + " \u2014 " + plural(view.lanes.length, "stream") + ", " + plural(view.columns, "column"));
       button.type = "button";
+      button.title = button.textContent;  // the whole title, where the button cuts it
       button.dataset.index = String(index);
       button.addEventListener("click", () => { show(index); fit(); });
       $("views").appendChild(button);
@@ -94,10 +115,11 @@
     labels.replaceChildren();
     labels.style.height = height(view) + "px";
     view.lanes.forEach((name, lane) => {
-      const label = el("div", "lane-label", name);
+      const label = el("div", "lane-label");
+      label.appendChild(streamNode(name, view.handles[lane]));
       label.style.top = AXIS + lane * ROW + "px";
       label.style.height = ROW + "px";
-      label.title = name;
+      label.title = name + " (stream " + view.handles[lane] + ")";
       label.dataset.lane = String(lane);
       labels.appendChild(label);
     });
@@ -171,9 +193,12 @@
     ctx.font = "11px system-ui, sans-serif";
     ctx.textBaseline = "middle";
     const step = Math.max(1, Math.pow(10, Math.ceil(Math.log10(90 / colW))));
+    const axis = [];
     for (let c = Math.ceil(first / step) * step; c <= last; c += step) {
-      ctx.fillRect(x(c), AXIS - 6, 1, 6);
-      ctx.fillText("seq " + view.seqs[c], x(c) + 3, AXIS / 2);
+      const label = "seq " + view.seqs[c];
+      ctx.fillRect(x(c), AXIS_TEXT + 7, 1, 5);
+      ctx.fillText(label, x(c) + 3, AXIS_TEXT);
+      axis.push({ x: x(c) + 3, y: AXIS_TEXT - 7, w: ctx.measureText(label).width, h: 14 });
     }
     // slices: several columns to a pixel when zoomed out, one rectangle per pixel and lane
     let drawn = 0;
@@ -217,7 +242,7 @@
         arrow(x(r) + colW / 2, laneY(view.lane[r]) + ROW / 2, x(w) + colW / 2, laneY(view.lane[w]) + ROW / 2, EDGE, false, 1.25);
       }
     }
-    const frame = { view: view.title, first: first, last: last, colW: colW, drawn: drawn, edges: inSight <= 3000 ? inSight : 0, highlighted: [], missingEdge: false, block: false };
+    const frame = { view: view.title, first: first, last: last, colW: colW, drawn: drawn, edges: inSight <= 3000 ? inSight : 0, highlighted: [], missingEdge: false, block: false, axis: axis, tags: [] };
     if (hl) drawPair(view, hl, x, laneY, frame);
     state.frame = frame;
     $("position").textContent = view.columns ? "columns " + first.toLocaleString("en") + "\u2013" + last.toLocaleString("en") +
@@ -304,6 +329,8 @@
       const above = i === 0 && order.length > 1 ? true : order.length === 1;
       taken.push(callout(accessText(p.a), p.left, above ? laneY(p.a.lane) + 3 : laneY(p.a.lane) + ROW - 3, above));
     });
+    frame.tags.push(...taken);
+    taken.push(...frame.axis);  // the missing edge's label keeps off the axis's too
     if (points.length === 2 && hl.finding.unordered) {  // a padded scatter's pair is ordered: no missing edge
       const [p, q] = points[0].left <= points[1].left ? points : [points[1], points[0]];
       arrow(p.right, p.y, q.left, q.y, BAD, true, 2.5);
@@ -326,6 +353,7 @@
       ctx.fillStyle = BAD;
       ctx.textBaseline = "middle";
       ctx.fillText(label, place.x + 2, place.y + h / 2);
+      frame.tags.push(place);
       frame.missingEdge = true;
     }
     frame.block = Boolean(hl.block);
@@ -354,7 +382,9 @@
   }
 
   // -- zoom and scroll ------------------------------------------------------------------------
+  // Zoom, fit and hover act on the view shown; a trace with no view (nothing recorded) has none.
   function zoom(factor, anchor) {
+    if (state.view === null) return;
     const view = data.views[state.view];
     const width = $("area").clientWidth;
     const at = anchor === undefined ? width / 2 : anchor;
@@ -366,6 +396,7 @@
   }
 
   function fit() {
+    if (state.view === null) return;
     const view = data.views[state.view];
     state.colW = Math.max(MIN_COL, Math.min(24, $("area").clientWidth / Math.max(1, view.columns)));
     layout();
@@ -400,12 +431,14 @@
     pair.replaceChildren();
     const row = (label, value, className) => {
       pair.appendChild(el("div", "label", label));
-      pair.appendChild(el("div", "value" + (className ? " " + className : ""), value));
+      const cell = el("div", "value" + (className ? " " + className : ""));
+      for (const part of Array.isArray(value) ? value : [value]) cell.appendChild(typeof part === "string" ? document.createTextNode(part) : part);
+      pair.appendChild(cell);
     };
     f.accesses.forEach((a, i) => {
       const where = a.view === null ? "not on the timeline" : data.views[a.view].title;
-      row(i === 0 ? "first" : "second", accessText(a) + " on " + a.stream + (a.location ? " at " + a.location : "") +
-        (a.captured ? " (captured at " + a.captured + ")" : "") + " \u2014 " + where, "access");
+      row(i === 0 ? "first" : "second", [accessText(a) + " on ", streamNode(a.stream, a.handle), (a.location ? " at " + a.location : "") +
+        (a.captured ? " (captured at " + a.captured + ")" : "") + " \u2014 " + where], "access");
     });
     if (f.block) row("block", blockName(f.block) + (f.block.free_location ? ", freed at " + f.block.free_location : "") +
       (f.block.reused_by ? ", reused by " + f.block.reused_by : ""));
@@ -423,6 +456,7 @@
 
   // -- hover ----------------------------------------------------------------------------------
   scroller.addEventListener("mousemove", (e) => {
+    if (state.view === null) return;
     const view = data.views[state.view];
     const box = scroller.getBoundingClientRect();
     const column = Math.floor((e.clientX - box.left + scroller.scrollLeft) / state.colW);
@@ -431,7 +465,7 @@
     const trace = data.traces[view.trace];
     const site = view.site[column] >= 0 ? trace.sites[view.site[column]] : "no user source line recorded";
     tooltip.textContent = data.kinds[view.kind[column]] + " " + trace.names[view.name[column]] + "\non " +
-      view.lanes[lane] + ", seq " + view.seqs[column] + "\n" + site;
+      view.lanes[lane] + " (stream " + view.handles[lane] + "), seq " + view.seqs[column] + "\n" + site;
     tooltip.style.left = Math.min(e.clientX + 12, window.innerWidth - 540) + "px";
     tooltip.style.top = e.clientY + 14 + "px";
     tooltip.hidden = false;
@@ -456,6 +490,9 @@
   if (data.views.length) {
     show(0);
     fit();
+  } else {
+    for (const id of ["zoom-in", "zoom-out", "fit"]) $(id).disabled = true;
+    $("position").textContent = "no view to draw";
   }
   if (data.findings.length) select(0);
   document.body.dataset.ready = "true";
