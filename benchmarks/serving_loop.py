@@ -32,7 +32,7 @@ import time
 import torch
 
 from streamrace.record.recorder import Recorder
-from streamrace.record.session import finish_trace
+from streamrace.record.traces import finish_trace
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 

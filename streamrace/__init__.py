@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the type checker sees what __getattr__ loads on first use
     from streamrace.record.capture_nodes import kernel_access as kernel_access
     from streamrace.record.recorder import name_stream as name_stream
-    from streamrace.record.session import Session as Session
-    from streamrace.record.session import watch as watch
+    from streamrace.session import Session as Session
+    from streamrace.session import watch as watch
 
 __version__ = "0.1.0"
 __all__ = ["Session", "__version__", "kernel_access", "name_stream", "watch"]
 
 _RECORDER_API = {
-    "watch": "streamrace.record.session",
-    "Session": "streamrace.record.session",
+    "watch": "streamrace.session",
+    "Session": "streamrace.session",
     "name_stream": "streamrace.record.recorder",
     "kernel_access": "streamrace.record.capture_nodes",
 }

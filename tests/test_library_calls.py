@@ -17,7 +17,7 @@ from fake_cuda import FakeGraph, memcopy  # noqa: E402
 from test_replays import record as record_on_fake  # noqa: E402
 
 from streamrace.analysis import analyze  # noqa: E402
-from streamrace.record.session import build_trace  # noqa: E402
+from streamrace.record.traces import build_trace  # noqa: E402
 
 MAIN, SIDE, REPLAY = 0x1000, 0x2000, 0x3000
 HOOKS = pytest.mark.parametrize("kind", ["native", "python"])

@@ -269,7 +269,7 @@ def test_watch_session_reports_what_it_found() -> None:
 
     from streamrace.analysis import analyze
     from streamrace.record.recorder import Recorder
-    from streamrace.record.session import Session
+    from streamrace.session import Session
     from streamrace.trace.io import load_trace
 
     trace = load_trace(Path(__file__).parent.parent / "examples" / "traces" / "dsv4_mini_race.jsonl.gz")

@@ -17,7 +17,7 @@ from fake_cuda import FakeCuda, FakeGraph, Kernels, memcopy  # noqa: E402
 from op_engines import native_module  # noqa: E402
 
 from streamrace.record.recorder import Recorder  # noqa: E402
-from streamrace.record.session import build_trace  # noqa: E402
+from streamrace.record.traces import build_trace  # noqa: E402
 
 MAIN, SIDE, COPY = 0x1000, 0x2000, 0x3000
 HOOKS = pytest.mark.parametrize("kind", ["native", "python"])

@@ -15,7 +15,8 @@ from hook_traces import canonical, first_difference  # noqa: E402
 from op_engines import native_module  # noqa: E402
 
 from streamrace.record.recorder import Recorder  # noqa: E402
-from streamrace.record.session import finish_trace, watch  # noqa: E402
+from streamrace.record.traces import finish_trace  # noqa: E402
+from streamrace.session import watch  # noqa: E402
 from streamrace.trace.incremental import IncrementalTraceWriter  # noqa: E402
 from streamrace.trace.io import iter_trace, load_trace, make_header  # noqa: E402
 

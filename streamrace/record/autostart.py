@@ -29,7 +29,7 @@ def trace_file_name(pid: int, rank: str | None) -> str:
 
 def _start() -> None:
     from streamrace.record.recorder import Recorder
-    from streamrace.record.session import finish_trace
+    from streamrace.record.traces import finish_trace
 
     pid = os.getpid()
     directory = os.environ.get(ENV_DIR) or "."

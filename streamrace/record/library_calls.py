@@ -29,7 +29,8 @@ from streamrace.record import installation
 from streamrace.record.installation import MethodPatch, active
 
 if TYPE_CHECKING:
-    from streamrace.record.recorder import Recorder
+    from streamrace.record.cuda_runtime import CudaRuntime
+    from streamrace.record.event_log import EventLog
 
 # (method of CUDAGraph, the name the trace gives the call); the last two only when the whole
 # program is recorded (they do their work outside captures).
@@ -45,16 +46,20 @@ _LATER = (("torch._inductor.cudagraph_trees", "CUDAGraphNode", "_record", "cudag
 
 
 class LibraryCalls:
-    """The recorder's part that marks the work done inside torch's own entry points."""
+    """The recorder's part that marks the work done inside torch's own entry points: it needs
+    the event log (the seqs, and the events it writes), the runtime's CUDAGraph class, and
+    whether replays are recorded at all."""
 
-    def __init__(self, recorder: Recorder) -> None:
-        self._rec = recorder
+    def __init__(self, log: EventLog, runtime: CudaRuntime, capture_only: bool) -> None:
+        self._log = log
+        self._runtime = runtime
+        self._capture_only = capture_only
 
     def patches(self) -> list[MethodPatch]:
         """Installed before the other parts' patches: each wrapper is innermost, around torch's
         own method alone, so a call's range holds only what the call did."""
-        graph_class = self._rec.runtime.graph_class
-        calls = _ALWAYS if self._rec.capture_only else _ALWAYS + _PROGRAM
+        graph_class = self._runtime.graph_class
+        calls = _ALWAYS if self._capture_only else _ALWAYS + _PROGRAM
         return [MethodPatch(graph_class, method, _wrap(name)) for method, name in calls if hasattr(graph_class, method)]
 
     @staticmethod
@@ -66,10 +71,12 @@ class LibraryCalls:
             if owner is not None and hasattr(owner, method) and not installation.patched(owner, method):
                 installation.patch(MethodPatch(owner, method, _wrap(name)))
 
+    def position(self) -> int:
+        return self._log.position()
+
     def ended(self, name: str, first: int) -> None:
-        rec = self._rec
-        if rec.position() > first:
-            rec.log.emit("library_call", call=name, first=first)
+        if self._log.position() > first:
+            self._log.emit("library_call", call=name, first=first)
 
 
 def _wrap(name: str) -> Any:
@@ -79,7 +86,7 @@ def _wrap(name: str) -> Any:
             first = None
             if rec is not None:
                 try:
-                    first = rec.position()
+                    first = rec.library_calls.position()
                 except Exception as exc:
                     rec.log.fail("library call", exc)
             try:

@@ -57,7 +57,7 @@ class Recorder:
     before it recorded the whole program. ``eager_ops`` is accepted and ignored: eager ops are
     recorded unless ``capture_only``. ``trace``: the trace file, written as the program runs
     (the settled events, whenever ``flush_events`` more have come: trace_output.py) and
-    finished by ``session.finish_trace``; without one the events stay in memory. ``hooks``:
+    finished by ``traces.finish_trace``; without one the events stay in memory. ``hooks``:
     "native", "python" or "auto" (default: ``STREAMRACE_HOOKS``, else auto). ``runtime``: what
     CUDA is asked through (tests pass a fake).
     """
@@ -90,7 +90,7 @@ class Recorder:
         self.output = TraceOutput(self, trace, flush_events)
         self.unseen = UnseenLaunches(self)
         self.triton = TritonLaunches(self)
-        self.library_calls = LibraryCalls(self)
+        self.library_calls = LibraryCalls(self.log, self.runtime, capture_only)
         self.log.settle("alloc", self.allocations.settle_alloc)
         self.log.settle("alloc", self.captures.settle_alloc)
         self.log.settle("free", self.allocations.settle_free)
