@@ -11,7 +11,8 @@ Each round runs every suite plain, then under ``--streamrace`` (the order altern
 rounds, so neither always runs on a warmer machine), with ``--junitxml`` for each test's
 verdict. It prints, per suite: items, tests that captured a graph, tests with findings, the
 verdicts that changed, and wall time plain and recorded with their ratio (the median over
-rounds). ``--traces DIR`` keeps every recorded test's trace under DIR/<suite>/ (the plugin's
+rounds), and the time recording added to each test (junit's times; the tests it costs most
+first). ``--traces DIR`` keeps every recorded test's trace under DIR/<suite>/ (the plugin's
 ``--streamrace-traces``) for ``streamrace analyze``.
 """
 
@@ -39,6 +40,7 @@ class Run:
     seconds: float
     verdicts: dict[str, str]  # test id -> passed, failed, error, skipped
     messages: dict[str, str]  # test id -> the first line of its failure
+    durations: dict[str, float] = field(default_factory=dict)  # test id -> seconds, as junit says
     recorded: int = 0
     captured: int = 0
     with_findings: int = 0
@@ -51,6 +53,12 @@ class SuiteResult:
     plain: list[Run] = field(default_factory=list)
     recorded: list[Run] = field(default_factory=list)
 
+    def added_time(self) -> list[tuple[str, float]]:
+        """(test, seconds recording added to it: the medians' difference), most first."""
+        plain, recorded = _median_durations(self.plain), _median_durations(self.recorded)
+        added = [(t, recorded[t] - plain[t]) for t in recorded if t in plain]
+        return sorted(added, key=lambda item: -item[1])
+
     def changes(self) -> list[tuple[str, str, str, str]]:
         """(test, plain verdict, recorded verdict, recorded failure) for each changed test."""
         plain, recorded = self.plain[-1], self.recorded[-1]
@@ -61,11 +69,18 @@ class SuiteResult:
         ]
 
 
-def _verdicts(junit: str) -> tuple[dict[str, str], dict[str, str]]:
+def _median_durations(runs: list[Run]) -> dict[str, float]:
+    tests = set().union(*(r.durations for r in runs)) if runs else set()
+    return {t: statistics.median(r.durations[t] for r in runs if t in r.durations) for t in tests}
+
+
+def _verdicts(junit: str) -> tuple[dict[str, str], dict[str, str], dict[str, float]]:
     verdicts: dict[str, str] = {}
     messages: dict[str, str] = {}
+    durations: dict[str, float] = {}
     for case in ElementTree.parse(junit).iter("testcase"):
         test = f"{case.get('classname', '')}::{case.get('name', '')}"
+        durations[test] = durations.get(test, 0.0) + float(case.get("time") or 0.0)
         verdict = "passed"
         for child in case:
             if child.tag in ("failure", "error"):
@@ -76,7 +91,7 @@ def _verdicts(junit: str) -> tuple[dict[str, str], dict[str, str]]:
                 verdict = "skipped"
         if verdicts.get(test) not in ("failed", "error"):  # a teardown error outranks the call's pass
             verdicts[test] = verdict
-    return verdicts, messages
+    return verdicts, messages, durations
 
 
 def run_suite(suite: str, pytest_args: list[str], streamrace: bool, traces: str | None, log: str | None) -> Run:
@@ -96,8 +111,8 @@ def run_suite(suite: str, pytest_args: list[str], streamrace: bool, traces: str 
                 out.write(f"\n===== {' '.join(command)}: exit {done.returncode}, {seconds:.1f} s\n")
                 out.write(done.stdout[-200_000:])
                 out.write(done.stderr[-20_000:])
-        verdicts, messages = _verdicts(junit) if os.path.exists(junit) else ({}, {})
-    run = Run(seconds, verdicts, messages, exit_code=done.returncode)
+        verdicts, messages, durations = _verdicts(junit) if os.path.exists(junit) else ({}, {}, {})
+    run = Run(seconds, verdicts, messages, durations, exit_code=done.returncode)
     counts = _SUMMARY.findall(done.stdout)
     if counts:
         run.recorded, run.captured, run.with_findings = (int(n) for n in counts[-1])
@@ -122,6 +137,15 @@ def report(results: list[SuiteResult]) -> str:
             lines.append(
                 f"{os.path.basename(result.suite)}: {test}: {before} plain, {after} under streamrace: {message}"
             )
+    for result in results:
+        added = result.added_time()
+        if added:
+            total = sum(extra for _, extra in added)
+            lines.append(
+                f"{os.path.basename(result.suite)}: recording added {total:.1f} s over {len(added)} tests "
+                f"({total / len(added) * 1000:.0f} ms a test); the most:"
+            )
+            lines += [f"  +{extra * 1000:6.0f} ms  {test}" for test, extra in added[:8]]
     return "\n".join(lines)
 
 
@@ -147,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             traces = None
             if args.traces:
                 traces = os.path.abspath(os.path.join(args.traces, os.path.splitext(os.path.basename(result.suite))[0]))
-            order = (False, True) if round_index % 2 == 0 else (True, False)
+            order: tuple[bool, ...] = (False, True) if round_index % 2 == 0 else (True, False)
             if args.streamrace_only:
                 order = (True,)
             for streamrace in order:
