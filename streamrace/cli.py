@@ -33,6 +33,7 @@ from streamrace.outcome import (
     EXIT_INTERRUPTED,
     EXIT_NOTHING_RECORDED,
     EXIT_PROGRAM_FAILED,
+    LIBRARY_FINDINGS,
     debug_wanted,
     nothing_recorded_note,
     recorded_nothing,
@@ -120,8 +121,8 @@ def _configure_report(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--library-findings",
-        choices=("hide", "show", "fail"),
-        default="hide",
+        choices=LIBRARY_FINDINGS,
+        default=LIBRARY_FINDINGS[0],
         help="findings about torch's own protocols (docs/library-protocols.md): hide them behind a note "
         "(default), show them apart, or count them as findings (exit code 1)",
     )

@@ -12,6 +12,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
+# What a front end does with findings about a library's own protocol (--library-findings,
+# docs/library-protocols.md): a note only (the default), listed apart, or counted as findings.
+LIBRARY_FINDINGS = ("hide", "show", "fail")
+
 EXIT_CLEAN = 0
 EXIT_FINDINGS = 1
 EXIT_ERROR = 2  # usage or input error: a wrong flag, a trace that does not load

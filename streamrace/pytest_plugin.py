@@ -87,6 +87,8 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    from streamrace.outcome import LIBRARY_FINDINGS
+
     group = parser.getgroup("streamrace", "streamrace: races between CUDA streams in captured graphs")
     group.addoption(
         "--streamrace",
@@ -115,8 +117,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--streamrace-library-findings",
-        choices=("hide", "show", "fail"),
-        default="hide",
+        choices=LIBRARY_FINDINGS,
+        default=LIBRARY_FINDINGS[0],
         help="findings about torch's own protocols (docs/library-protocols.md): hide (default), "
         "show them in the test's report, or fail the test on them",
     )

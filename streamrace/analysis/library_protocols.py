@@ -27,18 +27,11 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from streamrace.analysis.findings import Access, Finding
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
 PROTOCOLS_FILE = "library_protocols.toml"
-MODES = ("hide", "show", "fail")  # what a front end does with library findings (--library-findings)
 
 
 @dataclass(frozen=True)
@@ -128,6 +121,12 @@ _REQUIRED = ("id", "library", "versions", "where", "reason", "kinds", "max_bytes
 
 def parse_protocols(text: str, known_kinds: Iterable[str]) -> tuple[LibraryProtocol, ...]:
     """The entries of a protocols file; ValueError naming the entry and the problem."""
+    # Imported here: every analysis imports this module, and only one with library calls reads the file.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+
     doc = tomllib.loads(text)
     if set(doc) - {"protocol"}:
         raise ValueError(f"unknown table or key {sorted(set(doc) - {'protocol'})[0]!r}; entries are [[protocol]]")
@@ -172,6 +171,8 @@ def parse_protocols(text: str, known_kinds: Iterable[str]) -> tuple[LibraryProto
 @cache
 def shipped() -> tuple[LibraryProtocol, ...]:
     """The list streamrace ships (a broken one is streamrace's bug: tests load it)."""
+    from importlib import resources
+
     from streamrace.analysis.detectors import KINDS
 
     text = resources.files("streamrace").joinpath(PROTOCOLS_FILE).read_text(encoding="utf-8")
