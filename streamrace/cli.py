@@ -170,7 +170,9 @@ def _analyze_files(
     ``drawn``: a visual report will draw them, so each trace's timeline is noted on the way.
     ``jobs``: traces analysed at once, one process each (not standard input, nor observed ones,
     which stay here); the results come back in the order given, so the report is the same."""
-    pooled = [i for i, path in enumerate(paths) if path != "-" and i >= len(observers)] if jobs > 1 else []
+    from streamrace.trace.io import STDIN
+
+    pooled = [i for i, path in enumerate(paths) if path != STDIN and i >= len(observers)] if jobs > 1 else []
     futures: dict[int, Any] = {}
     pool = None
     if len(pooled) > 1:
