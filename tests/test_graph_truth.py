@@ -252,7 +252,9 @@ def test_a_write_of_2_to_the_50_bytes_is_checked_like_any_other():
     granule (the check used to hang here)."""
     trace = load_trace(TRACES / "dsv4_mini_fixed.jsonl.gz")
     events = copy.deepcopy(trace.events)
-    target = next(ev for ev in events if ev["ev"] == "op" and ev["stream"] != _main(trace))
+    # An op on a side stream inside a capture (the trace also holds the eager warm-up's).
+    captured = {ev["seq"] for launches, _ in _captures(trace).values() for ev in launches}
+    target = next(ev for ev in events if ev["seq"] in captured and ev["ev"] == "op" and ev["stream"] != _main(trace))
     target["writes"].append({"addr": 0, "nbytes": 2**50})
     doctored = Trace(header=trace.header, events=events, stacks=trace.stacks)
     truth, found = _disagreements(doctored)

@@ -22,14 +22,39 @@ REPO = Path(__file__).resolve().parents[1]
 TRACES = sorted((REPO / "examples" / "traces").glob("*.jsonl*"))
 
 # Traces recorded before their source moved: re-recording them on the GPU machine is the fix
-# (strict: a re-recorded trace that passes must leave this list).
-# Each names examples/dsv4_mini_decode.py lines that moved (:161-174 in capture, :206 in run;
-# the race's calls are now at :221 and :258) and tests/gpu/record_fixtures.py:23.
+# (strict: a re-recorded trace that passes must leave this list). These name lines of
+# tests/gpu/record_fixtures.py's main() from before it was split into one function per set.
 STALE = {
-    "dsv4_mini_fixed.jsonl.gz",
-    "dsv4_mini_latent.jsonl.gz",
-    "dsv4_mini_race.jsonl.gz",
-    "dsv4_mini_record_stream.jsonl.gz",
+    "dsv4_padded_race.jsonl.gz",
+    "execution_E1_fixed.jsonl.gz",
+    "execution_E2_fixed.jsonl.gz",
+    "execution_X1_buggy.jsonl.gz",
+    "execution_X1_fixed.jsonl.gz",
+    "execution_X2_buggy.jsonl.gz",
+    "execution_X2_fixed.jsonl.gz",
+    "execution_X3_buggy.jsonl.gz",
+    "execution_X3_fixed.jsonl.gz",
+    "execution_X4_buggy.jsonl.gz",
+    "execution_X4_fixed.jsonl.gz",
+    "execution_X5_buggy.jsonl.gz",
+    "execution_X5_fixed.jsonl.gz",
+    "execution_X6_buggy.jsonl.gz",
+    "execution_X6_fixed.jsonl.gz",
+    "gallery_H10_buggy.jsonl.gz",
+    "gallery_H10_fixed.jsonl.gz",
+    "gallery_H2_buggy.jsonl.gz",
+    "gallery_H2_fixed.jsonl.gz",
+    "gallery_H3_buggy.jsonl.gz",
+    "gallery_H3_fixed.jsonl.gz",
+    "gallery_H4_buggy.jsonl.gz",
+    "gallery_H4_fixed.jsonl.gz",
+    "gallery_H5_buggy.jsonl.gz",
+    "gallery_H5_fixed.jsonl.gz",
+    "gallery_H6_buggy.jsonl.gz",
+    "gallery_H6_fixed.jsonl.gz",
+    "padded_guarded.jsonl.gz",
+    "padded_reserved.jsonl.gz",
+    "padded_stale.jsonl.gz",
 }
 
 

@@ -2,6 +2,7 @@
 
 python tests/gpu/record_fixtures.py OUTDIR
 python tests/gpu/record_fixtures.py OUTDIR padded   # only the padded-scatter traces
+python tests/gpu/record_fixtures.py OUTDIR dsv4     # only the dsv4_mini traces
 """
 
 import pathlib
@@ -24,13 +25,8 @@ def record_padded(out: pathlib.Path) -> None:
     print("dsv4_padded_race", [(f.kind, f.count) for f in session.findings], check)
 
 
-def main() -> None:
-    out = pathlib.Path(sys.argv[1])
-    out.mkdir(parents=True, exist_ok=True)
-    if sys.argv[2:] == ["padded"]:
-        record_padded(out)
-        return
-    record_padded(out)
+def record_dsv4(out: pathlib.Path) -> None:
+    """dsv4_mini_{race,latent,fixed,record_stream} (examples/dsv4_mini_decode.py): the README's trace."""
     dsv4 = load_example("dsv4_mini_decode")
     for name, variant, latent in [
         ("dsv4_mini_race", "bug", False),
@@ -40,6 +36,10 @@ def main() -> None:
     ]:
         session, _ = dsv4.run(variant, latent=latent, trace=str(out / f"{name}.jsonl.gz"))
         print(name, [(f.kind, f.aliasing, f.count) for f in session.findings], session.errors)
+
+
+def record_galleries(out: pathlib.Path) -> None:
+    """gallery_* (examples/hazard_gallery.py) and execution_* (examples/execution_gallery.py)."""
     gallery = load_example("hazard_gallery")
     for hazard in gallery.SCENARIOS:
         for fixed in (False, True):
@@ -53,6 +53,20 @@ def main() -> None:
             session, outcome = execution.record(key, fixed, trace=str(out / f"{name}.jsonl.gz"))
             kinds = [(f.kind, f.aliasing, f.count) for f in session.findings]
             print(name, kinds, f"corrupted {outcome.corrupted}/{outcome.rounds}", "premise", outcome.premise)
+
+
+def main() -> None:
+    out = pathlib.Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    if sys.argv[2:] == ["padded"]:
+        record_padded(out)
+        return
+    if sys.argv[2:] == ["dsv4"]:
+        record_dsv4(out)
+        return
+    record_padded(out)
+    record_dsv4(out)
+    record_galleries(out)
 
 
 if __name__ == "__main__":
