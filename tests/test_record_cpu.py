@@ -146,6 +146,49 @@ def test_metadata_only_inplace_view_touches_nothing(record):
     assert record(lambda: a.resize_(4)) == []
 
 
+# A custom op that returns a tensor over its input's memory without owning it, as vLLM's
+# weak_ref_tensor does (at::from_blob): its schema declares no alias.
+_VIEWS = torch.library.Library("streamrace_views", "DEF")
+_VIEWS.define("weak_ref(Tensor x) -> Tensor")
+_VIEWS.define("weak_ref_offset(Tensor x) -> Tensor")
+_VIEWS.impl("weak_ref", lambda x: torch.utils.dlpack.from_dlpack(torch.utils.dlpack.to_dlpack(x.detach())), "CPU")
+_VIEWS.impl(
+    "weak_ref_offset", lambda x: torch.utils.dlpack.from_dlpack(torch.utils.dlpack.to_dlpack(x.detach()[1:])), "CPU"
+)
+
+
+def test_unsafe_view_is_a_view_and_touches_nothing(record):
+    """_unsafe_view's schema declares no alias, yet its result is its input's memory."""
+    a = torch.ones(6, 4)
+    assert record(lambda: torch.ops.aten._unsafe_view(a, [4, 6])) == []
+
+
+@pytest.mark.parametrize("op", ["weak_ref", "weak_ref_offset"])
+def test_a_non_owning_view_made_by_a_custom_op_touches_nothing(record, op):
+    """A tensor over memory it does not own (its own storage, the input's bytes) is a view of
+    that memory, not a fresh output the op wrote."""
+    a = torch.ones(6, 4)
+    assert record(lambda: getattr(torch.ops.streamrace_views, op)(a)) == []
+
+
+def test_matmul_writes_its_output_once_through_mm(record):
+    """A batched matmul is mm and an _unsafe_view of mm's output: only mm touches bytes."""
+    a, b = torch.ones(2, 3, 4), torch.ones(4, 5)
+    out = {}
+    ops = record(lambda: out.setdefault("c", torch.matmul(a, b)))
+    assert [name for name, _, _ in ops] == ["aten::mm"]
+    [(_, reads, writes)] = ops
+    assert [w["addr"] for w in writes] == [_addr(out["c"])]
+    assert sorted(r["addr"] for r in reads) == sorted([_addr(a), _addr(b)])
+
+
+def test_a_fresh_output_over_new_memory_is_still_written(record):
+    """The view rule looks at memory, not at shape: clone returns new memory of the same shape."""
+    a = torch.ones(6, 4)
+    [(name, reads, writes)] = record(lambda: a.clone())
+    assert name == "aten::clone" and [r["addr"] for r in reads] == [_addr(a)] and len(writes) == 1
+
+
 TTIR = """
 module {
   tt.func public @kern(%arg0: !tt.ptr<f32> {tt.divisibility = 16 : i32}, %arg1: !tt.ptr<i64>,

@@ -21,43 +21,6 @@ from streamrace.trace import load_trace
 REPO = Path(__file__).resolve().parents[1]
 TRACES = sorted((REPO / "examples" / "traces").glob("*.jsonl*"))
 
-# Traces recorded before their source moved: re-recording them on the GPU machine is the fix
-# (strict: a re-recorded trace that passes must leave this list). These name lines of
-# tests/gpu/record_fixtures.py's main() from before it was split into one function per set.
-STALE = {
-    "dsv4_padded_race.jsonl.gz",
-    "execution_E1_fixed.jsonl.gz",
-    "execution_E2_fixed.jsonl.gz",
-    "execution_X1_buggy.jsonl.gz",
-    "execution_X1_fixed.jsonl.gz",
-    "execution_X2_buggy.jsonl.gz",
-    "execution_X2_fixed.jsonl.gz",
-    "execution_X3_buggy.jsonl.gz",
-    "execution_X3_fixed.jsonl.gz",
-    "execution_X4_buggy.jsonl.gz",
-    "execution_X4_fixed.jsonl.gz",
-    "execution_X5_buggy.jsonl.gz",
-    "execution_X5_fixed.jsonl.gz",
-    "execution_X6_buggy.jsonl.gz",
-    "execution_X6_fixed.jsonl.gz",
-    "gallery_H10_buggy.jsonl.gz",
-    "gallery_H10_fixed.jsonl.gz",
-    "gallery_H2_buggy.jsonl.gz",
-    "gallery_H2_fixed.jsonl.gz",
-    "gallery_H3_buggy.jsonl.gz",
-    "gallery_H3_fixed.jsonl.gz",
-    "gallery_H4_buggy.jsonl.gz",
-    "gallery_H4_fixed.jsonl.gz",
-    "gallery_H5_buggy.jsonl.gz",
-    "gallery_H5_fixed.jsonl.gz",
-    "gallery_H6_buggy.jsonl.gz",
-    "gallery_H6_fixed.jsonl.gz",
-    "padded_guarded.jsonl.gz",
-    "padded_reserved.jsonl.gz",
-    "padded_stale.jsonl.gz",
-}
-
-
 _CODE_OBJECTS: dict[type, str] = {
     ast.Lambda: "<lambda>",
     ast.GeneratorExp: "<genexpr>",
@@ -111,16 +74,7 @@ def bad_frames(frames: Iterable[list[object]]) -> list[str]:
     return sorted(found)
 
 
-@pytest.mark.parametrize(
-    "trace",
-    [
-        pytest.param(t, marks=pytest.mark.xfail(strict=True, reason="recorded before its source moved: re-record"))
-        if t.name in STALE
-        else t
-        for t in TRACES
-    ],
-    ids=[t.name for t in TRACES],
-)
+@pytest.mark.parametrize("trace", TRACES, ids=[t.name for t in TRACES])
 def test_every_frame_points_at_a_line_of_its_function(trace: Path) -> None:
     assert stale_frames(trace) == []
 

@@ -101,6 +101,18 @@ class OpHooks {
             return;
         }
         if (!plan->touches) return;
+        if (plan->any_return_written) {
+            for (const c10::IValue& value : inputs) {
+                each_tensor(value, [&](const at::Tensor& tensor) {
+                    if (!tensor.defined() || is_wrapper(tensor) || !tensor.has_storage()) return;
+                    const c10::Storage& storage = tensor.storage();
+                    auto start = reinterpret_cast<int64_t>(storage.data());
+                    if (start != 0) {
+                        frame.input_storages.emplace_back(start, start + static_cast<int64_t>(storage.nbytes()));
+                    }
+                });
+            }
+        }
         ByteRange range;
         for (size_t i = 0; i < inputs.size() && i < plan->args.size(); ++i) {
             Role role = plan->args[i];
@@ -138,12 +150,16 @@ class OpHooks {
         }
         frame.written.clear();
         const auto& returns = frame.plan->returns;
+        bool returned = false, only_views = true;  // of its tensors returned fresh by the schema
         if (frame.plan->any_return_written) {
             const auto& outputs = fn.outputs();
             for (size_t i = 0; i < outputs.size() && !returns.empty(); ++i) {
                 if (!returns[std::min(i, returns.size() - 1)]) continue;
                 each_tensor(outputs[i], [&](const at::Tensor& tensor) {
                     if (!tensor.defined() || tensor.device().type() != device_type_) return;
+                    returned = true;
+                    if (inside_an_input(tensor, frame.input_storages)) return;
+                    only_views = false;
                     if (tensor_range(tensor, range = ByteRange()) &&
                         std::find(writes.begin(), writes.end(), range) == writes.end()) {
                         writes.push_back(range);
@@ -151,6 +167,9 @@ class OpHooks {
                 });
             }
         }
+        // An op that only returns views of its inputs, writing nothing, launches nothing: its
+        // schema's reads are not real.
+        if (returned && only_views && writes.empty()) reads.clear();
         if (!writes.empty() && !reads.empty()) {
             // An in-place op reads and writes self: the write covers it for race checking.
             reads.erase(std::remove_if(reads.begin(), reads.end(),
@@ -211,6 +230,16 @@ class OpHooks {
         } else if (value.isTuple()) {
             for (const c10::IValue& item : value.toTupleRef().elements()) each_tensor(item, f);
         }
+    }
+
+    // Whether a returned tensor's memory lies in an input's storage: a view the schema does not
+    // declare, not memory the op allocated and wrote.
+    template <typename Spans>
+    static bool inside_an_input(const at::Tensor& tensor, const Spans& spans) {
+        if (spans.empty() || !tensor.has_storage()) return false;
+        auto start = reinterpret_cast<int64_t>(tensor.storage().data());
+        return std::any_of(spans.begin(), spans.end(),
+                           [&](const auto& span) { return span.first <= start && start < span.second; });
     }
 
     // Whether autograd's keys take part in this dispatch: on for an op called from Python or

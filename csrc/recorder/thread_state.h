@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "graph_reads.h"
@@ -33,6 +34,9 @@ struct OpFrame {
     std::vector<ByteRange> reads;
     std::vector<ByteRange> index;  // of its reads, those that pick where it writes (Role::Index)
     c10::SmallVector<at::Tensor, 4> written;
+    // [start, end) of its inputs' storages, where it returns a tensor it may write: a returned
+    // tensor inside one is a view the schema does not declare (_unsafe_view, weak_ref_tensor).
+    c10::SmallVector<std::pair<int64_t, int64_t>, 4> input_storages;
     std::optional<c10::Stream> recorded_on;  // record_stream's stream argument
 };
 

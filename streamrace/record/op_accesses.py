@@ -10,7 +10,9 @@ The rules follow the op schema, as PyTorch's CUDA sanitizer does, but keyed on s
 * every argument of a factory (``*_like``, ``new_*``) is metadata only;
 * every other tensor argument is read;
 * a returned tensor that does not alias an input is written, unless the op only allocates
-  (``empty*``: no kernel touches it);
+  (``empty*``: no kernel touches it) or the tensor is made over an input's memory without
+  owning it, which the schema does not say (``_unsafe_view``, a custom op's non-owning view
+  such as vLLM's ``weak_ref_tensor``): a view of that memory is neither a write nor new memory;
 * a c10d collective writes the arguments ``COLLECTIVE_OUTPUTS`` lists and reads its other
   tensors (hook_tables.py: its schema does not say); where it runs is collectives.py's part.
 
@@ -119,6 +121,32 @@ def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], position: int, name
     return kwargs.get(name)
 
 
+def _storage_spans(value: Any, is_tensor: Callable[[Any], bool]) -> list[tuple[int, int]]:
+    """[start, end) of each input tensor's storage."""
+    spans = []
+    for t in _tensors(value, is_tensor):
+        try:
+            storage = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            continue
+        start = storage.data_ptr()
+        if start:
+            spans.append((start, start + storage.nbytes()))
+    return spans
+
+
+def _inside(t: Any, spans: list[tuple[int, int]]) -> bool:
+    """Whether a returned tensor's memory lies in an input's storage: a view the schema does not
+    declare, not memory the op allocated and wrote."""
+    if not spans:
+        return False
+    try:
+        start = t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return False
+    return any(low <= start < high for low, high in spans)
+
+
 def op_accesses(
     func: Any,
     args: tuple[Any, ...],
@@ -146,14 +174,23 @@ def op_accesses(
     if any(plan.returns):
         results = outputs if isinstance(outputs, (list, tuple)) else (outputs,)
         returns = plan.returns
+        inputs = _storage_spans((args, tuple(kwargs.values())), is_tensor)
+        returned, only_views = False, True  # of its tensors returned fresh by the schema
         for i, value in enumerate(results):
             # A list return (split, unbind) has one schema return for all its items.
             if not returns[min(i, len(returns) - 1)]:
                 continue
             for t in _tensors(value, is_tensor):
+                returned = True
+                if _inside(t, inputs):
+                    continue
+                only_views = False
                 rng = tensor_range(t)
                 if rng is not None and rng not in writes:
                     writes.append(rng)
+        if returned and only_views and not writes:
+            # Only views of its inputs, nothing written: it launches nothing, its reads are not real.
+            return [], []
     if writes and reads:
         # An in-place op reads and writes self: the write covers it for race checking.
         reads = [r for r in reads if r not in writes]
