@@ -157,6 +157,28 @@ _VIEWS.impl(
 )
 
 
+_VIEWS.define("weak_ref_last(Tensor[] xs) -> Tensor")
+_VIEWS.impl(
+    "weak_ref_last",
+    lambda xs: torch.utils.dlpack.from_dlpack(torch.utils.dlpack.to_dlpack(xs[-1].detach()[2:])),
+    "CPU",
+)
+
+
+def test_a_view_of_any_of_many_inputs_is_found(record):
+    """Among many input storages (sorted by address, not by position) the one the view lies in."""
+    tensors = [torch.ones(8) for _ in range(40)]
+    assert record(lambda: torch.ops.streamrace_views.weak_ref_last(tensors)) == []
+
+
+def test_a_foreach_op_writes_each_fresh_output(record):
+    a, b = [torch.ones(4) for _ in range(30)], [torch.ones(4) for _ in range(30)]
+    out = {}
+    [(name, reads, writes)] = record(lambda: out.setdefault("c", torch._foreach_add(a, b)))
+    assert name == "aten::_foreach_add" and len(reads) == 60
+    assert [w["addr"] for w in writes] == [_addr(c) for c in out["c"]]
+
+
 def test_unsafe_view_is_a_view_and_touches_nothing(record):
     """_unsafe_view's schema declares no alias, yet its result is its input's memory."""
     a = torch.ones(6, 4)

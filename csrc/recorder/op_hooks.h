@@ -152,6 +152,7 @@ class OpHooks {
         const auto& returns = frame.plan->returns;
         bool returned = false, only_views = true;  // of its tensors returned fresh by the schema
         if (frame.plan->any_return_written) {
+            sort_spans(frame.input_storages);
             const auto& outputs = fn.outputs();
             for (size_t i = 0; i < outputs.size() && !returns.empty(); ++i) {
                 if (!returns[std::min(i, returns.size() - 1)]) continue;
@@ -233,13 +234,22 @@ class OpHooks {
     }
 
     // Whether a returned tensor's memory lies in an input's storage: a view the schema does not
-    // declare, not memory the op allocated and wrote.
+    // declare, not memory the op allocated and wrote. The spans are sorted by start, each end
+    // raised to the largest so far (storages may nest), so a foreach op's thousand outputs cost
+    // a binary search each, not a scan of its thousand inputs.
     template <typename Spans>
-    static bool inside_an_input(const at::Tensor& tensor, const Spans& spans) {
-        if (spans.empty() || !tensor.has_storage()) return false;
+    static void sort_spans(Spans& spans) {
+        std::sort(spans.begin(), spans.end());
+        for (size_t i = 1; i < spans.size(); ++i) spans[i].second = std::max(spans[i].second, spans[i - 1].second);
+    }
+
+    template <typename Spans>
+    static bool inside_an_input(const at::Tensor& tensor, const Spans& sorted_spans) {
+        if (sorted_spans.empty() || !tensor.has_storage()) return false;
         auto start = reinterpret_cast<int64_t>(tensor.storage().data());
-        return std::any_of(spans.begin(), spans.end(),
-                           [&](const auto& span) { return span.first <= start && start < span.second; });
+        auto after = std::upper_bound(sorted_spans.begin(), sorted_spans.end(), start,
+                                      [](int64_t value, const auto& span) { return value < span.first; });
+        return after != sorted_spans.begin() && start < std::prev(after)->second;
     }
 
     // Whether autograd's keys take part in this dispatch: on for an op called from Python or

@@ -23,6 +23,8 @@ gives their bytes, the trace's ``index`` (docs/trace-format.md), for the padded-
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -121,30 +123,38 @@ def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], position: int, name
     return kwargs.get(name)
 
 
-def _storage_spans(value: Any, is_tensor: Callable[[Any], bool]) -> list[tuple[int, int]]:
-    """[start, end) of each input tensor's storage."""
-    spans = []
-    for t in _tensors(value, is_tensor):
+class _InputStorages:
+    """The [start, end) of an op's input storages, sorted by start with each end raised to the
+    largest so far (storages may nest): a foreach op's thousand outputs cost a binary search
+    each, not a scan of its thousand inputs."""
+
+    __slots__ = ("ends", "starts")
+
+    def __init__(self, value: Any, is_tensor: Callable[[Any], bool]) -> None:
+        spans = []
+        for t in _tensors(value, is_tensor):
+            try:
+                storage = t.untyped_storage()
+            except (RuntimeError, NotImplementedError):
+                continue
+            start = storage.data_ptr()
+            if start:
+                spans.append((start, start + storage.nbytes()))
+        spans.sort()
+        self.starts = [start for start, _ in spans]
+        self.ends = list(itertools.accumulate((end for _, end in spans), max))
+
+    def hold(self, t: Any) -> bool:
+        """Whether a returned tensor's memory lies in an input's storage: a view the schema does
+        not declare, not memory the op allocated and wrote."""
+        if not self.starts:
+            return False
         try:
-            storage = t.untyped_storage()
+            start = t.untyped_storage().data_ptr()
         except (RuntimeError, NotImplementedError):
-            continue
-        start = storage.data_ptr()
-        if start:
-            spans.append((start, start + storage.nbytes()))
-    return spans
-
-
-def _inside(t: Any, spans: list[tuple[int, int]]) -> bool:
-    """Whether a returned tensor's memory lies in an input's storage: a view the schema does not
-    declare, not memory the op allocated and wrote."""
-    if not spans:
-        return False
-    try:
-        start = t.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError):
-        return False
-    return any(low <= start < high for low, high in spans)
+            return False
+        i = bisect.bisect_right(self.starts, start)
+        return i > 0 and start < self.ends[i - 1]
 
 
 def op_accesses(
@@ -174,7 +184,7 @@ def op_accesses(
     if any(plan.returns):
         results = outputs if isinstance(outputs, (list, tuple)) else (outputs,)
         returns = plan.returns
-        inputs = _storage_spans((args, tuple(kwargs.values())), is_tensor)
+        inputs = _InputStorages((args, tuple(kwargs.values())), is_tensor)
         returned, only_views = False, True  # of its tensors returned fresh by the schema
         for i, value in enumerate(results):
             # A list return (split, unbind) has one schema return for all its items.
@@ -182,7 +192,7 @@ def op_accesses(
                 continue
             for t in _tensors(value, is_tensor):
                 returned = True
-                if _inside(t, inputs):
+                if inputs.hold(t):
                     continue
                 only_views = False
                 rng = tensor_range(t)
