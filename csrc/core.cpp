@@ -18,6 +18,7 @@
 #include "engine.h"
 #include "graph_truth.h"
 #include "reader.h"
+#include "trace_fields.h"
 
 namespace py = pybind11;
 using namespace streamrace;
@@ -27,9 +28,11 @@ PYBIND11_DECLARE_HOLDER_TYPE(T, Ref<T>, true)
 
 namespace {
 
+// Every field name of the trace, interned once: the declaration's (trace_fields.h).
 struct Keys {
-    PyObject *ev, *stream, *device, *name, *id, *frames, *graph, *addr, *size, *event, *reads, *writes, *nbytes,
-        *shape, *stride, *itemsize, *seq, *nodes, *edges, *op, *pool, *aborted;
+#define STREAMRACE_KEY(field) PyObject* field = nullptr;
+    STREAMRACE_TRACE_FIELDS(STREAMRACE_KEY)
+#undef STREAMRACE_KEY
 } K;
 
 PyObject* intern(const char* s) { return PyUnicode_InternFromString(s); }
@@ -785,11 +788,9 @@ void capture_range(Capture* capture, const ByteRange& range, bool write) { captu
 PYBIND11_MODULE(_core, m) {
     m.doc() = "streamrace's C++ analysis core; use streamrace.analysis, not this module.";
     py::register_exception<RangeLimit>(m, "RangeLimit", PyExc_OverflowError);
-    K = {intern("ev"),    intern("stream"), intern("device"), intern("name"),   intern("id"),
-         intern("frames"), intern("graph"), intern("addr"),   intern("size"),   intern("event"),
-         intern("reads"), intern("writes"), intern("nbytes"), intern("shape"),  intern("stride"),
-         intern("itemsize"), intern("seq"),   intern("nodes"),  intern("edges"),  intern("op"),
-         intern("pool"),  intern("aborted")};
+#define STREAMRACE_INTERN(field) K.field = intern(#field);
+    STREAMRACE_TRACE_FIELDS(STREAMRACE_INTERN)
+#undef STREAMRACE_INTERN
     held::LIST_KEYS[0] = K.reads;  // a copied op's ranges are found again there (raw_of)
     held::LIST_KEYS[1] = K.writes;
     bind_records(m);

@@ -21,6 +21,7 @@ from typing import Any
 
 from streamrace.trace.events import validate_event
 from streamrace.trace.io import Trace, make_header, write_trace
+from streamrace.trace.records import ByteRange
 
 Site = str | Sequence[str]  # "file.py:LINE in func", or such frames innermost first
 
@@ -161,7 +162,7 @@ class TraceBuilder:
 
     # -- ranges and ops ------------------------------------------------------------------
     @staticmethod
-    def span(addr: int, nbytes: int) -> dict[str, int]:
+    def span(addr: int, nbytes: int) -> ByteRange:
         """A contiguous byte range."""
         return {"addr": addr, "nbytes": nbytes}
 
@@ -172,7 +173,7 @@ class TraceBuilder:
         stride: Sequence[int] | None = None,
         itemsize: int = 4,
         offset: int = 0,
-    ) -> dict[str, Any]:
+    ) -> ByteRange:
         """A tensor view: ``offset`` and ``stride`` in elements, as torch reports them."""
         return {
             "addr": base + offset * itemsize,

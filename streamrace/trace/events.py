@@ -1,8 +1,8 @@
-"""Trace format 1.3: the event kinds, their fields, the limits, and the validation of one event.
+"""Trace format 1.3: the limits, and the validation of one event against the declared kinds.
 
-The trace is the contract between the recorder (GPU side) and the analysis (CPU only), so
-this module is the single place that says what a well-formed event is. docs/trace-format.md
-describes the same table for people; keep the two in step.
+The trace is the contract between the recorder (GPU side) and the analysis (CPU only). The
+event kinds and their fields are declared once, in kinds.py; this module says what a
+well-formed event is by that declaration.
 
 Validation has two paths that ``EVENT_FIELDS`` drives alike. ``validate_event`` is the
 reference: it walks every field and names the first problem. ``fast_checks()`` has one
@@ -20,6 +20,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cache
 from typing import TypeGuard
+
+from streamrace.trace.kinds import (
+    BLOCK_ENDS,
+    BOOL,
+    COMMON_FIELDS,
+    EDGES,
+    EVENT_KINDS,
+    FRAMES,
+    INT,
+    INTS,
+    NODES,
+    NONNEG,
+    POOL,
+    POS,
+    RANGES,
+    STR,
+)
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (docs/performance.md, start-up)
 if TYPE_CHECKING:
@@ -41,73 +58,11 @@ MAX_STREAMS = 4096  # distinct streams in one trace; the engines' clocks are per
 # the largest line a recorder writes (a captured graph's read-back, a deep stack) is far shorter.
 MAX_LINE_BYTES = 64 << 20
 
-# Field kinds understood by the validator.
-INT = "int"
-NONNEG = "nonneg"  # int >= 0
-POS = "pos"  # int > 0
-STR = "str"
-BOOL = "bool"
-POOL = "pool"  # [int, int]
-RANGES = "ranges"  # list of byte ranges, see validate_range
-INTS = "ints"  # list of int
-FRAMES = "frames"  # list of [file, line, function]
-NODES = "nodes"  # list of graph node dicts
-EDGES = "edges"  # list of [from, to] or [from, to, type]
-
-# ev -> (required fields, optional fields). Every event also carries "seq" and "ev".
+# ev -> (required fields, optional fields), from the declaration (kinds.py). Every event also
+# carries "seq" and "ev".
 EVENT_FIELDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
-    "stream": ({"stream": NONNEG}, {"device": NONNEG, "name": STR, "priority": INT}),
-    "capture_begin": (
-        {"graph": NONNEG, "stream": NONNEG},
-        {"device": NONNEG, "pool": POOL, "mode": STR, "stack": NONNEG},
-    ),
-    # aborted: the capture failed (or never ended); what it recorded is still analysed.
-    "capture_end": ({"graph": NONNEG}, {"stack": NONNEG, "aborted": BOOL}),
-    "alloc": (
-        {"addr": NONNEG, "size": POS, "stream": NONNEG},
-        {"device": NONNEG, "pool": POOL, "stack": NONNEG},
-    ),
-    "free": ({"addr": NONNEG}, {"device": NONNEG, "stream": NONNEG, "stack": NONNEG}),
-    "record_stream": ({"addr": NONNEG, "stream": NONNEG}, {"device": NONNEG, "stack": NONNEG}),
-    # 1.2, index: of the reads, the index operands of an op that writes through an index
-    # (index_put_, scatter_, index_copy_, ...): where it writes (the padded-scatter check).
-    "op": (
-        {"op": STR, "stream": NONNEG, "reads": RANGES, "writes": RANGES},
-        {"device": NONNEG, "stack": NONNEG, "nodes": INTS, "inferred": BOOL, "index": RANGES},
-    ),
-    "event_create": ({"event": NONNEG}, {}),
-    "event_delete": ({"event": NONNEG}, {}),
-    "event_record": ({"event": NONNEG, "stream": NONNEG}, {"stack": NONNEG}),
-    "event_wait": ({"event": NONNEG, "stream": NONNEG}, {"stack": NONNEG}),
-    "stream_sync": ({"stream": NONNEG}, {}),
-    "event_sync": ({"event": NONNEG}, {}),
-    "device_sync": ({}, {"device": NONNEG}),
-    # frames: innermost (the user's own line) first, then its callers.
-    "stack": ({"id": NONNEG, "frames": FRAMES}, {}),
-    # The captured graph read back before capture_end, and dispatcher-invisible kernels.
-    "graph": ({"graph": NONNEG, "nodes": NODES, "edges": EDGES}, {}),
-    "kernel": (
-        {"graph": NONNEG, "node": NONNEG, "name": STR, "reads": RANGES, "writes": RANGES},
-        {"stream": NONNEG, "device": NONNEG, "inferred": BOOL, "stack": NONNEG},
-    ),
-    # 1.1, the execution view: one CUDAGraph.replay() of the graph captured as ``graph``, on
-    # ``stream``; the graph's reset (CUDAGraph.reset()) or destruction: it replays no more.
-    "replay": ({"graph": NONNEG, "stream": NONNEG}, {"device": NONNEG, "stack": NONNEG}),
-    "graph_reset": ({"graph": NONNEG}, {"stack": NONNEG}),
-    "graph_destroy": ({"graph": NONNEG}, {}),
-    "recorder_error": ({"message": STR}, {"where": STR}),
-    # 1.3: the events from seq `first` up to this one were made inside a library's own entry
-    # point `call` (record/library_calls.py): what the library protocols judge.
-    "library_call": ({"call": STR, "first": NONNEG}, {}),
+    kind.name: (kind.required, kind.optional) for kind in EVENT_KINDS
 }
-
-# The analysis reads these on any event that has them, whatever its kind, so they are held
-# to one type everywhere: an event that does not define one may still carry it.
-COMMON_FIELDS: dict[str, str] = {"stream": NONNEG, "device": NONNEG, "stack": NONNEG, "graph": NONNEG}
-
-# Kinds that name a block of memory: kind -> (address field, size field); the block ends
-# below 2^62, like every range.
-BLOCK_ENDS: dict[str, tuple[str, str]] = {"alloc": ("addr", "size")}
 
 
 class EventInvalid(ValueError):
