@@ -15,16 +15,17 @@ CUDAGraph methods the same way and finds a graph's capture with ``of_graph``.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from streamrace.record.capture_nodes import CaptureNodes
 from streamrace.record.event_log import Event
 from streamrace.record.graph_readback import GraphRead
 from streamrace.record.installation import MethodPatch, active
 from streamrace.record.kernel_params import NodeAccess
+from streamrace.record.seams import RecordingSeam
 
 if TYPE_CHECKING:
-    from streamrace.record.recorder import Recorder
+    from streamrace.record.seams import EventFlush
 
 GraphData = tuple[list[dict[str, Any]], list[list[Any]]]  # (nodes, edges) as the graph event has them
 
@@ -44,10 +45,34 @@ class Capture:
         self.pool: list[int] | None = None  # known once the capture ends
 
 
+class LaunchCatchUp(Protocol):
+    """Catching up on launches the dispatcher never saw (unseen_launches.py), as a capture
+    ends."""
+
+    def catch_up(self) -> None: ...
+
+    def finish_later(self, capture: Capture) -> None: ...
+
+
+class CaptureSeam(RecordingSeam, Protocol):
+    """What the capture lifecycle uses of the recording (seams.py)."""
+
+    @property
+    def read_graphs(self) -> bool: ...
+
+    @property
+    def unseen(self) -> LaunchCatchUp: ...
+
+    @property
+    def output(self) -> EventFlush: ...
+
+    def position(self) -> int: ...
+
+
 class CaptureLifecycle:
     """Every capture of the recording, by graph id and by CUDAGraph object while it runs."""
 
-    def __init__(self, recorder: Recorder) -> None:
+    def __init__(self, recorder: CaptureSeam) -> None:
         self._rec = recorder
         self._ids = itertools.count(1)
         self._running: dict[int, Capture] = {}  # id(CUDAGraph) -> capture in progress

@@ -17,7 +17,9 @@ It is made of parts, one job each, over one event log (host program order):
   (CUDAGraph.capture_begin's and replay's generator-state prologues).
 
 Everything CUDA is asked goes through one ``CudaRuntime`` (cuda_runtime.py), and what the
-recording installs into the process is in installation.py.
+recording installs into the process is in installation.py. Each part is handed this Recorder
+typed as the narrow protocol it declares (seams.py): what it may use, and no import of this
+module.
 
 Non-perturbation is the first rule: hooks keep integers only (no tensor references past an
 op), never allocate CUDA memory, launch work or synchronize, and swallow their own failures

@@ -28,12 +28,24 @@ whose node the capture's read-back then holds).
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from streamrace.record.installation import MethodPatch, active
+from streamrace.record.seams import RecordingSeam
 
 if TYPE_CHECKING:
-    from streamrace.record.recorder import Recorder
+    from streamrace.record.captures import CaptureLifecycle
+    from streamrace.record.seams import EventFlush
+
+
+class ReplaySeam(RecordingSeam, Protocol):
+    """What the replays part uses of the recording (seams.py)."""
+
+    @property
+    def captures(self) -> CaptureLifecycle: ...
+
+    @property
+    def output(self) -> EventFlush: ...
 
 
 class _Tracked:
@@ -49,7 +61,7 @@ class _Tracked:
 class GraphReplays:
     """Which graph each CUDAGraph object holds, and what happens to it after its capture."""
 
-    def __init__(self, recorder: Recorder) -> None:
+    def __init__(self, recorder: ReplaySeam) -> None:
         self._rec = recorder
         self._objects: dict[int, _Tracked] = {}  # id(CUDAGraph) -> what it holds
         self.unrecorded = 0  # replays of graphs this recording did not capture

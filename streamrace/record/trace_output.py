@@ -18,12 +18,30 @@ end, as before.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from streamrace.trace.incremental import IncrementalTraceWriter
 
 if TYPE_CHECKING:
-    from streamrace.record.recorder import Recorder
+    from streamrace.record.allocations import AllocatorHistory
+    from streamrace.record.captures import CaptureLifecycle
+    from streamrace.record.event_log import EventLog
+
+
+class OutputSeam(Protocol):
+    """What the trace output uses of the recording (seams.py)."""
+
+    @property
+    def log(self) -> EventLog: ...
+
+    @property
+    def allocations(self) -> AllocatorHistory: ...
+
+    @property
+    def captures(self) -> CaptureLifecycle: ...
+
+    def settle(self) -> None: ...
+
 
 FLUSH_EVENTS = 20_000  # events numbered between flushes (about 10 MB of events in memory)
 
@@ -31,7 +49,7 @@ FLUSH_EVENTS = 20_000  # events numbered between flushes (about 10 MB of events 
 class TraceOutput:
     """The recording's trace file, written as the program runs (when it has a path)."""
 
-    def __init__(self, recorder: Recorder, path: str | None, flush_events: int = FLUSH_EVENTS) -> None:
+    def __init__(self, recorder: OutputSeam, path: str | None, flush_events: int = FLUSH_EVENTS) -> None:
         if flush_events < 1:
             raise ValueError("flush_events must be at least 1")
         self._rec = recorder

@@ -13,13 +13,22 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from streamrace.record import installation
 from streamrace.record.op_accesses import Range, tensor_range
+from streamrace.record.seams import RecordingSeam
 
 if TYPE_CHECKING:
-    from streamrace.record.recorder import Recorder
+    from streamrace.record.captures import CaptureLifecycle
+
+
+class TritonSeam(RecordingSeam, Protocol):
+    """What the Triton part uses of the recording (seams.py)."""
+
+    @property
+    def captures(self) -> CaptureLifecycle: ...
+
 
 _SIGNATURE = re.compile(r"tt\.func\s+(?:public\s+|private\s+)?@[\w$.]+\((.*?)\)\s*(?:attributes|\{)", re.S)
 _ARG = re.compile(r"(%[\w#]+)\s*:\s*(!tt\.ptr<[^>]*>|[^,{]+)")
@@ -97,7 +106,7 @@ def tensor_arguments(jit_function: Any, args: tuple[Any, ...], kwargs: dict[str,
 class TritonLaunches:
     """The recorder's part that records Triton launches inside captures."""
 
-    def __init__(self, recorder: Recorder) -> None:
+    def __init__(self, recorder: TritonSeam) -> None:
         self._rec = recorder
 
     @staticmethod

@@ -11,20 +11,34 @@ capture_nodes.py says how).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from streamrace.record.capture_nodes import ACCESS_NODE_TYPES, KernelStats
 from streamrace.record.captures import Capture
 from streamrace.record.kernel_params import LiveBlocks
+from streamrace.record.seams import RecordingSeam
 
 if TYPE_CHECKING:
-    from streamrace.record.recorder import Recorder
+    from streamrace.record.allocations import AllocatorHistory
+    from streamrace.record.captures import CaptureLifecycle
+
+
+class UnseenSeam(RecordingSeam, Protocol):
+    """What catching up uses of the recording (seams.py)."""
+
+    @property
+    def captures(self) -> CaptureLifecycle: ...
+
+    @property
+    def allocations(self) -> AllocatorHistory: ...
+
+    def resolve_allocations(self) -> None: ...
 
 
 class UnseenLaunches:
     """The recorder's half of catching up (the hooks notice, this part records)."""
 
-    def __init__(self, recorder: Recorder) -> None:
+    def __init__(self, recorder: UnseenSeam) -> None:
         self._rec = recorder
         self._unfinished: list[Capture] = []  # captures whose nodes still need their accesses
         self.stats = KernelStats()
