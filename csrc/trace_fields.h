@@ -59,4 +59,6 @@
     X(graph_reset) \
     X(graph_destroy) \
     X(recorder_error) \
-    X(library_call)
+    X(library_call) \
+    X(pool_alloc) \
+    X(pool_free)

@@ -231,6 +231,8 @@ def analyze(
         results = detectors.engine_results(found)
         for trace_pass in passes:
             found += trace_pass.detections(results)
+        if passes:  # what a pass reports with its cause is not the engine's finding as well
+            found = [d for d in found if not any(p.explains(d) for p in passes)]
         describer = Describer(engine, sources, GeneratedCode(header.get("generated_code") or ()))
         if keep_raw:
             raw = detectors.describe(found, describer)

@@ -14,7 +14,8 @@ It is made of parts, one job each, over one event log (host program order):
 * catching up (unseen_launches.py): kernel events for launches the dispatcher never saw;
 * Triton (triton_launches.py): Triton's launches, with directions from their IR;
 * library calls (library_calls.py): the work done inside torch's own entry points
-  (CUDAGraph.capture_begin's and replay's generator-state prologues).
+  (CUDAGraph.capture_begin's and replay's generator-state prologues);
+* the program's own pools (app_pools.py): ``streamrace.annotate``'s logical allocs and frees.
 
 Everything CUDA is asked goes through one ``CudaRuntime`` (cuda_runtime.py), and what the
 recording installs into the process is in installation.py. Each part is handed this Recorder
@@ -32,6 +33,7 @@ from typing import Any
 
 from streamrace.record import installation
 from streamrace.record.allocations import TRACKER, AllocatorHistory
+from streamrace.record.app_pools import AppPools
 from streamrace.record.capture_nodes import KernelStats
 from streamrace.record.captures import CaptureLifecycle
 from streamrace.record.cuda_runtime import CudaRuntime
@@ -93,6 +95,7 @@ class Recorder:
         self.unseen = UnseenLaunches(self)
         self.triton = TritonLaunches(self)
         self.library_calls = LibraryCalls(self.log, self.runtime, capture_only)
+        self.app_pools = AppPools(self)
         self.log.settle("alloc", self.allocations.settle_alloc)
         self.log.settle("alloc", self.captures.settle_alloc)
         self.log.settle("free", self.allocations.settle_free)

@@ -30,6 +30,7 @@ def trace_header(recorder: Recorder) -> dict[str, Any]:
         header["no_cuda"] = recorder.no_cuda
     header["allocations_dropped"] = recorder.dropped_allocations
     header["kernel_nodes"] = asdict(recorder.kernel_stats)
+    header["app_pools"] = recorder.app_pools.count
     if not recorder.capture_only:
         header["replays_unrecorded"] = recorder.replays.unrecorded
         header["replays_in_capture"] = recorder.replays.in_capture

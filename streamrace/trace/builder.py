@@ -157,6 +157,16 @@ class TraceBuilder:
     def free(self, addr: int, at: Site | None = None) -> None:
         self.emit("free", addr=addr, device=0, stream=self._block_stream.get(addr), stack=self._stack(at))
 
+    def pool_alloc(self, addr: int, size: int, stream: int, name: str = "kv", at: Site | None = None) -> None:
+        """The program's own pool gives ``[addr, addr+size)`` out, from ``stream`` (1.4)."""
+        self.emit("pool_alloc", addr=addr, size=size, stream=stream, device=0, name=name, stack=self._stack(at))
+        self.header["app_pools"] = self.header.get("app_pools", 0) + 1
+
+    def pool_free(self, addr: int, stream: int, name: str = "kv", at: Site | None = None) -> None:
+        """The pool takes the range at ``addr`` back; work on ``stream`` may get it (1.4)."""
+        self.emit("pool_free", addr=addr, stream=stream, device=0, name=name, stack=self._stack(at))
+        self.header["app_pools"] = self.header.get("app_pools", 0) + 1
+
     def record_stream(self, addr: int, stream: int, at: Site | None = None) -> None:
         self.emit("record_stream", addr=addr, stream=stream, device=0, stack=self._stack(at))
 

@@ -247,6 +247,38 @@ EVENT_KINDS: tuple[EventKind, ...] = (
         ),
         added="1.3",
     ),
+    EventKind(
+        "pool_alloc",
+        (
+            required("addr", NONNEG),
+            required("size", POS),
+            required("stream", NONNEG),
+            optional("device", NONNEG),
+            optional("name", STR),
+            optional("stack", NONNEG),
+        ),
+        (
+            "the program's own pool (`name`: KV pages, table slots) gave the range `[addr, addr+size)` to a "
+            "new owner, from `stream` at this point (`streamrace.annotate.alloc`); it lies inside a block "
+            "of the caching allocator, which sees nothing of it"
+        ),
+        added="1.4",
+    ),
+    EventKind(
+        "pool_free",
+        (
+            required("addr", NONNEG),
+            required("stream", NONNEG),
+            optional("device", NONNEG),
+            optional("name", STR),
+            optional("stack", NONNEG),
+        ),
+        (
+            "the program's pool took back the range its `pool_alloc` at `addr` gave out: from this point, "
+            "work on `stream` may be given it (`streamrace.annotate.free`)"
+        ),
+        added="1.4",
+    ),
 )
 
 # The analysis reads these on any event that has them, whatever its kind, so they are held
@@ -255,7 +287,7 @@ COMMON_FIELDS: dict[str, str] = {"stream": NONNEG, "device": NONNEG, "stack": NO
 
 # Kinds that name a block of memory: kind -> (address field, size field); the block ends
 # below 2^62, like every range.
-BLOCK_ENDS: dict[str, tuple[str, str]] = {"alloc": ("addr", "size")}
+BLOCK_ENDS: dict[str, tuple[str, str]] = {"alloc": ("addr", "size"), "pool_alloc": ("addr", "size")}
 
 # The fields of a byte range (events.validate_range): contiguous {addr, nbytes} or strided
 # {addr, shape, stride, itemsize}.

@@ -304,6 +304,37 @@ class LibraryCallEvent(_LibraryCallEventRequired, total=False):
     """``library_call`` (since 1.3)."""
 
 
+class _PoolAllocEventRequired(TypedDict):
+    seq: int
+    ev: Literal["pool_alloc"]
+    addr: int
+    size: int
+    stream: int
+
+
+class PoolAllocEvent(_PoolAllocEventRequired, total=False):
+    """``pool_alloc`` (since 1.4)."""
+
+    device: int | None
+    name: str | None
+    stack: int | None
+
+
+class _PoolFreeEventRequired(TypedDict):
+    seq: int
+    ev: Literal["pool_free"]
+    addr: int
+    stream: int
+
+
+class PoolFreeEvent(_PoolFreeEventRequired, total=False):
+    """``pool_free`` (since 1.4)."""
+
+    device: int | None
+    name: str | None
+    stack: int | None
+
+
 Event = (
     StreamEvent
     | CaptureBeginEvent
@@ -327,6 +358,8 @@ Event = (
     | GraphDestroyEvent
     | RecorderErrorEvent
     | LibraryCallEvent
+    | PoolAllocEvent
+    | PoolFreeEvent
 )
 
 KIND_RECORDS: dict[str, type] = {
@@ -352,4 +385,6 @@ KIND_RECORDS: dict[str, type] = {
     "graph_destroy": GraphDestroyEvent,
     "recorder_error": RecorderErrorEvent,
     "library_call": LibraryCallEvent,
+    "pool_alloc": PoolAllocEvent,
+    "pool_free": PoolFreeEvent,
 }

@@ -21,6 +21,7 @@ from streamrace.analysis.detectors import (
     graph_input_freed,
     model_disagreement,
     padded_scatter,
+    pool_unsafe_free,
     record_stream_noop,
     stale_read,
     unsafe_free,
@@ -35,6 +36,7 @@ DETECTORS: tuple[Detector[Any], ...] = (
     graph_input_freed.DETECTOR,
     record_stream_noop.DETECTOR,
     padded_scatter.DETECTOR,
+    pool_unsafe_free.DETECTOR,
     model_disagreement.DETECTOR,
 )
 
@@ -45,6 +47,7 @@ GRAPH_INPUT_FREED = graph_input_freed.KIND
 RECORD_STREAM_NOOP = record_stream_noop.KIND
 MODEL_DISAGREEMENT = model_disagreement.KIND
 PADDED_SCATTER = padded_scatter.KIND
+POOL_UNSAFE_FREE = pool_unsafe_free.KIND
 
 KINDS: tuple[str, ...] = tuple(d.kind for d in DETECTORS)
 
@@ -125,6 +128,7 @@ __all__ = [
     "KINDS",
     "MODEL_DISAGREEMENT",
     "PADDED_SCATTER",
+    "POOL_UNSAFE_FREE",
     "RECORD_STREAM_NOOP",
     "STALE_READ",
     "UNSAFE_FREE",

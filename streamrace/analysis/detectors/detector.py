@@ -59,6 +59,11 @@ class TracePass(Protocol):
         """The pass's own detections, once the engine is done."""
         ...
 
+    def explains(self, detection: object) -> bool:
+        """Whether an engine detection is one of the pass's own, seen from the side (a race the
+        pass reports, with its cause, as a finding of its kind): it is left out."""
+        ...
+
 
 class Detector(ABC, Generic[DetectionT]):
     """One finding kind; subclasses set the class attributes and ``describe``."""

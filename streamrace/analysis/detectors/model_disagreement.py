@@ -61,6 +61,9 @@ class GraphTruthPass:
     def detections(self, results: EngineResults) -> list[object]:
         return list(self.truth.disagreements(results.unordered))
 
+    def explains(self, detection: object) -> bool:
+        return False
+
 
 class ModelDisagreementDetector(Detector[Disagreement]):
     kind = KIND

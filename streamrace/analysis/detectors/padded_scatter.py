@@ -56,6 +56,9 @@ class PaddedIndexPass:
     def detections(self, results: EngineResults) -> list[object]:
         return list(self.check.found)
 
+    def explains(self, detection: object) -> bool:
+        return False
+
 
 class PaddedScatterDetector(Detector[PaddedScatter]):
     kind = KIND
