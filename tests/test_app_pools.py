@@ -45,6 +45,15 @@ def _step(*, join: str | None = None, reuse: bool = True, free_on: str = "prefil
     return b.trace()
 
 
+# Seeds of the trace fuzzer (trace_fuzz.py): the bug, latent and manifest, replayed, and fixed.
+POOL_PROGRAMS = {
+    "manifest": _step,
+    "latent": lambda: _step(reuse=False),
+    "replayed": lambda: _step(replayed=True),
+    "joined": lambda: _step(join="wait"),
+}
+
+
 def _kinds(trace) -> list[tuple[str, str | None, bool]]:
     return [(f.kind, f.hazard, f.aliasing) for f in analyze(trace).findings]
 

@@ -52,6 +52,14 @@ def test_the_fuzzer_knows_the_index_operands() -> None:
     assert any(" index: " in m.detail for m in made), "an index range made extreme"
 
 
+def test_the_fuzzer_knows_the_application_pools() -> None:
+    """Seeds with pool_alloc and pool_free events (format 1.4), so mutants of them are judged."""
+    seeds = seed_traces()
+    manifest = seeds["application pool: manifest"]
+    assert any('"ev": "pool_free"' in line or '"ev":"pool_free"' in line for line in manifest)
+    assert sum(m.seed.startswith("application pool") for m in mutants(400, 5)) > 0
+
+
 def test_the_inputs_are_the_same_for_the_same_seed_and_differ_from_their_seeds() -> None:
     first, again = mutants(60, 3), mutants(60, 3)
     assert [m.data for m in first] == [m.data for m in again]

@@ -54,6 +54,11 @@ def seed_traces() -> dict[str, list[str]]:
     for name, build in sorted(PROGRAMS.items()):
         trace = build().trace()
         seeds[f"execution view: {name}"] = [_dumps(trace.header), *map(_dumps, trace.events)]
+    from test_app_pools import POOL_PROGRAMS  # application pools (format 1.4)
+
+    for name, made in sorted(POOL_PROGRAMS.items()):
+        trace = made()
+        seeds[f"application pool: {name}"] = [_dumps(trace.header), *map(_dumps, trace.events)]
     return seeds
 
 
