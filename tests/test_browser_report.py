@@ -15,6 +15,7 @@ import pytest
 from visual_traces import DSV4_RACE, HOSTILE_NAME, HOSTILE_SCRIPT, REPLAY_RACE, analysed, write_many_ops
 
 from streamrace.report import html
+from streamrace.trace import load_trace
 from streamrace.trace.builder import TraceBuilder
 
 pytestmark = pytest.mark.browser
@@ -113,13 +114,14 @@ def _streams_read_as_named(browser: Any) -> None:
     """The DSV4 race's lanes and finding show each stream by the program's name, its handle
     after it, dimmer and lighter: secondary."""
     names, handles = _texts(browser, ".lane-label .name"), _texts(browser, ".lane-label .handle")
-    assert names[:2] == ["main", "kv"] and handles[:2] == ["0x47fe4760", "0x47fb74d0"]
+    handle = {e["name"]: f"{e['stream']:#x}" for e in load_trace(DSV4_RACE).events if e["ev"] == "stream"}
+    assert names[:2] == ["main", "kv"] and handles[:2] == [handle["main"], handle["kv"]]
     style = "const s = getComputedStyle(document.querySelector(arguments[0])); return [s.color, s.fontWeight];"
     name_style = browser.execute_script(style, ".lane-label .name")
     handle_style = browser.execute_script(style, ".lane-label .handle")
     assert handle_style[0] != name_style[0] and int(handle_style[1]) < int(name_style[1])
     assert _texts(browser, ".finding .pair .name") == ["kv", "main"]
-    assert _texts(browser, ".finding .pair .handle") == ["0x47fb74d0", "0x47fe4760"]
+    assert _texts(browser, ".finding .pair .handle") == [handle["kv"], handle["main"]]
 
 
 def test_the_execution_view_shows_the_replay_that_races(browser: Any, tmp_path: Path) -> None:
