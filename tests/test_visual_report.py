@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import string
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -308,13 +309,13 @@ def test_kernel_symbols_are_demangled_in_the_html_and_perfetto_reports_by_one_cx
 ) -> None:
     item = analysed(_kernel_race(tmp_path))
     calls: list[list[str]] = []
-    run = subprocess.run
+    popen = subprocess.Popen
 
     def counted(args: list[str], **kwargs: Any) -> Any:
         calls.append(args)
-        return run(args, **kwargs)
+        return popen(args, **kwargs)
 
-    monkeypatch.setattr(demangle.subprocess, "run", counted)
+    monkeypatch.setattr(demangle.subprocess, "Popen", counted)
     data = page_data(html.render([item, item, analysed(TRACES / "extension_buggy.jsonl.gz")]))
     assert len(calls) == 1, "one c++filt for all the names of the report, not one per name"
     for trace in data["traces"]:
@@ -329,6 +330,29 @@ def test_kernel_symbols_are_demangled_in_the_html_and_perfetto_reports_by_one_cx
     for machine in ("json", "sarif"):
         report = render(item.result, machine)
         assert SLEEP_SYMBOL in report and SLEEP_SHOWN not in report
+
+
+def _demangling_bomb() -> str:
+    """A 255-character symbol whose back-references demangle to about 1.1 GB of text."""
+    digits = string.digits + string.ascii_uppercase
+
+    def substitution(n: int) -> str:
+        if n == 0:
+            return "S0_"
+        return "S" + "".join(reversed([digits[(n // 36**k) % 36] for k in range(3) if n >= 36**k])) + "_"
+
+    return "_Z1fSt4pairIiiE" + "".join(f"S_I{substitution(i)}{substitution(i)}E" for i in range(24))
+
+
+@needs_cxxfilt
+def test_a_name_that_demangles_past_the_bound_is_shown_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """c++filt's output is read up to MAX_DEMANGLED a name: a symbol that would demangle to a
+    gigabyte (back-references) costs that much and no more, and is shown raw."""
+    assert len(_demangling_bomb()) == 255
+    assert demangle.demangled([_demangling_bomb()]) == {}
+    assert demangle.demangled([SLEEP_SYMBOL]) == {SLEEP_SYMBOL: SLEEP_SHOWN}
+    monkeypatch.setattr(demangle, "MAX_DEMANGLED", len(SLEEP_SHOWN) - 1)
+    assert demangle.demangled([SLEEP_SYMBOL]) == {}
 
 
 def test_without_cxxfilt_or_with_a_hostile_name_kernel_names_stay_as_they_are(monkeypatch: pytest.MonkeyPatch) -> None:
