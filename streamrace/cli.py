@@ -326,8 +326,27 @@ def _check_inputs(traces: Sequence[str], output: str | None) -> None:
             raise UsageError(f"-o {output}: is the trace {display_name(trace)}; the report would overwrite its input")
 
 
+def _check_gate_files(args: argparse.Namespace, outputs: Sequence[str | None]) -> None:
+    """UsageError for an output that is the suppressions or the baseline file (through any
+    path to it): the report would replace what the gate reads."""
+    named = (("--suppressions", args.suppressions), ("--baseline", args.baseline))
+    gate = [(flag, path) for flag, path in named if path]
+    for output in outputs:
+        if not output or not os.path.exists(output):
+            continue
+        target = os.stat(output)
+        for flag, path in gate:
+            try:
+                found = os.stat(path)
+            except OSError:  # no such file: reading it says so
+                continue
+            if (found.st_dev, found.st_ino) == (target.st_dev, target.st_ino):
+                raise UsageError(f"{output}: is the {flag} file {path}; the report would overwrite it")
+
+
 def _run_analyze(args: argparse.Namespace) -> int:
     _check_inputs(args.traces, args.output)
+    _check_gate_files(args, [args.output])
     _check_source_roots(args)
     gate = _gate(args)
     analysed = _analyze_files(args.traces, args.source_root, drawn=args.format in DRAWN, jobs=args.jobs)
@@ -414,6 +433,7 @@ def _run_run(args: argparse.Namespace) -> int:
     for path in (args.output, args.json, args.sarif, args.html, args.perfetto):
         if path:
             _check_writable(path)
+    _check_gate_files(args, [args.output, args.json, args.sarif, args.html, args.perfetto])
     returncode, traces = record_program(command, args.capture_only)
     if args.output and traces:
         traces = keep_traces(traces, args.output)

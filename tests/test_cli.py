@@ -503,6 +503,27 @@ def test_output_over_an_input_trace_is_refused(
     assert trace.read_bytes() == before
 
 
+@pytest.mark.parametrize("flag", ["--baseline", "--suppressions"])
+def test_output_over_the_gate_s_own_file_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str
+) -> None:
+    """The baseline and the suppressions are inputs too: a report written over one would turn
+    the next gate into a failure to read it, silently."""
+    gate = tmp_path / ("base.json" if flag == "--baseline" else "s.toml")
+    if flag == "--baseline":
+        assert main(["analyze", str(BUNDLED), "--format", "json", "-o", str(gate)]) == 1
+    else:
+        gate.write_text('[[suppress]]\nsignature = "0123456789abcdef"\nreason = "kept to demonstrate"\n')
+    before = gate.read_bytes()
+    capsys.readouterr()
+    for output in (str(gate), f"{tmp_path}/./{gate.name}"):
+        assert main(["analyze", str(BUNDLED), flag, str(gate), "-o", output]) == 2
+        _, err = capsys.readouterr()
+        assert err == f"streamrace: error: {output}: is the {flag} file {gate}; the report would overwrite it\n"
+    assert gate.read_bytes() == before
+    assert main(["analyze", str(BUNDLED), flag, str(gate), "-o", str(tmp_path / "report.txt")]) in (0, 1)
+
+
 def test_output_over_the_file_standard_input_reads_is_refused(tmp_path: Path) -> None:
     trace, _ = _same_file_paths(tmp_path)
     before = trace.read_bytes()
