@@ -339,3 +339,8 @@ def test_a_deep_stack_shows_at_most_the_frame_limit(tmp_path: Path, depth: str) 
     shown = done.stdout.count("called from ")
     assert 0 < shown <= 3 * MAX_STACK_DEPTH  # the two accesses' stacks, the allocation's
     assert f"({frames + 1 - MAX_STACK_DEPTH:,} more frames)" in done.stdout
+    # SARIF keeps as many frames a stack (before, every frame was an object: MemoryError at 1M).
+    sarif = json.loads(streamrace("python", "analyze", "--format", "sarif", path).stdout)
+    stacks = sarif["runs"][0]["results"][0]["stacks"]
+    assert stacks and all(len(stack["frames"]) <= MAX_STACK_DEPTH for stack in stacks)
+    assert f"({frames + 1 - MAX_STACK_DEPTH:,} more frames)" in stacks[0]["message"]["text"]

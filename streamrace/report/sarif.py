@@ -119,10 +119,18 @@ def _location(
     return location
 
 
+# Frames of one SARIF stack: the text report's bound (a trace may hold million-frame stacks,
+# and every frame is an object of a few hundred bytes here).
+MAX_STACK_FRAMES = 1000
+
+
 def _stack(frames: Sequence[Sequence[Any]], message: str) -> dict[str, Any] | None:
-    """A SARIF stack, innermost frame first, as the trace records it."""
-    located = [_location(f"{f[0]}:{f[1]}", [f]) for f in frames if len(f) >= 2]
+    """A SARIF stack, innermost frame first, as the trace records it, up to MAX_STACK_FRAMES."""
+    shown = frames[:MAX_STACK_FRAMES]
+    located = [_location(f"{f[0]}:{f[1]}", [f]) for f in shown if len(f) >= 2]
     out = [{"location": loc} for loc in located if loc is not None]
+    if len(frames) > len(shown):
+        message += f" ({len(frames) - len(shown):,} more frames)"
     return {"message": {"text": _text(message)}, "frames": out} if out else None
 
 
