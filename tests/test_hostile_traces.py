@@ -316,6 +316,26 @@ def test_an_enormous_name_is_cut_and_says_so(tmp_path: Path, fmt: str) -> None:
     assert "q" * long in json.loads(whole.stdout)["findings"][0]["missing_edge"]
 
 
+@pytest.mark.parametrize("fmt", ["text", "html"])
+def test_an_enormous_name_of_short_words_is_cut_too(tmp_path: Path, fmt: str) -> None:
+    """A 2,000,000-character stream and op name made of short words (no word to cut): each text
+    is cut at MAX_TEXT, so the report is the report's size, not the names' (before: 24 s, 50 MB)."""
+    from streamrace.report.escape import MAX_TEXT
+
+    words = 1_000_000
+    tb = TraceBuilder()
+    main, side = tb.stream("a " * words), tb.stream("side")
+    x = tb.alloc(4096, main, at="m.py:1")
+    tb.op("aten::" + "b " * words, main, writes=[tb.span(x, 4096)], at="m.py:2")
+    tb.op("aten::sum", side, reads=[tb.span(x, 4096)], at="m.py:3")
+    path = tmp_path / "t.jsonl"
+    tb.write(str(path))
+    done = streamrace("python", "analyze", "--format", fmt, path)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "more characters)" in done.stdout.replace("\u2026", "…")
+    assert "a " * MAX_TEXT not in done.stdout and len(done.stdout) < 2_000_000
+
+
 # -- deep stacks ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("depth", ["1000000", "all"])
 def test_a_deep_stack_shows_at_most_the_frame_limit(tmp_path: Path, depth: str) -> None:

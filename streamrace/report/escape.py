@@ -59,11 +59,24 @@ def _cut(match: re.Match[str]) -> str:
     return f"{kept}…{closing} ({len(word) - MAX_WORD:,} more characters)"
 
 
+# A whole text (a message, a fix, a name with spaces in it) longer than this is cut as well: a
+# trace's 4 MB name of short words would otherwise be wrapped and drawn whole.
+MAX_TEXT = 20_000
+
+
 def shown(text: str) -> str:
     """``text`` as a report for people shows it: escaped (``for_terminal``), each word of
-    more than MAX_WORD characters cut to that many, ``…`` and the count of the rest after it."""
+    more than MAX_WORD characters cut to that many, ``…`` and the count of the rest after it,
+    and the whole cut likewise past MAX_TEXT characters."""
     text = for_terminal(text)
-    return _LONG_WORD.sub(_cut, text) if len(text) > MAX_WORD else text
+    if len(text) <= MAX_WORD:
+        return text
+    text = _LONG_WORD.sub(_cut, text)
+    if len(text) > MAX_TEXT:
+        kept = text[:MAX_TEXT]
+        closing = "`" if kept.count("`") % 2 else ""
+        text = f"{kept}…{closing} ({len(text) - MAX_TEXT:,} more characters)"
+    return text
 
 
 def printable_strings(data: Any, keep: frozenset[str] = frozenset(), cut: bool = False) -> Any:
