@@ -304,6 +304,8 @@ def _line_taker(checker: _Checker, header: dict[str, Any]) -> Callable[[bytes], 
     def take(line: bytes) -> dict[str, Any] | None:
         if len(line) > MAX_LINE_BYTES:  # before parsing: the cut start of a line may be JSON
             _check_length(line)
+        if not line or line.isspace():  # a blank line holds no event (the reference path's rule, cheaply)
+            return None
         try:
             event = loads(line)
             fast = checks[event["ev"]](event)
