@@ -99,3 +99,25 @@ def test_diff_text_is_wrapped_at_100_columns(capsys):
         "the freed block: 16,384 bytes requested, 16,384 rounded, small pool; stream main, user pool (0, 1);" in joined
     )
     assert joined.endswith("1 persisted (1 with its aliasing flipped); no finding in B that A lacks")
+
+
+def test_diff_text_cuts_an_enormous_name_as_analyze_does(tmp_path, capsys):
+    """A 1,000,000-character stream name (no space) in both traces: the diff shows 500
+    characters of it and how many more, as the text report does, not megabytes of it."""
+    from streamrace.trace.builder import TraceBuilder
+
+    paths = []
+    for name in ("a", "b"):
+        tb = TraceBuilder()
+        main_s, side = tb.stream("q" * 1_000_000), tb.stream("side")
+        x = tb.alloc(4096, main_s, at="m.py:1")
+        tb.op("aten::fill_", main_s, writes=[tb.span(x, 4096)], at="m.py:2")
+        tb.op("aten::sum", side, reads=[tb.span(x, 4096)], at="m.py:3")
+        path = tmp_path / f"{name}.jsonl"
+        tb.write(str(path))
+        paths.append(str(path))
+    capsys.readouterr()
+    assert main(["diff", *paths]) == 0
+    text = capsys.readouterr().out
+    assert "q" * 500 + "… (999,500 more characters)" in " ".join(text.split()) and "q" * 501 not in text
+    assert len(text) < 100_000

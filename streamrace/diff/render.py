@@ -11,7 +11,7 @@ from typing import Any
 from streamrace import __version__
 from streamrace.analysis import Note
 from streamrace.diff import ABSENT, APPEARED, DISAPPEARED, MANIFEST, PERSISTED, DiffEntry
-from streamrace.report.escape import for_terminal
+from streamrace.report.escape import shown
 from streamrace.report.json_report import to_json
 from streamrace.report.options import WIDTH
 from streamrace.report.text import _pool as pool_name
@@ -95,9 +95,10 @@ def render_text(a: str, b: str, entries: Sequence[DiffEntry], notes: Mapping[str
 
 
 def _wrapped(text: str, indent: str, hang: str) -> list[str]:
-    """``text`` escaped (before wrapping: an escape widens it), then wrapped at WIDTH at spaces."""
+    """``text`` escaped (before wrapping: an escape widens it) and long words and texts cut
+    as the analysis reports cut them (``shown``), then wrapped at WIDTH at spaces."""
     return textwrap.wrap(
-        for_terminal(text),
+        shown(text),
         WIDTH,
         initial_indent=indent,
         subsequent_indent=hang,
