@@ -1,8 +1,10 @@
 """Suppressions and baselines: accept known findings, so that a CI gate fails only on new ones.
 
 A **suppressions file** (TOML, docs/ci.md) lists accepted findings, each by its ``signature``
-or by a ``location`` (``file:line``) in either of its accesses' stacks (the innermost frame
-or any caller), optionally narrowed to one
+or by a ``location`` (``file:line``) in any stack the finding shows: its accesses' (the
+innermost frame or any caller), its allocation's and its free's. A location is read as the
+report prints it: ``./``, a path through the working directory and a `` via helper`` suffix
+are taken off. Optionally narrowed to one
 ``kind``, and each with a ``reason``::
 
     [[suppress]]
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import posixpath
 import re
 import sys
 from collections.abc import Iterable, Sequence
@@ -65,7 +69,10 @@ class Suppression:
             return False
         if self.signature is not None:
             return finding.signature == self.signature
-        return any(self.location in _locations(access) for access in finding.accesses)
+        if any(self.location in _locations(access) for access in finding.accesses):
+            return True
+        alloc = finding.allocation
+        return alloc is not None and self.location in _frames(alloc.alloc_stack, alloc.free_stack)
 
     def describe(self) -> str:
         """``suppression 2 (location model.py:14)``: how messages name the entry."""
@@ -81,10 +88,29 @@ def _locations(access: Access) -> set[str]:
     stacks = [access.stack]
     if access.captured:
         stacks.append(access.captured.get("stack") or [])
-    found = {f"{frame[0]}:{frame[1]}" for stack in stacks for frame in stack if len(frame) >= 2}
+    found = _frames(*stacks)
     if access.location:
         found.add(access.location)
     return found
+
+
+def _frames(*stacks: list[list[Any]]) -> set[str]:
+    return {f"{frame[0]}:{frame[1]}" for stack in stacks for frame in stack if len(frame) >= 2}
+
+
+def _as_reported(location: str) -> str:
+    """A location as reports print it (and traces record it): ``model.py:115`` from
+    ``./model.py:115``, from ``model.py:115 via rms_norm`` (a shared helper's caller, as the
+    report shows it) and from a path through the working directory."""
+    location = location.strip()
+    location = re.sub(r" via \S+$", "", location)
+    file, _, line = location.rpartition(":")
+    if os.path.isabs(file):
+        inside = os.path.relpath(file, os.getcwd())
+        if not inside.startswith(os.pardir):
+            file = inside
+    file = posixpath.normpath(file.replace(os.sep, "/")) if file else file
+    return f"{file}:{line}"
 
 
 @dataclass(frozen=True)
@@ -203,8 +229,10 @@ def _entry(path: str, number: int, entry: dict[str, Any]) -> Suppression:
         raise bad("give exactly one of 'signature' or 'location'")
     if signature is not None and not _SIGNATURE.fullmatch(signature):
         raise bad(f"signature {signature!r} is not 16 lowercase hex digits, as reports print it")
-    if location is not None and not _LOCATION.fullmatch(location):
-        raise bad(f"location {location!r} is not 'file:line'")
+    if location is not None:
+        location = _as_reported(location)
+        if not _LOCATION.fullmatch(location):
+            raise bad(f"location {entry['location']!r} is not 'file:line'")
     if kind is not None and kind not in KINDS:
         raise bad(f"kind {kind!r} is not one of {', '.join(KINDS)}")
     return Suppression(number, reason, signature, location, kind)

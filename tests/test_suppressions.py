@@ -69,6 +69,32 @@ def test_a_location_of_a_caller_frame_suppresses(tmp_path, race, capsys, frame):
     assert "1 suppressed" in out and "matched no finding" not in err
 
 
+@pytest.mark.parametrize(
+    "written",
+    [
+        "./examples/dsv4_mini_decode.py:115",  # as a shell completes it
+        str(REPO / "examples/dsv4_mini_decode.py") + ":115",  # a path through the working directory
+        "examples/dsv4_mini_decode.py:115 via rms_norm",  # as the report prints it
+    ],
+)
+def test_a_location_is_read_as_the_report_prints_it(tmp_path, race, capsys, written):
+    rules = _toml(tmp_path, f'[[suppress]]\nlocation = "{written}"\nreason = "tracked in #12"\n')
+    assert main(["analyze", RACE, "--suppressions", rules]) == 0
+    out, err = capsys.readouterr()
+    assert "1 suppressed" in out and "matched no finding" not in err
+
+
+@pytest.mark.parametrize("site", ["alloc", "free"])
+def test_the_allocation_and_the_free_the_message_names_suppress(tmp_path, race, capsys, site):
+    """The message begins with where the block was allocated and freed: those lines are in
+    stacks the finding shows too."""
+    location = race.allocation.alloc_location if site == "alloc" else race.allocation.free_location
+    assert location in race.message
+    rules = _toml(tmp_path, f'[[suppress]]\nlocation = "{location}"\nreason = "tracked in #12"\n')
+    assert main(["analyze", RACE, "--suppressions", rules]) == 0
+    assert "1 suppressed" in capsys.readouterr().out
+
+
 def test_the_via_line_the_message_names_suppresses(tmp_path, race, capsys):
     assert race.accesses[0].site == "examples/dsv4_mini_decode.py:115", "the helper's caller"
     assert f"({race.accesses[0].site} via rms_norm)" in race.message
