@@ -18,7 +18,7 @@ from streamrace.analysis import analyze
 from streamrace.cli import main
 from streamrace.report import ReportOptions, TraceResult, html, perfetto, sarif, text
 from streamrace.report.escape import for_markdown, for_terminal
-from streamrace.report.sources import MAX_FILE_BYTES, SourceLines
+from streamrace.report.sources import MAX_FILE_BYTES, MAX_PATH_CHARS, SourceLines
 from streamrace.trace.builder import TraceBuilder
 
 REPO = Path(__file__).resolve().parent.parent
@@ -91,6 +91,21 @@ def test_source_lines_come_only_from_regular_files_under_the_roots(tmp_path: Pat
     (root / "sub" / "model.py").write_text("z = 3\n")
     assert lines.get("model.py", 1, workdir=str(root / "sub")) == "z = 3"
     assert lines.get("secret.py", 1, workdir=str(outside)) is None, "a workdir outside the roots is no root"
+
+
+def test_a_path_longer_than_any_file_system_takes_is_not_resolved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A frame path of a million parts (a hostile trace's) is no file: it is refused before
+    realpath, which would stat each part (30 s for a 1 MB path)."""
+    lines = SourceLines([str(tmp_path)])
+    resolved: list[str] = []
+    realpath = os.path.realpath
+    monkeypatch.setattr(os.path, "realpath", lambda p: resolved.append(p) or realpath(p))
+    assert lines.get("d/" * (MAX_PATH_CHARS // 2) + "x.py", 1) is None
+    assert resolved == []
+    (tmp_path / "x.py").write_text("x = 1\n")
+    assert lines.get("x.py", 1) == "x = 1" and resolved, "an ordinary path is resolved as before"
 
 
 def test_source_root_flag_picks_where_lines_are_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,6 +23,9 @@ import os
 import stat
 from collections.abc import Callable, Mapping, Sequence
 
+# The longest frame path looked up (Linux's PATH_MAX): a trace's megabyte path of a million
+# parts would cost a stat for each part, in realpath, before failing.
+MAX_PATH_CHARS = 4096
 MAX_FILE_BYTES = 4 << 20  # a source file larger than this is not a source file
 MAX_TOTAL_BYTES = 64 << 20  # all files of one report: a trace naming thousands reads no more
 MAX_LINE_CHARS = 400  # the text shown of one line
@@ -58,6 +61,8 @@ class SourceLines:
         return [os.path.join(base, path) for base in (*bases, *self._roots)]
 
     def _open(self, path: str, workdir: str | None) -> list[str] | None:
+        if len(path) > MAX_PATH_CHARS:  # no file system takes it; resolving it costs a stat a part
+            return None
         for candidate in self._candidates(path, workdir):
             try:  # ValueError: a name the file system cannot take (a lone surrogate, a NUL)
                 real = os.path.realpath(candidate)
