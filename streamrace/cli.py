@@ -322,7 +322,7 @@ def _check_inputs(traces: Sequence[str], output: str | None) -> None:
             found = os.fstat(sys.stdin.fileno()) if trace == STDIN else os.stat(trace)
         except (OSError, ValueError):  # no such trace (its reading says so), or no stdin
             continue
-        if (found.st_dev, found.st_ino) == (target.st_dev, target.st_ino):
+        if os.path.samestat(found, target):
             raise UsageError(f"-o {output}: is the trace {display_name(trace)}; the report would overwrite its input")
 
 
@@ -340,7 +340,7 @@ def _check_gate_files(args: argparse.Namespace, outputs: Sequence[str | None]) -
                 found = os.stat(path)
             except OSError:  # no such file: reading it says so
                 continue
-            if (found.st_dev, found.st_ino) == (target.st_dev, target.st_ino):
+            if os.path.samestat(found, target):
                 raise UsageError(f"{output}: is the {flag} file {path}; the report would overwrite it")
 
 

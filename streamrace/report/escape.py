@@ -51,12 +51,16 @@ MAX_WORD = 500
 _LONG_WORD = re.compile(rf"[^ ]{{{MAX_WORD + 1},}}")
 
 
-def _cut(match: re.Match[str]) -> str:
-    word = match.group()
-    kept = word[:MAX_WORD]
+def _cut_to(text: str, limit: int) -> str:
+    """``text``'s first ``limit`` characters, ``…`` and how many more there are."""
+    kept = text[:limit]
     # A backtick cut off would leave a code span open to the end of the paragraph.
     closing = "`" if kept.count("`") % 2 else ""
-    return f"{kept}…{closing} ({len(word) - MAX_WORD:,} more characters)"
+    return f"{kept}…{closing} ({len(text) - limit:,} more characters)"
+
+
+def _cut(match: re.Match[str]) -> str:
+    return _cut_to(match.group(), MAX_WORD)
 
 
 # A whole text (a message, a fix, a name with spaces in it) longer than this is cut as well: a
@@ -72,11 +76,7 @@ def shown(text: str) -> str:
     if len(text) <= MAX_WORD:
         return text
     text = _LONG_WORD.sub(_cut, text)
-    if len(text) > MAX_TEXT:
-        kept = text[:MAX_TEXT]
-        closing = "`" if kept.count("`") % 2 else ""
-        text = f"{kept}…{closing} ({len(text) - MAX_TEXT:,} more characters)"
-    return text
+    return _cut_to(text, MAX_TEXT) if len(text) > MAX_TEXT else text
 
 
 def printable_strings(data: Any, keep: frozenset[str] = frozenset(), cut: bool = False) -> Any:
