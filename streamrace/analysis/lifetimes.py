@@ -46,6 +46,16 @@ class Lifetime:
     def end(self) -> int:
         return self.addr + self.size
 
+    @classmethod
+    def of_events(
+        cls, alloc: Mapping[str, Any], free: Mapping[str, Any] | None = None, device: int | None = None
+    ) -> Lifetime:
+        """A lifetime made from its events alone (for a check outside the engines, to describe
+        a block): ``device`` defaults to the alloc's."""
+        if device is None:
+            device = alloc.get("device") or 0
+        return cls(0, alloc["addr"], alloc["size"], alloc["stream"], device, dict(alloc), dict(free) if free else None)
+
 
 class Lifetimes:
     """The live blocks of every device, sorted by address (``SortedBlocks``: no quadratic path

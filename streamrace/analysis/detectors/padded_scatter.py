@@ -121,12 +121,7 @@ class PaddedScatterDetector(Detector[PaddedScatter]):
             f"each step (`torch.where(torch.arange({size}, device={index}.device) < n_real, {index}, reserved)`), "
             "as serving engines guard their padded batches" + ("" if named else f"; `{index}` is {tensor}")
         )
-        allocation = None
-        if found.alloc is not None:
-            alloc = found.alloc
-            allocation = describer.allocation(
-                Lifetime(0, alloc["addr"], alloc["size"], alloc["stream"], alloc.get("device") or 0, dict(alloc))
-            )
+        allocation = describer.allocation(Lifetime.of_events(found.alloc)) if found.alloc is not None else None
         return Finding(
             kind=KIND,
             hazard=None,
@@ -171,7 +166,7 @@ def _index_variable(describer: Describer, alloc: Mapping[str, Any] | None) -> st
     """The program's name of the index tensor, where its source line says it."""
     if alloc is None:
         return None
-    named = describer.tensor(Lifetime(0, alloc["addr"], alloc["size"], alloc["stream"], 0, dict(alloc)))
+    named = describer.tensor(Lifetime.of_events(alloc))
     return named[0] if named is not None else None
 
 

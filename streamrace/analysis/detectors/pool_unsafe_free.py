@@ -54,17 +54,12 @@ class AppPoolPass:
         from streamrace.analysis.app_pools import AppPoolCheck  # loads only for traces that need it
 
         self.check = AppPoolCheck()
-        self._pairs: set[tuple[int, int]] = set()  # (pending use, racer) seqs of manifest ones
+        self._pairs: set[tuple[int, int]] | None = None  # (pending use, racer) seqs of manifest ones
 
     def observe(self, events: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
         return self.check.observe(events)
 
     def detections(self, results: EngineResults) -> list[object]:
-        self._pairs = {
-            (found.pending.event["seq"], found.racer.event["seq"])
-            for found in self.check.found
-            if found.racer is not None
-        }
         return list(self.check.found)
 
     def explains(self, detection: object) -> bool:
@@ -73,6 +68,10 @@ class AppPoolPass:
         earlier, later = getattr(detection, "earlier", None), getattr(detection, "later", None)
         if earlier is None or later is None:
             return False
+        if self._pairs is None:  # once the events are all seen
+            self._pairs = {
+                (f.pending.event["seq"], f.racer.event["seq"]) for f in self.check.found if f.racer is not None
+            }
         return (_seq(earlier), _seq(later)) in self._pairs
 
 
@@ -123,19 +122,10 @@ class PoolUnsafeFreeDetector(Detector[PoolUnsafeFree]):
         else:
             message += f"; {pool} can give it to the next owner's work on {free.stream_label} at once"
         join = join_code(free, use)
-        lifetime = Lifetime(
-            0,
-            found.alloc["addr"],
-            found.alloc["size"],
-            found.alloc["stream"],
-            found.device,
-            dict(found.alloc),
-            dict(found.free),
-        )
+        lifetime = Lifetime.of_events(found.alloc, found.free, found.device)
         reuse = None
         if found.racer is not None and found.reused is not None:
-            again = found.reused
-            reuse = (second, Lifetime(0, again["addr"], again["size"], again["stream"], found.device, dict(again)))
+            reuse = (second, Lifetime.of_events(found.reused, device=found.device))
         return Finding(
             kind=KIND,
             hazard="WAW" if found.pending.write else "WAR",
