@@ -17,15 +17,15 @@ uses of their own. Over the events alone, so both engines give the same findings
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamrace.analysis.clocks import EAGER, HappensBefore, ordered_before
+from streamrace.analysis.clocks import EAGER, ordered_before
 from streamrace.analysis.detectors.pool_unsafe_free import PoolUnsafeFree, PoolUse
+from streamrace.analysis.event_order import ORDER_HANDLERS, EventOrderCheck
 from streamrace.analysis.ranges import normalize
 from streamrace.analysis.sorted_blocks import SortedBlocks
-from streamrace.analysis.stream_devices import StreamDevices
 
 
 @dataclass(eq=False)
@@ -42,29 +42,18 @@ class _Range:
     detection: PoolUnsafeFree | None = None
 
 
-class AppPoolCheck:
+class AppPoolCheck(EventOrderCheck):
     """Fed every event in order; ``found`` holds the detections."""
 
     def __init__(self) -> None:
-        self._hb = HappensBefore()
-        self._devices = StreamDevices()
+        super().__init__()
         self._live: dict[int, SortedBlocks[_Range]] = {}  # device -> ranges given out
         self._freed: dict[int, SortedBlocks[_Range]] = {}  # device -> unsafely freed, still pending
         self._capturing: dict[int, list[tuple[int, Mapping[str, Any]]]] = {}  # graph -> (device, captured op)
         self._programs: dict[int, list[tuple[int, Mapping[str, Any]]]] = {}
         self.found: list[PoolUnsafeFree] = []
 
-    def observe(self, events: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
-        for ev in events:
-            handler = _HANDLERS.get(ev["ev"])
-            if handler is not None:
-                handler(self, ev)
-            yield ev
-
-    # -- order ---------------------------------------------------------------------------------
-    def _stream(self, ev: Mapping[str, Any]) -> None:
-        self._devices.declare(ev)
-
+    # -- captures ------------------------------------------------------------------------------
     def _capture_begin(self, ev: Mapping[str, Any]) -> None:
         self._devices.capture_begin(ev)
         self._programs.pop(ev["graph"], None)
@@ -178,15 +167,6 @@ class AppPoolCheck:
         found = live.ending_after(hi, lo) if live is not None else []
         return found[0].alloc if found else None
 
-    def _record(self, ev: Mapping[str, Any]) -> None:
-        self._hb.record(ev["event"], ev["stream"])
-
-    def _wait(self, ev: Mapping[str, Any]) -> None:
-        self._hb.wait(ev["event"], ev["stream"])
-
-    def _forget(self, ev: Mapping[str, Any]) -> None:
-        self._hb.forget(ev["event"])
-
     def _stream_sync(self, ev: Mapping[str, Any]) -> None:
         self._hb.stream_sync(ev["stream"])
 
@@ -206,16 +186,12 @@ def _spans(ev: Mapping[str, Any]) -> Iterator[tuple[tuple[int, int], bool]]:
                 yield (rng.lo, rng.hi), write
 
 
-_HANDLERS = {
-    "stream": AppPoolCheck._stream,
+AppPoolCheck.HANDLERS = {
+    **ORDER_HANDLERS,
     "capture_begin": AppPoolCheck._capture_begin,
     "capture_end": AppPoolCheck._capture_end,
     "graph_reset": AppPoolCheck._gone,
     "graph_destroy": AppPoolCheck._gone,
-    "event_record": AppPoolCheck._record,
-    "event_wait": AppPoolCheck._wait,
-    "event_create": AppPoolCheck._forget,
-    "event_delete": AppPoolCheck._forget,
     "stream_sync": AppPoolCheck._stream_sync,
     "event_sync": AppPoolCheck._event_sync,
     "device_sync": AppPoolCheck._device_sync,

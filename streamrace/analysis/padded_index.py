@@ -32,15 +32,15 @@ nothing), and a write's span counts as written: the check may miss, never make u
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamrace.analysis.clocks import EAGER, HappensBefore
+from streamrace.analysis.clocks import EAGER
 from streamrace.analysis.detectors.padded_scatter import PaddedScatter
+from streamrace.analysis.event_order import ORDER_HANDLERS, EventOrderCheck
 from streamrace.analysis.ranges import normalize
 from streamrace.analysis.sorted_blocks import SortedBlocks
-from streamrace.analysis.stream_devices import StreamDevices
 
 Span = tuple[int, int, int]  # (device, lo, hi)
 
@@ -108,29 +108,18 @@ class _Program:
     merged: dict[int, list[list[int]]] = field(default_factory=dict)  # device -> merged writes
 
 
-class PaddedIndexCheck:
+class PaddedIndexCheck(EventOrderCheck):
     """Fed every event in order; ``found`` holds the detections."""
 
     def __init__(self) -> None:
-        self._hb = HappensBefore()  # the capture membership of streams, as the engines have it
-        self._devices = StreamDevices()
+        super().__init__()
         self._live: dict[int, SortedBlocks[_Block]] = {}  # device -> live blocks
         self._capturing: dict[int, _Program] = {}
         self._programs: dict[int, _Program] = {}  # graph -> its program's index facts
         self._watched: dict[Span, _Span] = {}  # index spans of the captures and programs
         self.found: list[PaddedScatter] = []
 
-    def observe(self, events: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
-        for ev in events:
-            handler = _HANDLERS.get(ev["ev"])
-            if handler is not None:
-                handler(self, ev)
-            yield ev
-
     # -- streams and captures ------------------------------------------------------------------
-    def _stream(self, ev: Mapping[str, Any]) -> None:
-        self._devices.declare(ev)
-
     def _capture_begin(self, ev: Mapping[str, Any]) -> None:
         graph = ev["graph"]
         self._devices.capture_begin(ev)
@@ -170,15 +159,6 @@ class PaddedIndexCheck:
         watched.graphs.discard(graph)
         if not watched.graphs:
             del self._watched[span]
-
-    def _record(self, ev: Mapping[str, Any]) -> None:
-        self._hb.record(ev["event"], ev["stream"])
-
-    def _wait(self, ev: Mapping[str, Any]) -> None:
-        self._hb.wait(ev["event"], ev["stream"])
-
-    def _forget(self, ev: Mapping[str, Any]) -> None:
-        self._hb.forget(ev["event"])
 
     # -- memory --------------------------------------------------------------------------------
     def _alloc(self, ev: Mapping[str, Any]) -> None:
@@ -305,16 +285,12 @@ def _rows(raw: Mapping[str, Any], refreshed: int) -> tuple[int, int] | None:
     return refreshed // row, shape[0]
 
 
-_HANDLERS = {
-    "stream": PaddedIndexCheck._stream,
+PaddedIndexCheck.HANDLERS = {
+    **ORDER_HANDLERS,
     "capture_begin": PaddedIndexCheck._capture_begin,
     "capture_end": PaddedIndexCheck._capture_end,
     "graph_reset": PaddedIndexCheck._gone,
     "graph_destroy": PaddedIndexCheck._gone,
-    "event_record": PaddedIndexCheck._record,
-    "event_wait": PaddedIndexCheck._wait,
-    "event_create": PaddedIndexCheck._forget,
-    "event_delete": PaddedIndexCheck._forget,
     "alloc": PaddedIndexCheck._alloc,
     "free": PaddedIndexCheck._free,
     "op": PaddedIndexCheck._op,
