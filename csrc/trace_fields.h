@@ -22,6 +22,9 @@
     X(nodes) \
     X(inferred) \
     X(index) \
+    X(host_reads) \
+    X(host_writes) \
+    X(host_blocking) \
     X(event) \
     X(id) \
     X(frames) \
@@ -61,4 +64,7 @@
     X(recorder_error) \
     X(library_call) \
     X(pool_alloc) \
-    X(pool_free)
+    X(pool_free) \
+    X(host_alloc) \
+    X(host_free) \
+    X(host_op)

@@ -124,6 +124,9 @@ class OpEvent(_OpEventRequired, total=False):
     nodes: list[int] | None
     inferred: bool | None
     index: list[ByteRange] | None  # since 1.2
+    host_reads: list[ByteRange] | None  # since 1.5
+    host_writes: list[ByteRange] | None  # since 1.5
+    host_blocking: bool | None  # since 1.5
 
 
 class _EventCreateEventRequired(TypedDict):
@@ -335,6 +338,47 @@ class PoolFreeEvent(_PoolFreeEventRequired, total=False):
     stack: int | None
 
 
+class _HostAllocEventRequired(TypedDict):
+    seq: int
+    ev: Literal["host_alloc"]
+    addr: int
+    size: int
+    stream: int
+
+
+class HostAllocEvent(_HostAllocEventRequired, total=False):
+    """``host_alloc`` (since 1.5)."""
+
+    device: int | None
+    stack: int | None
+
+
+class _HostFreeEventRequired(TypedDict):
+    seq: int
+    ev: Literal["host_free"]
+    addr: int
+
+
+class HostFreeEvent(_HostFreeEventRequired, total=False):
+    """``host_free`` (since 1.5)."""
+
+    stack: int | None
+
+
+class _HostOpEventRequired(TypedDict):
+    seq: int
+    ev: Literal["host_op"]
+    op: str
+    reads: list[ByteRange]
+    writes: list[ByteRange]
+
+
+class HostOpEvent(_HostOpEventRequired, total=False):
+    """``host_op`` (since 1.5)."""
+
+    stack: int | None
+
+
 Event = (
     StreamEvent
     | CaptureBeginEvent
@@ -360,6 +404,9 @@ Event = (
     | LibraryCallEvent
     | PoolAllocEvent
     | PoolFreeEvent
+    | HostAllocEvent
+    | HostFreeEvent
+    | HostOpEvent
 )
 
 KIND_RECORDS: dict[str, type] = {
@@ -387,4 +434,7 @@ KIND_RECORDS: dict[str, type] = {
     "library_call": LibraryCallEvent,
     "pool_alloc": PoolAllocEvent,
     "pool_free": PoolFreeEvent,
+    "host_alloc": HostAllocEvent,
+    "host_free": HostFreeEvent,
+    "host_op": HostOpEvent,
 }

@@ -19,8 +19,11 @@ from streamrace.analysis.describe import Describer, Suggestion
 from streamrace.analysis.detectors import (
     data_race,
     graph_input_freed,
+    graph_pinned_freed,
     model_disagreement,
     padded_scatter,
+    pinned_read_before_copy,
+    pinned_write_during_copy,
     pool_unsafe_free,
     record_stream_noop,
     stale_read,
@@ -37,6 +40,9 @@ DETECTORS: tuple[Detector[Any], ...] = (
     record_stream_noop.DETECTOR,
     padded_scatter.DETECTOR,
     pool_unsafe_free.DETECTOR,
+    pinned_write_during_copy.DETECTOR,
+    pinned_read_before_copy.DETECTOR,
+    graph_pinned_freed.DETECTOR,
     model_disagreement.DETECTOR,
 )
 
@@ -48,6 +54,9 @@ RECORD_STREAM_NOOP = record_stream_noop.KIND
 MODEL_DISAGREEMENT = model_disagreement.KIND
 PADDED_SCATTER = padded_scatter.KIND
 POOL_UNSAFE_FREE = pool_unsafe_free.KIND
+PINNED_WRITE_DURING_COPY = pinned_write_during_copy.KIND
+PINNED_READ_BEFORE_COPY = pinned_read_before_copy.KIND
+GRAPH_PINNED_FREED = graph_pinned_freed.KIND
 
 KINDS: tuple[str, ...] = tuple(d.kind for d in DETECTORS)
 
