@@ -113,7 +113,8 @@ def describe_host_race(kind: str, found: Any, describer: Describer) -> Finding:
         fix = (
             f"record an event after the copy{at(use)} on {use.stream_label} (`done = torch.cuda.Event(); "
             f"done.record()`) and call `done.synchronize()` before the host "
-            f"{'writes' if found.host_write else 'reads'} the buffer{at(host)}; or `torch.cuda.current_stream().synchronize()` there"
+            f"{'writes' if found.host_write else 'reads'} the buffer{at(host)}; or "
+            "`torch.cuda.current_stream().synchronize()` there"
         )
         code = "done.synchronize()"
     else:
