@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -147,11 +148,31 @@ class FakeCuda:
         self.driver = graph_readback.Driver.at(addresses)
         self.graphs = graph_readback.GraphReadback(self.driver)
         self.native_current_stream = self.current_stream
+        self._pinned: set[int] = set()  # storages of the fake host memory (pinned)
 
     # -- what the recorder asks (CudaRuntime's interface) -----------------------------------
-    @staticmethod
-    def is_recorded_tensor(value: Any) -> bool:
-        return isinstance(value, torch.Tensor) and value.device.type == "cpu"
+    def is_recorded_tensor(self, value: Any) -> bool:
+        return isinstance(value, torch.Tensor) and value.device.type == "cpu" and not self.is_host_tensor(value)
+
+    def is_host_tensor(self, value: Any) -> bool:
+        """The fake's host memory: CPU tensors over storages ``pinned`` made (device memory is
+        every other CPU tensor)."""
+        return (
+            isinstance(value, torch.Tensor)
+            and value.device.type == "cpu"
+            and value.untyped_storage().data_ptr() in self._pinned
+        )
+
+    def is_pinned(self, tensor: torch.Tensor) -> bool:
+        return self.is_host_tensor(tensor)
+
+    def pinned(self, numel: int) -> torch.Tensor:
+        """A tensor of pinned host memory (float32): its storage is the host's while it lives."""
+        t = torch.zeros(numel)
+        start = t.untyped_storage().data_ptr()
+        self._pinned.add(start)
+        weakref.finalize(t.untyped_storage(), self._pinned.discard, start)
+        return t
 
     @staticmethod
     def tensor_device(tensor: torch.Tensor) -> int:

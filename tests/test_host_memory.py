@@ -263,3 +263,89 @@ def test_engines_agree_on_every_seed():
             with core(engine_name):
                 answers.append([f.to_dict() for f in analyze(made()).findings])
         assert all(a == answers[0] for a in answers), name
+
+
+torch = pytest.importorskip("torch")
+
+
+def _record(program):
+    from fake_cuda import FakeCuda, Kernels
+
+    from streamrace.record.recorder import Recorder
+    from streamrace.record.traces import build_trace
+
+    fake = FakeCuda()
+    with Kernels(fake):
+        recorder = Recorder(hooks="python", runtime=fake)
+        recorder.start()
+        try:
+            program(fake)
+        finally:
+            recorder.stop()
+    assert recorder.errors == []
+    return build_trace(recorder)
+
+
+def test_the_python_hooks_record_pinned_memory_where_the_program_touched_it():
+    """On the fake CUDA: the pinned block is seen at its first copy (host_alloc, with the line),
+    the H2D copy carries its host bytes, the host's fill_ and item are host_ops, the free is
+    the storage's death; the analysis finds M1 and M2 from them."""
+    main = 0x1000
+    held = {}
+
+    def program(fake):
+        with fake.on(main):
+            dev = fake.alloc()
+            staging = fake.pinned(16)
+            dev[:16].copy_(staging, non_blocking=True)  # H2D, pending
+            staging.fill_(1.0)  # the host rewrites it: M1
+            out = fake.pinned(16)
+            out.copy_(dev[:16], non_blocking=True)  # D2H, pending
+            out[3].item()  # the host reads it: M2
+            dev[:16].copy_(staging)  # a blocking copy: the host waits
+            staging.fill_(2.0)  # after a blocking copy: fine
+            held["addr"] = staging.untyped_storage().data_ptr()
+            held["out"] = out.untyped_storage().data_ptr()
+            del staging
+            del out
+
+    trace = _record(program)
+    assert trace.header["host_memory"] is True
+    kinds = [
+        (e["ev"], e.get("op"))
+        for e in trace.events
+        if e["ev"].startswith("host_") or e.get("host_reads") or e.get("host_writes")
+    ]
+    assert kinds == [
+        ("host_alloc", None),
+        ("op", "aten::copy_"),
+        ("host_op", "aten::fill_.Scalar"),
+        ("host_alloc", None),
+        ("op", "aten::copy_"),
+        ("host_op", "aten::_local_scalar_dense"),
+        ("op", "aten::copy_"),
+        ("host_op", "aten::fill_.Scalar"),
+        ("host_free", None),
+        ("host_free", None),
+    ]
+    alloc = next(e for e in trace.events if e["ev"] == "host_alloc")
+    assert alloc["addr"] == held["addr"] and alloc["size"] == 64 and alloc["stream"] == main
+    frees = [e for e in trace.events if e["ev"] == "host_free"]
+    assert [e["addr"] for e in frees] == [held["addr"], held["out"]]
+    blocking = [e.get("host_blocking") for e in trace.events if e.get("op") == "aten::copy_"]
+    assert blocking == [None, None, True]
+    assert sorted(f.kind for f in analyze(trace).findings) == [PINNED_READ_BEFORE_COPY, PINNED_WRITE_DURING_COPY]
+
+
+def test_the_recorder_leaves_pinned_memory_alone_with_no_pinned_tensor():
+    """A program with no pinned memory gets no host event and no host field."""
+    main = 0x1000
+
+    def program(fake):
+        with fake.on(main):
+            dev = fake.alloc()
+            dev[:16].add_(1.0)
+            dev[:16].copy_(torch.ones(16), non_blocking=True)
+
+    trace = _record(program)
+    assert not [e for e in trace.events if e["ev"].startswith("host_") or "host_reads" in e or "host_writes" in e]

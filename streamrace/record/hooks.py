@@ -41,6 +41,18 @@ from streamrace.record.stacks import StackTable
 GPU_TRACE_REGISTRIES = tuple(h.registry for h in GPU_TRACE_HOOKS)
 
 
+class HostOps(Protocol):
+    """What the Python hooks ask of pinned host memory's part (host_memory.py) at each op."""
+
+    def device_op_fields(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any
+    ) -> dict[str, Any]: ...
+
+    def cpu_op(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any, stack: int | None
+    ) -> None: ...
+
+
 @dataclass(frozen=True)
 class HookOptions:
     """What either set of hooks is made with."""
@@ -53,6 +65,7 @@ class HookOptions:
     # ones catch up themselves).
     catch_up: Callable[[], None]
     runtime: CudaRuntime = field(default_factory=CudaRuntime)  # what CUDA is asked through
+    host: HostOps | None = None  # pinned host memory (host_memory.py), for the Python hooks
 
 
 class Hooks(Protocol):
@@ -170,6 +183,7 @@ class PythonHooks:
         self._catch_up = options.catch_up
         self._runtime = options.runtime
         self._graphs = options.runtime.graphs
+        self._host = options.host
         self._seq = 0
         self._records: list[dict[str, Any]] = []
         self._stacks = StackTable(
@@ -369,8 +383,14 @@ class PythonHooks:
             self._record_stream(tensor, stream_object, stack)
             return
         reads, writes = op_accesses(func, args, kwargs, outputs, self._runtime.is_recorded_tensor)
+        host = self._host
         if not reads and not writes:
+            if host is not None:
+                self.guard("pinned memory", host.cpu_op, func, args, kwargs, outputs, self._stack_field(stack))
             return
+        host_fields: dict[str, Any] = {}
+        if host is not None:
+            host_fields = self.guard("pinned memory", host.device_op_fields, func, args, kwargs, outputs) or {}
         device = _op_device(args, kwargs, self._runtime)
         stream = self._current_stream(device)
         graph = self._capturing.get(stream)
@@ -387,6 +407,7 @@ class PythonHooks:
             writes=writes,
             index=index,
             stack=self._stack_field(stack),
+            **host_fields,
         )
         if before is not None and before[0] == graph and before[1] == stream:
             after = self._graphs.capture_state(stream)[1]

@@ -39,6 +39,7 @@ from streamrace.record.captures import CaptureLifecycle
 from streamrace.record.cuda_runtime import CudaRuntime
 from streamrace.record.event_log import Event, EventLog, name_stream
 from streamrace.record.hooks import HookOptions, Hooks, make_hooks
+from streamrace.record.host_memory import HostMemory
 from streamrace.record.library_calls import LibraryCalls
 from streamrace.record.native import hooks_choice
 from streamrace.record.replays import GraphReplays
@@ -96,6 +97,9 @@ class Recorder:
         self.triton = TritonLaunches(self)
         self.library_calls = LibraryCalls(self.log, self.runtime, capture_only)
         self.app_pools = AppPools(self)
+        # Pinned host memory: recorded with the whole program, by the Python hooks (the native
+        # ones do not see it yet); None when not recorded (the header's host_memory).
+        self.host_memory: HostMemory | None = None
         self.log.settle("alloc", self.allocations.settle_alloc)
         self.log.settle("alloc", self.captures.settle_alloc)
         self.log.settle("free", self.allocations.settle_free)
@@ -166,10 +170,18 @@ class Recorder:
         if self.no_cuda is not None:
             return
         shown_path = UserCode().shown_path
+        host = None if self.capture_only else HostMemory(self)
         options = HookOptions(
-            not self.capture_only, self.stack_depth, _MAX_WALK, shown_path, self.unseen.guarded_catch_up, self.runtime
+            not self.capture_only,
+            self.stack_depth,
+            _MAX_WALK,
+            shown_path,
+            self.unseen.guarded_catch_up,
+            self.runtime,
+            host,
         )
         hooks, self.native_unavailable = make_hooks(self.hooks_choice, options)
+        self.host_memory = host if hooks.kind == "python" else None
         self.log.hooks = hooks
         # The library calls' first: innermost, so a call's range holds what the call itself did
         # (not the capture_begin or replay events the other parts' wrappers add around it).
@@ -196,6 +208,8 @@ class Recorder:
         hooks.stop()
         installation.deactivate()
         self.replays.stop()
+        if self.host_memory is not None:
+            self.host_memory.stop()
         try:
             self.settle()
         except Exception as exc:
