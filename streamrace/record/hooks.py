@@ -45,7 +45,7 @@ class HostOps(Protocol):
     """What the Python hooks ask of pinned host memory's part (host_memory.py) at each op."""
 
     def device_op_fields(
-        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any, capturing: bool
     ) -> dict[str, Any]: ...
 
     def cpu_op(
@@ -388,14 +388,16 @@ class PythonHooks:
             if host is not None:
                 self.guard("pinned memory", host.cpu_op, func, args, kwargs, outputs, self._stack_field(stack))
             return
-        host_fields: dict[str, Any] = {}
-        if host is not None:
-            host_fields = self.guard("pinned memory", host.device_op_fields, func, args, kwargs, outputs) or {}
         device = _op_device(args, kwargs, self._runtime)
         stream = self._current_stream(device)
         graph = self._capturing.get(stream)
         if graph is None and not self.eager_ops:
             return
+        host_fields: dict[str, Any] = {}
+        if host is not None:
+            capturing = graph is not None
+            host_fields = self.guard("pinned memory", host.device_op_fields, func, args, kwargs, outputs, capturing)
+            host_fields = host_fields or {}
         name = op_name(func)
         index = index_operands(func, args, kwargs, self._runtime.is_recorded_tensor) or None
         event = self._emit(

@@ -57,8 +57,9 @@ class HostMemory:
         except (RuntimeError, NotImplementedError):
             return False
 
-    def _pinned(self, t: Any) -> bool:
-        """Whether a CPU tensor's memory is pinned; a storage seen first is a host_alloc."""
+    def _pinned(self, t: Any, known: bool = False) -> bool:
+        """Whether a CPU tensor's memory is pinned; a storage seen first is a host_alloc.
+        ``known``: the op made it pinned (a factory asked to), so CUDA is not asked."""
         try:
             storage = t.untyped_storage()
         except (RuntimeError, NotImplementedError):
@@ -66,7 +67,7 @@ class HostMemory:
         start = storage.data_ptr()
         if start in self._live:
             return True
-        if not start or not self._rec.runtime.is_pinned(t):
+        if not start or not (known or self._rec.runtime.is_pinned(t)):
             return False
         size = storage.nbytes()
         if size <= 0:
@@ -100,17 +101,19 @@ class HostMemory:
 
     # -- ops -----------------------------------------------------------------------------------
     def device_op_fields(
-        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any, capturing: bool
     ) -> dict[str, Any]:
         """The host fields of an op that touches a CUDA tensor: the pinned bytes it copies and
-        whether the host waited for it."""
+        whether the host waited for it. While its stream captures, only pinned storages seen
+        already count: CUDA is not asked about a pointer in the middle of a capture."""
         runtime = self._rec.runtime
         is_host = runtime.is_host_tensor
         base = func._schema.name.split("::", 1)[-1]
         crossing = _any(args, kwargs, is_host) or _any((outputs,), {}, is_host)
         fields: dict[str, Any] = {}
         if crossing:
-            host_reads, host_writes = op_accesses(func, args, kwargs, outputs, lambda t: is_host(t) and self._pinned(t))
+            pinned = self._known if capturing else self._pinned
+            host_reads, host_writes = op_accesses(func, args, kwargs, outputs, lambda t: is_host(t) and pinned(t))
             if host_reads:
                 fields["host_reads"] = host_reads
             if host_writes:
@@ -125,7 +128,7 @@ class HostMemory:
         if base in _PIN_FACTORIES or kwargs.get("pin_memory"):
             is_host = self._rec.runtime.is_host_tensor
             for t in _tensors(outputs, is_host):
-                self._pinned(t)
+                self._pinned(t, known=True)
         if not self._live:
             return
         is_host = self._rec.runtime.is_host_tensor
