@@ -64,7 +64,8 @@ class Recorder:
     (the settled events, whenever ``flush_events`` more have come: trace_output.py) and
     finished by ``traces.finish_trace``; without one the events stay in memory. ``hooks``:
     "native", "python" or "auto" (default: ``STREAMRACE_HOOKS``, else auto). ``runtime``: what
-    CUDA is asked through (tests pass a fake).
+    CUDA is asked through (tests pass a fake). ``host_memory``: record pinned host memory (the
+    Python hooks; host_memory.py), on by default; off, the trace says it was not looked at.
     """
 
     def __init__(
@@ -78,6 +79,7 @@ class Recorder:
         runtime: CudaRuntime | None = None,
         trace: str | None = None,
         flush_events: int = FLUSH_EVENTS,
+        host_memory: bool = True,
     ) -> None:
         del eager_ops  # it asked for eager ops, which are now recorded unless capture_only
         self.runtime = runtime if runtime is not None else CudaRuntime()
@@ -100,6 +102,7 @@ class Recorder:
         # Pinned host memory: recorded with the whole program, by the Python hooks (the native
         # ones do not see it yet); None when not recorded (the header's host_memory).
         self.host_memory: HostMemory | None = None
+        self.record_host_memory = host_memory
         self.log.settle("alloc", self.allocations.settle_alloc)
         self.log.settle("alloc", self.captures.settle_alloc)
         self.log.settle("free", self.allocations.settle_free)
@@ -170,7 +173,7 @@ class Recorder:
         if self.no_cuda is not None:
             return
         shown_path = UserCode().shown_path
-        host = None if self.capture_only else HostMemory(self)
+        host = HostMemory(self) if self.record_host_memory and not self.capture_only else None
         options = HookOptions(
             not self.capture_only,
             self.stack_depth,
