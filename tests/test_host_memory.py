@@ -256,6 +256,38 @@ def test_a_trace_that_recorded_no_host_memory_gets_no_pass(engine):
     assert _kinds(trace) == []
 
 
+def test_a_block_seen_again_without_its_free_replaces_the_old_one(engine):
+    """A host_alloc over a live block (its free was not recorded): the old one is forgotten,
+    its graph uses with it, and nothing is made up."""
+    b = TraceBuilder()
+    main = b.stream("main")
+    dev = b.alloc(N, main)
+    src = b.host_alloc(N, main)
+    with b.capture(main) as graph:
+        b.copy(main, device_writes=[b.span(dev, N)], host_reads=[b.span(src, N)])
+    b.host_alloc(N, main, addr=src)
+    b.host_free(src)
+    b.replay(graph, main)
+    assert _kinds(b.trace()) == []
+
+
+def test_a_malformed_host_event_is_one_line_and_exit_2(tmp_path):
+    import subprocess
+    import sys
+
+    b = TraceBuilder()
+    b.host_alloc(N, b.stream("main"))
+    path = tmp_path / "bad.jsonl"
+    b.write(str(path))
+    with open(path, "a") as out:
+        out.write('{"seq": 99, "ev": "host_op", "op": "aten::fill_", "writes": []}\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "streamrace", "analyze", str(path)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and "reads" in done.stderr
+
+
 def test_engines_agree_on_every_seed():
     for name, made in HOST_PROGRAMS.items():
         answers = []

@@ -110,6 +110,8 @@ class HostMemoryCheck(EventOrderCheck):
         for key, use in list(self._uses.items()):
             if use.replay is None and overlaps(use.rng, span):
                 del self._uses[key]
+        for old in self._blocks.ending_after(end, addr):  # their frees were not recorded
+            self._blocks.pop(self._blocks.bisect_left(old.addr))
         for frees in self._freed.values():
             for freed in frees:
                 if freed.reused is None and freed.block["addr"] < end and addr < freed.block_end:
