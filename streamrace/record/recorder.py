@@ -208,11 +208,11 @@ class Recorder:
             return  # nothing was installed
         hooks = self.started_hooks
         self.captures.abort_running()
+        if self.host_memory is not None:
+            self.host_memory.stop()  # before the hooks: a storage dying now records nothing
         hooks.stop()
         installation.deactivate()
         self.replays.stop()
-        if self.host_memory is not None:
-            self.host_memory.stop()
         try:
             self.settle()
         except Exception as exc:
