@@ -64,6 +64,7 @@ def m1_staging(fixed: bool, steps: int = STEPS) -> Outcome:
     dev = torch.zeros(steps, N, device="cuda")
     buffers = [torch.empty(N, pin_memory=True) for _ in range(2 if fixed else 1)]
     copied: list[torch.cuda.Event | None] = [None] * len(buffers)
+    copy.wait_stream(torch.cuda.current_stream())  # dev was zeroed there
     for step in range(steps):
         slot = step % len(buffers)
         staging = buffers[slot]
@@ -93,6 +94,7 @@ def m1_replay(fixed: bool, steps: int = STEPS) -> Outcome:
         static_in.copy_(pinned_in, non_blocking=True)  # the replay reads pinned_in, every time
         static_out.copy_(static_in)
     results = torch.zeros(steps, N, device="cuda")
+    main.wait_stream(torch.cuda.current_stream())  # results was zeroed there
     replayed: torch.cuda.Event | None = None
     for step in range(steps):
         if fixed and replayed is not None:
@@ -115,6 +117,7 @@ def m2_d2h(fixed: bool, steps: int = STEPS) -> Outcome:
     main = _stream("main")
     dev = torch.zeros(N, device="cuda")
     out = torch.zeros(N, pin_memory=True)
+    main.wait_stream(torch.cuda.current_stream())  # dev was zeroed there
     corrupted = 0
     for step in range(steps):
         with torch.cuda.stream(main):
@@ -164,6 +167,7 @@ def serving_async(fixed: bool, steps: int = STEPS) -> Outcome:
     sampled = torch.zeros(steps, dtype=torch.long, pin_memory=True)
     staged: list[torch.cuda.Event | None] = [None] * len(staging)
     base = torch.arange(tokens, dtype=torch.long)
+    main.wait_stream(torch.cuda.current_stream())  # weight and ids_gpu were made there
     for step in range(steps):
         slot = step % len(staging)
         ids_cpu = staging[slot]
@@ -195,6 +199,7 @@ def eager_free(fixed: bool = True, steps: int = 1) -> Outcome:
     src = torch.empty(N, pin_memory=True)
     src.fill_(3.0)
     old = src.data_ptr()
+    main.wait_stream(torch.cuda.current_stream())  # dev was zeroed there
     with torch.cuda.stream(main):
         torch.cuda._sleep(SLEEP_CYCLES)
         dev.copy_(src, non_blocking=True)

@@ -49,3 +49,15 @@ def test_the_traces_say_they_recorded_pinned_memory(scenario):
         assert trace.header["recorder_errors"] == []
         kinds = {e["ev"] for e in trace.events}
         assert "host_alloc" in kinds and "host_op" in kinds
+
+
+def test_the_pairs_are_the_example_s_scenarios():
+    """The fixture recorder writes one pair per scenario of examples/pinned_memory.py: these."""
+    import importlib.util
+
+    pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location("pinned_memory", TRACES.parent / "pinned_memory.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert set(module.SCENARIOS) == set(EXPECTED)
