@@ -54,10 +54,11 @@ def test_the_traces_say_they_recorded_pinned_memory(scenario):
 def test_the_pairs_are_the_example_s_scenarios():
     """The fixture recorder writes one pair per scenario of examples/pinned_memory.py: these."""
     import importlib.util
+    import sys
 
     pytest.importorskip("torch")
     spec = importlib.util.spec_from_file_location("pinned_memory", TRACES.parent / "pinned_memory.py")
     assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
+    module = sys.modules["pinned_memory"] = importlib.util.module_from_spec(spec)  # its dataclass needs it
     spec.loader.exec_module(module)
     assert set(module.SCENARIOS) == set(EXPECTED)
