@@ -381,3 +381,16 @@ def test_the_recorder_leaves_pinned_memory_alone_with_no_pinned_tensor():
 
     trace = _record(program)
     assert not [e for e in trace.events if e["ev"].startswith("host_") or "host_reads" in e or "host_writes" in e]
+
+
+def test_a_host_write_meeting_two_pending_copies_counts_once(engine):
+    """One buffer copied to the device on two streams from one line, then one host write: it
+    meets both pending copies, and counts once."""
+    b = TraceBuilder()
+    one, two = b.stream("one"), b.stream("two")
+    dev = b.alloc(2 * N, one)
+    buf = b.host_alloc(N, one)
+    for stream, offset in ((one, 0), (two, N)):
+        b.copy(stream, device_writes=[b.span(dev + offset, N)], host_reads=[b.span(buf, N)], at="io.py:3 in stage")
+    b.host_op("aten::fill_", writes=[b.span(buf, N)], at="io.py:5 in stage")
+    assert _kinds(b.trace()) == [(PINNED_WRITE_DURING_COPY, 1)]

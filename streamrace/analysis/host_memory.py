@@ -193,11 +193,13 @@ class HostMemoryCheck(EventOrderCheck):
         key = (use.write, ev["op"], write, ev.get("stack"), use.event.get("op"), where.get("stack"))
         found = self._host_found.get(key)
         if found is not None:
-            found.count += 1
+            if found.last_seq != ev["seq"]:  # once per host access, however many copies it meets
+                found.count += 1
+                found.last_seq = ev["seq"]
             return
         block = self._block_of(use.rng)
         record = PinnedReadBeforeCopy if use.write else PinnedWriteDuringCopy
-        self._host_found[key] = record(ev, write, use, block.alloc if block is not None else None)
+        self._host_found[key] = record(ev, write, use, block.alloc if block is not None else None, 1, ev["seq"])
 
     def _block_of(self, rng: ByteRange) -> _HostBlock | None:
         found = self._blocks.ending_after(rng.hi, rng.lo)

@@ -29,6 +29,7 @@ class PinnedReadBeforeCopy:
     use: DeviceUse
     block: Mapping[str, Any] | None
     count: int = 1
+    last_seq: int = -1  # the latest host access counted
 
 
 class PinnedReadBeforeCopyDetector(Detector[PinnedReadBeforeCopy]):

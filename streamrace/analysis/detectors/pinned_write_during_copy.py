@@ -47,6 +47,7 @@ class PinnedWriteDuringCopy:
     use: DeviceUse
     block: Mapping[str, Any] | None
     count: int = 1
+    last_seq: int = -1  # the latest host access counted
 
 
 class HostMemoryPass:
