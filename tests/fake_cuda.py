@@ -172,6 +172,11 @@ class FakeCuda:
         start = t.untyped_storage().data_ptr()
         self._pinned.add(start)
         weakref.finalize(t.untyped_storage(), self._pinned.discard, start)
+        from streamrace.record.installation import active
+
+        recorder = active()
+        if recorder is not None and recorder.host_memory is not None:
+            recorder.host_memory.see(t)  # as the hooks would at torch.empty(..., pin_memory=True)
         return t
 
     @staticmethod

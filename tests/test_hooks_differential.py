@@ -370,3 +370,45 @@ def test_a_kernel_with_packed_parameters_is_read_alike():
     assert first_difference(events, canonical(python.trace_events())) is None
     [kernel] = [e for e in events if e["ev"] == "kernel"]
     assert kernel["name"] == "packed_copy" and len(kernel["writes"]) == 2, kernel
+
+
+def pinned_program(fake: FakeCuda) -> None:
+    """Pinned host memory (format 1.5): a staging buffer copied to the device while the host
+    rewrites it, a result copied back and read at once, a blocking copy, an item on the
+    device (the host waits), a graph that captured a copy from pinned memory replayed after
+    the host wrote it, and the buffers' deaths."""
+    with fake.on(MAIN):
+        dev = fake.alloc()
+        staging = fake.pinned(16)
+        staging.fill_(1.0)
+        dev[:16].copy_(staging, non_blocking=True)
+        staging.fill_(2.0)  # M1
+        out = fake.pinned(16)
+        out.copy_(dev[:16], non_blocking=True)
+        out[3].item()  # M2
+        dev[:16].copy_(staging)  # blocking
+        dev[:16].sum().item()  # the host waits for MAIN
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        dev[16:32].copy_(staging, non_blocking=True)
+        graph.capture_end()
+        graph.work = lambda: None
+        staging[0:4].fill_(3.0)
+        graph.replay()
+        staging.add_(1.0)  # M1, after the replay
+        del out
+    fake.synchronize()
+    del graph, staging
+
+
+def test_both_hook_sets_record_pinned_host_memory_alike():
+    native, python = (record_program(kind, pinned_program)[0] for kind in KINDS)  # one line: one stack
+    assert native.errors == [] and python.errors == []
+    events = python.trace_events()
+    kinds = {e["ev"] for e in events}
+    assert {"host_alloc", "host_free", "host_op"} <= kinds
+    assert any(e.get("host_reads") for e in events) and any(e.get("host_writes") for e in events)
+    assert any(e.get("host_blocking") for e in events)
+    assert first_difference(canonical(native.trace_events()), canonical(events)) is None
+    found = sorted(f.kind for f in analyze(Trace(header={"minor": 5}, events=events, stacks={})).findings)
+    assert "pinned-write-during-copy" in found and "pinned-read-before-copy" in found

@@ -300,15 +300,18 @@ def test_engines_agree_on_every_seed():
 torch = pytest.importorskip("torch")
 
 
-def _record(program):
+def _record(program, hooks="python"):
     from fake_cuda import FakeCuda, Kernels
+    from op_engines import native_module
 
     from streamrace.record.recorder import Recorder
     from streamrace.record.traces import build_trace
 
+    if hooks == "native":
+        native_module()  # or a skip saying why not
     fake = FakeCuda()
     with Kernels(fake):
-        recorder = Recorder(hooks="python", runtime=fake)
+        recorder = Recorder(hooks=hooks, runtime=fake)
         recorder.start()
         try:
             program(fake)
@@ -318,10 +321,11 @@ def _record(program):
     return build_trace(recorder)
 
 
-def test_the_python_hooks_record_pinned_memory_where_the_program_touched_it():
-    """On the fake CUDA: the pinned block is seen at its first copy (host_alloc, with the line),
-    the H2D copy carries its host bytes, the host's fill_ and item are host_ops, the free is
-    the storage's death; the analysis finds M1 and M2 from them."""
+@pytest.mark.parametrize("hooks", ["native", "python"])
+def test_the_hooks_record_pinned_memory_where_the_program_touched_it(hooks):
+    """On the fake CUDA, with both hook sets: the pinned block is seen where the program pinned
+    it (host_alloc), the H2D copy carries its host bytes, the host's fill_ and item are
+    host_ops, the free is the storage's death; the analysis finds M1 and M2 from them."""
     main = 0x1000
     held = {}
 
@@ -341,7 +345,7 @@ def test_the_python_hooks_record_pinned_memory_where_the_program_touched_it():
             del staging
             del out
 
-    trace = _record(program)
+    trace = _record(program, hooks)
     assert trace.header["host_memory"] is True
     kinds = [
         (e["ev"], e.get("op"))
@@ -369,7 +373,8 @@ def test_the_python_hooks_record_pinned_memory_where_the_program_touched_it():
     assert sorted(f.kind for f in analyze(trace).findings) == [PINNED_READ_BEFORE_COPY, PINNED_WRITE_DURING_COPY]
 
 
-def test_the_recorder_leaves_pinned_memory_alone_with_no_pinned_tensor():
+@pytest.mark.parametrize("hooks", ["native", "python"])
+def test_the_recorder_leaves_pinned_memory_alone_with_no_pinned_tensor(hooks):
     """A program with no pinned memory gets no host event and no host field."""
     main = 0x1000
 
@@ -379,7 +384,7 @@ def test_the_recorder_leaves_pinned_memory_alone_with_no_pinned_tensor():
             dev[:16].add_(1.0)
             dev[:16].copy_(torch.ones(16), non_blocking=True)
 
-    trace = _record(program)
+    trace = _record(program, hooks)
     assert not [e for e in trace.events if e["ev"].startswith("host_") or "host_reads" in e or "host_writes" in e]
 
 

@@ -41,6 +41,8 @@ struct Record {
     int32_t where = -1;
     uint32_t ranges = 0;  // reads, writes, then index, from ranges_[ranges]
     uint32_t reads = 0, writes = 0, index = 0;
+    uint32_t host_reads = 0, host_writes = 0;  // pinned host bytes (1.5), after the index ranges
+    bool host_blocking = false;                // the host waited for the op
     int32_t fact = -1;  // an alloc's exact facts (the allocator's tracker), from facts_[fact]
 };
 
@@ -112,6 +114,15 @@ class EventLog {
         ranges_.insert(ranges_.end(), reads.begin(), reads.end());
         ranges_.insert(ranges_.end(), writes.begin(), writes.end());
         ranges_.insert(ranges_.end(), index.begin(), index.end());
+    }
+
+    // An op's pinned host ranges, after add_ranges (host_op: its reads and writes).
+    void add_host_ranges(const Locked&, Record& r, const std::vector<ByteRange>& reads,
+                         const std::vector<ByteRange>& writes) {
+        r.host_reads = static_cast<uint32_t>(reads.size());
+        r.host_writes = static_cast<uint32_t>(writes.size());
+        ranges_.insert(ranges_.end(), reads.begin(), reads.end());
+        ranges_.insert(ranges_.end(), writes.begin(), writes.end());
     }
 
     // An alloc's exact facts, for the record that follows.
@@ -238,7 +249,21 @@ class EventLog {
                 d["writes"] = range_list(ranges, r.ranges + r.reads, r.writes);
                 if (r.index > 0) d["index"] = range_list(ranges, r.ranges + r.reads + r.writes, r.index);
                 stack();
+                {
+                    uint32_t host = r.ranges + r.reads + r.writes + r.index;
+                    if (r.host_reads > 0) d["host_reads"] = range_list(ranges, host, r.host_reads);
+                    if (r.host_writes > 0) d["host_writes"] = range_list(ranges, host + r.host_reads, r.host_writes);
+                }
+                if (r.host_blocking) d["host_blocking"] = true;
                 break;
+            case Kind::HostOp: {  // an op the host ran on pinned memory: no stream
+                d["op"] = text_object(r.text);
+                uint32_t host = r.ranges + r.reads + r.writes + r.index;
+                d["reads"] = range_list(ranges, host, r.host_reads);
+                d["writes"] = range_list(ranges, host + r.host_reads, r.host_writes);
+                stack();
+                break;
+            }
             case Kind::RecordStream:
                 d["addr"] = r.value;
                 d["stream"] = r.stream;

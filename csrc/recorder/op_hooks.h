@@ -21,6 +21,7 @@
 #include "event_log.h"
 #include "hook_stacks.h"
 #include "hook_timers.h"
+#include "host_memory.h"
 #include "schema_plan.h"
 #include "streams.h"
 #include "tensor_range.h"
@@ -37,14 +38,15 @@ inline PlanCache& plans() {
 class OpHooks {
    public:
     OpHooks(bool eager_ops, EventLog& log, CaptureTracker& captures, StreamSource& streams, HookStacks& stacks,
-            UnseenLaunches& unseen)
+            UnseenLaunches& unseen, HostMemory& host)
         : eager_ops_(eager_ops),
           device_type_(streams.device_type()),
           log_(log),
           captures_(captures),
           streams_(streams),
           stacks_(stacks),
-          unseen_(unseen) {}
+          unseen_(unseen),
+          host_(host) {}
 
     void op_start(const at::RecordFunction& fn) {
         STREAMRACE_TIMED(OpStart);
@@ -113,12 +115,22 @@ class OpHooks {
                 });
             }
         }
+        bool host_on = eager_ops_ && host_.enabled();
+        if (host_on) {
+            frame.non_blocking = bool_argument(inputs, plan->non_blocking_arg);
+            frame.pin_memory = bool_argument(inputs, plan->pin_memory_arg);
+        }
         ByteRange range;
         for (size_t i = 0; i < inputs.size() && i < plan->args.size(); ++i) {
             Role role = plan->args[i];
             if (role == Role::Skip) continue;
             each_tensor(inputs[i], [&](const at::Tensor& tensor) {
-                if (!tensor.defined() || tensor.device().type() != device_type_) return;
+                if (!tensor.defined()) return;
+                if (host_on && host_.is_host(tensor)) {  // its pinned bytes are known when the op ends
+                    frame.host.emplace_back(tensor, role == Role::Write);
+                    return;
+                }
+                if (tensor.device().type() != device_type_) return;
                 if (role == Role::Write) {
                     frame.written.push_back(tensor);
                 } else if (tensor_range(tensor, range = ByteRange())) {
@@ -151,13 +163,22 @@ class OpHooks {
         frame.written.clear();
         const auto& returns = frame.plan->returns;
         bool returned = false, only_views = true;  // of its tensors returned fresh by the schema
+        bool host_on = eager_ops_ && host_.enabled();
+        c10::SmallVector<at::Tensor, 2> host_outputs;  // fresh host tensors it returned
+        bool host_returned = false;
         if (frame.plan->any_return_written) {
             sort_spans(frame.input_storages);
             const auto& outputs = fn.outputs();
             for (size_t i = 0; i < outputs.size() && !returns.empty(); ++i) {
                 if (!returns[std::min(i, returns.size() - 1)]) continue;
                 each_tensor(outputs[i], [&](const at::Tensor& tensor) {
-                    if (!tensor.defined() || tensor.device().type() != device_type_) return;
+                    if (!tensor.defined()) return;
+                    if (host_on && host_.is_host(tensor)) {
+                        if (!inside_an_input(tensor, frame.input_storages)) host_outputs.push_back(tensor);
+                        host_returned = true;
+                        return;
+                    }
+                    if (tensor.device().type() != device_type_) return;
                     returned = true;
                     if (inside_an_input(tensor, frame.input_storages)) return;
                     only_views = false;
@@ -179,7 +200,28 @@ class OpHooks {
                                        }),
                         reads.end());
         }
-        if (reads.empty() && writes.empty()) return;
+        if (reads.empty() && writes.empty()) {
+            if (host_on) host_op(fn, frame, host_outputs, host_returned);
+            return;
+        }
+        std::vector<ByteRange> host_reads, host_writes;
+        bool host_blocking = false;
+        if (host_on) {
+            int64_t now = streams_.current_stream(frame.device);  // may call Python: not under the lock
+            bool capturing;
+            {
+                Locked held = log_.lock();
+                capturing = captures_.graph_of(held, now) != 0;
+            }
+            bool crossing = !frame.host.empty() || host_returned;
+            if (crossing) {
+                host_ranges(frame, host_outputs, host_returned,
+                            [&](const at::Tensor& t) { return host_.pinned(t, capturing); }, host_reads,
+                            host_writes);
+            }
+            host_blocking = frame.plan->host_wait || (crossing && frame.plan->host_copy && !frame.non_blocking);
+        }
+        frame.host.clear();
         int64_t stream = streams_.current_stream(frame.device);
         log_.see_stream(stream, frame.device);
         Frontier after = frame.graph != 0 && stream == frame.stream ? unseen_.frontier(stream) : Frontier();
@@ -193,6 +235,8 @@ class OpHooks {
         r.device = frame.device;
         r.stack = frame.stack;
         log_.add_ranges(held, r, reads, writes, frame.index);
+        if (!host_reads.empty() || !host_writes.empty()) log_.add_host_ranges(held, r, host_reads, host_writes);
+        r.host_blocking = host_blocking;
         log_.append(held, r);
         if (frame.graph != 0 && frame.graph == graph && stream == frame.stream) {
             if (!after.empty() && after != frame.before) {
@@ -222,6 +266,76 @@ class OpHooks {
     }
 
    private:
+    static bool bool_argument(c10::ArrayRef<const c10::IValue> inputs, int index) {
+        if (index < 0 || static_cast<size_t>(index) >= inputs.size()) return false;
+        const c10::IValue& value = inputs[static_cast<size_t>(index)];
+        return value.isBool() && value.toBool();
+    }
+
+    // The pinned bytes of an op's host tensors (HostMemory.device_op_fields and cpu_op, over
+    // op_accesses' rules): read or written by their role, fresh returns written; a read the
+    // write covers left out; only views returned, nothing written: nothing.
+    template <typename Pinned>
+    static void host_ranges(const OpFrame& frame, const c10::SmallVector<at::Tensor, 2>& outputs, bool returned,
+                            Pinned&& pinned, std::vector<ByteRange>& reads, std::vector<ByteRange>& writes) {
+        ByteRange range;
+        for (const auto& [tensor, written] : frame.host) {
+            if (!pinned(tensor) || !tensor_range(tensor, range = ByteRange())) continue;
+            (written ? writes : reads).push_back(range);
+        }
+        bool only_views = true;
+        for (const at::Tensor& tensor : outputs) {
+            if (!pinned(tensor)) continue;
+            only_views = false;
+            if (tensor_range(tensor, range = ByteRange()) &&
+                std::find(writes.begin(), writes.end(), range) == writes.end()) {
+                writes.push_back(range);
+            }
+        }
+        if (returned && only_views && outputs.empty() && writes.empty()) {
+            reads.clear();
+            return;
+        }
+        if (!writes.empty() && !reads.empty()) {
+            reads.erase(std::remove_if(reads.begin(), reads.end(),
+                                       [&](const ByteRange& r) {
+                                           return std::find(writes.begin(), writes.end(), r) != writes.end();
+                                       }),
+                        reads.end());
+        }
+    }
+
+    // An op on host tensors alone (HostMemory.cpu_op): a factory asked for pinned memory makes
+    // its results known; then, while some pinned storage is known, its accesses to known ones
+    // are a host_op.
+    void host_op(const at::RecordFunction& fn, OpFrame& frame, const c10::SmallVector<at::Tensor, 2>& outputs,
+                 bool returned) {
+        if (frame.pin_memory || frame.plan->pin_factory) {
+            for (const c10::IValue& value : fn.outputs()) {
+                each_tensor(value, [&](const at::Tensor& tensor) {
+                    if (host_.is_host(tensor)) host_.pinned(tensor, false, true);
+                });
+            }
+        }
+        if (frame.host.empty() && outputs.empty()) return;
+        if (!host_.any_known()) {
+            frame.host.clear();
+            return;
+        }
+        std::vector<ByteRange> reads, writes;
+        host_ranges(frame, outputs, returned, [&](const at::Tensor& t) { return host_.known(t); }, reads, writes);
+        frame.host.clear();
+        if (reads.empty() && writes.empty()) return;
+        Locked held = log_.lock();
+        Record r;
+        r.kind = Kind::HostOp;
+        r.text = log_.text(held, frame.plan->name);
+        r.stack = frame.stack;
+        log_.add_ranges(held, r, {}, {}, {});
+        log_.add_host_ranges(held, r, reads, writes);
+        log_.append(held, r);
+    }
+
     template <typename F>
     static void each_tensor(const c10::IValue& value, F&& f) {
         if (value.isTensor()) {
@@ -304,6 +418,7 @@ class OpHooks {
     StreamSource& streams_;
     HookStacks& stacks_;
     UnseenLaunches& unseen_;
+    HostMemory& host_;
 };
 
 }  // namespace streamrace

@@ -31,6 +31,14 @@ struct SchemaPlan {
     // One of PyTorch's own namespaces (hook_tables.TRUSTED_NAMESPACES): its kernels' pointers
     // are not cross-checked against its schema.
     bool trusted = false;
+    // Pinned host memory (host_memory.py's rules): the host waits for the device work it reads
+    // (item); a copy between host and device (done on return unless non_blocking); a factory
+    // whose result is pinned; the arguments `non_blocking` and `pin_memory`, or -1.
+    bool host_wait = false;
+    bool host_copy = false;
+    bool pin_factory = false;
+    int non_blocking_arg = -1;
+    int pin_memory_arg = -1;
     std::vector<Role> args;        // per schema argument
     std::vector<bool> returns;     // per schema return: a fresh tensor the op writes
     bool any_return_written = false;
@@ -97,6 +105,14 @@ inline std::unique_ptr<SchemaPlan> make_plan(const c10::FunctionSchema& schema) 
     bool factory = detail::is_factory(base);
     bool through_index = detail::writes_through_index(base);
     bool collective = detail::one_of(full, tables::kCollectives);
+    plan->host_wait = detail::one_of(base, tables::kHostWaitOps);
+    plan->host_copy = detail::one_of(base, tables::kHostCopyOps);
+    plan->pin_factory = detail::one_of(base, tables::kPinFactoryOps);
+    for (size_t i = 0; i < schema.arguments().size(); ++i) {
+        const std::string& name = schema.arguments()[i].name();
+        if (name == "non_blocking") plan->non_blocking_arg = static_cast<int>(i);
+        if (name == "pin_memory") plan->pin_memory_arg = static_cast<int>(i);
+    }
     for (const auto& argument : schema.arguments()) {
         const auto* alias = argument.alias_info();
         if (collective) {

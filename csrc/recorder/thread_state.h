@@ -38,6 +38,11 @@ struct OpFrame {
     // tensor inside one is a view the schema does not declare (_unsafe_view, weak_ref_tensor).
     c10::SmallVector<std::pair<int64_t, int64_t>, 4> input_storages;
     std::optional<c10::Stream> recorded_on;  // record_stream's stream argument
+    // Its host tensors (host_memory.h), read or written (true), in schema order; whether it
+    // was asked not to block, or for pinned memory.
+    c10::SmallVector<std::pair<at::Tensor, bool>, 2> host;
+    bool non_blocking = false;
+    bool pin_memory = false;
 };
 
 struct ThreadState {

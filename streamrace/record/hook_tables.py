@@ -30,6 +30,7 @@ HOOK_EVENT_KINDS = (
     "device_sync",
     "recorder_error",
     "kernel",
+    "host_op",
 )
 
 # recorder_error events per recording, hooks and Recorder each: a broken recorder reports, and
@@ -185,6 +186,13 @@ COLLECTIVE_OUTPUTS: dict[str, tuple[str, ...]] = {
     "c10d::send": (),
 }
 
+# Pinned host memory (host_memory.py; op_hooks.h): ops after which the host has waited for the
+# device work they read (a device op, by the name without its namespace); copies between host
+# and device, done when they return unless ``non_blocking``; factories whose results are pinned.
+HOST_WAIT_OPS = ("_local_scalar_dense", "nonzero")
+HOST_COPY_OPS = ("copy_", "_to_copy", "_copy_from", "_copy_from_and_resize")
+PIN_FACTORY_OPS = ("_pin_memory", "pin_memory")
+
 
 def _strings(values: tuple[str, ...]) -> str:
     return ", ".join(f'"{v}"' for v in values)
@@ -238,6 +246,10 @@ inline constexpr const char* kFactorySuffix = "{FACTORY_SUFFIX}";
 inline constexpr const char* kAllocateOnlyOps[] = {{{_strings(ALLOCATE_ONLY_OPS)}}};
 inline constexpr const char* kIndexWriteOps[] = {{{_strings(INDEX_WRITE_OPS)}}};
 inline constexpr const char* kIndexArguments[] = {{{_strings(INDEX_ARGUMENTS)}}};
+
+inline constexpr const char* kHostWaitOps[] = {{{_strings(HOST_WAIT_OPS)}}};
+inline constexpr const char* kHostCopyOps[] = {{{_strings(HOST_COPY_OPS)}}};
+inline constexpr const char* kPinFactoryOps[] = {{{_strings(PIN_FACTORY_OPS)}}};
 
 // COLLECTIVE_OUTPUTS: each collective, and {{collective, written argument}} pairs.
 inline constexpr const char* kCollectives[] = {{{_strings(tuple(COLLECTIVE_OUTPUTS))}}};

@@ -52,6 +52,9 @@ class HostOps(Protocol):
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any, stack: int | None
     ) -> None: ...
 
+    # The native hooks' seam: what their C++ calls for a pinned storage it meets first.
+    def native_part(self, native: Any) -> Callable[[Any, bool], bool]: ...
+
 
 @dataclass(frozen=True)
 class HookOptions:
@@ -65,7 +68,7 @@ class HookOptions:
     # ones catch up themselves).
     catch_up: Callable[[], None]
     runtime: CudaRuntime = field(default_factory=CudaRuntime)  # what CUDA is asked through
-    host: HostOps | None = None  # pinned host memory (host_memory.py), for the Python hooks
+    host: HostOps | None = None  # pinned host memory (host_memory.py)
 
 
 class Hooks(Protocol):
@@ -596,6 +599,14 @@ class NativeHooks:
         ):
             setattr(self, name, getattr(self._native, name))
         self._module = module
+        self._host = options.host
+        if self._host is not None:  # pinned host memory: the C++ op hooks ask the Python part
+            self._native.set_host_part(self._host.native_part(self._native))
+            self.stop = self._stop
+
+    def _stop(self) -> None:
+        self._native.stop()
+        self._native.set_host_part(None)
 
     def use_allocator_facts(self) -> str:
         """Allocations take their exact facts from the allocator's trace tracker from now on

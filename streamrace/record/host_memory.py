@@ -17,6 +17,10 @@ Where pinned memory is seen, at a cost only where it can be:
   which torch keeps as one Python object for as long as the storage lives) is a ``host_free``:
   the moment the block goes back to the host allocator.
 
+The Python hooks call this part at every op; the native hooks do the same in C++
+(csrc/recorder/host_memory.h, op_hooks.h: CUDA is asked there, and the live pinned storages
+are known there too) and call in here only for a pinned storage they meet first.
+
 Not seen: writes through ``numpy()`` views and other memory no aten op touches (``from_numpy``
 tensors are seen when an op uses them), and pinned memory no op met while recording.
 """
@@ -27,6 +31,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from streamrace.record.hook_tables import HOST_COPY_OPS, HOST_WAIT_OPS, PIN_FACTORY_OPS
 from streamrace.record.op_accesses import op_accesses
 from streamrace.record.seams import RecordingSeam
 
@@ -34,11 +39,9 @@ HOST_ALLOC = "host_alloc"
 HOST_FREE = "host_free"
 HOST_OP = "host_op"
 
-# Ops that return only once the device work they read is done (the host waits).
-_HOST_WAITS = frozenset({"_local_scalar_dense", "nonzero"})
-# Copies between host and device: done on return unless non_blocking.
-_COPIES = frozenset({"copy_", "_to_copy", "_copy_from", "_copy_from_and_resize"})
-_PIN_FACTORIES = frozenset({"_pin_memory", "pin_memory"})
+_HOST_WAITS = frozenset(HOST_WAIT_OPS)  # the host waited for the device work they read
+_COPIES = frozenset(HOST_COPY_OPS)  # between host and device: done on return unless non_blocking
+_PIN_FACTORIES = frozenset(PIN_FACTORY_OPS)
 
 
 class HostMemory:
@@ -48,6 +51,7 @@ class HostMemory:
         self._rec = recorder
         self._live: dict[int, int] = {}  # start of a live pinned storage seen -> its bytes
         self._finalizers: dict[int, weakref.finalize] = {}
+        self._native: Any = None  # the native hooks, when they record: they keep the live starts too
         self.seen = 0  # pinned storages seen: the header's host_memory says whether any was
 
     # -- blocks --------------------------------------------------------------------------------
@@ -67,7 +71,7 @@ class HostMemory:
         start = storage.data_ptr()
         if start in self._live:
             return True
-        if not start or not (known or self._rec.runtime.is_pinned(t)):
+        if not start or not (known or self._native is not None or self._rec.runtime.is_pinned(t)):
             return False
         size = storage.nbytes()
         if size <= 0:
@@ -78,14 +82,32 @@ class HostMemory:
         rec.log.emit(HOST_ALLOC, addr=start, size=size, stream=stream, device=device, stack=rec.log.stack())
         self._live[start] = size
         self._finalizers[start] = weakref.finalize(storage, self._freed, start)
+        if self._native is not None:
+            self._native.host_known(start, True)
         self.seen += 1
         return True
+
+    def see(self, t: Any) -> None:
+        """A tensor the program pinned, announced by it (the fake CUDA of the tests): a
+        host_alloc now, as both sets of hooks would make at its factory."""
+        self.guarded(self._pinned, t, True)
+
+    def native_part(self, native: Any) -> Callable[[Any, bool], bool]:
+        """What the native hooks' C++ calls for a pinned storage it meets first (it asks CUDA
+        itself, and knows the live ones: ``native.host_known``)."""
+        self._native = native
+        return self._native_pinned
+
+    def _native_pinned(self, t: Any, known: bool) -> bool:
+        return bool(self.guarded(self._pinned, t, known))
 
     def _freed(self, start: int) -> None:
         """The storage died: its block went back to the host allocator."""
         if self._live.pop(start, None) is None:
             return
         self._finalizers.pop(start, None)
+        if self._native is not None:
+            self._native.host_known(start, False)
         rec = self._rec
         try:
             rec.log.emit_detached(HOST_FREE, addr=start, stack=rec.log.stack())

@@ -64,8 +64,8 @@ class Recorder:
     (the settled events, whenever ``flush_events`` more have come: trace_output.py) and
     finished by ``traces.finish_trace``; without one the events stay in memory. ``hooks``:
     "native", "python" or "auto" (default: ``STREAMRACE_HOOKS``, else auto). ``runtime``: what
-    CUDA is asked through (tests pass a fake). ``host_memory``: record pinned host memory (the
-    Python hooks; host_memory.py), on by default; off, the trace says it was not looked at.
+    CUDA is asked through (tests pass a fake). ``host_memory``: record pinned host memory
+    (host_memory.py), on by default; off, the trace says it was not looked at.
     """
 
     def __init__(
@@ -99,8 +99,8 @@ class Recorder:
         self.triton = TritonLaunches(self)
         self.library_calls = LibraryCalls(self.log, self.runtime, capture_only)
         self.app_pools = AppPools(self)
-        # Pinned host memory: recorded with the whole program, by the Python hooks (the native
-        # ones do not see it yet); None when not recorded (the header's host_memory).
+        # Pinned host memory: recorded with the whole program, by either set of hooks; None
+        # when not recorded (the header's host_memory).
         self.host_memory: HostMemory | None = None
         self.record_host_memory = host_memory
         self.log.settle("alloc", self.allocations.settle_alloc)
@@ -184,7 +184,7 @@ class Recorder:
             host,
         )
         hooks, self.native_unavailable = make_hooks(self.hooks_choice, options)
-        self.host_memory = host if hooks.kind == "python" else None
+        self.host_memory = host
         self.log.hooks = hooks
         # The library calls' first: innermost, so a call's range holds what the call itself did
         # (not the capture_begin or replay events the other parts' wrappers add around it).

@@ -1,7 +1,7 @@
 """Record the pinned-memory traces committed under examples/traces/ (run on the GPU machine):
 host_<scenario>_{buggy,fixed} for each scenario of examples/pinned_memory.py (M1 eager staging,
 M1 across replays, M2 D2H, M3 graph-baked free, a serving loop's async staging), with the
-Python hooks (the native ones do not record pinned memory yet).
+reference (Python) hooks.
 
 python tests/gpu/record_host_fixtures.py OUTDIR
 """

@@ -2,8 +2,8 @@
 examples/pinned_memory.py really corrupts and its fixed twin is exact; the host allocator's
 premises hold (a freed pinned block baked into a graph is handed out again; one with an eager
 copy pending is not; one allocated in a capture and used there never is); the recording finds
-each bug, and stays silent on the fixed twins and on the two safe look-alikes. The Python
-hooks record pinned memory (the native ones do not yet: their traces say host_memory false)."""
+each bug, and stays silent on the fixed twins and on the two safe look-alikes, with both
+sets of hooks."""
 
 from __future__ import annotations
 
@@ -41,12 +41,16 @@ def test_the_safe_look_alikes_are_exact_and_the_allocator_protects_them(name):
     assert outcome.corrupted == 0
 
 
+HOOKS = pytest.mark.parametrize("hooks", ["native", "python"])
+
+
+@HOOKS
 @pytest.mark.parametrize("fixed", [False, True], ids=["buggy", "fixed"])
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_the_recording_finds_each_bug_and_not_its_twin(name, fixed):
+def test_the_recording_finds_each_bug_and_not_its_twin(name, fixed, hooks):
     pinned = load_example("pinned_memory")
     torch.cuda.synchronize()
-    with streamrace.watch(hooks="python") as session:
+    with streamrace.watch(hooks=hooks) as session:
         pinned.SCENARIOS[name](fixed)
     assert not session.errors
     assert session.trace.header["host_memory"] is True
@@ -54,11 +58,12 @@ def test_the_recording_finds_each_bug_and_not_its_twin(name, fixed):
     assert kinds == ([] if fixed else [EXPECTED[name]]), [f.message for f in session.findings]
 
 
+@HOOKS
 @pytest.mark.parametrize("name", sorted(["eager_free", "capture_owned"]))
-def test_the_safe_look_alikes_give_no_finding(name):
+def test_the_safe_look_alikes_give_no_finding(name, hooks):
     pinned = load_example("pinned_memory")
     torch.cuda.synchronize()
-    with streamrace.watch(hooks="python") as session:
+    with streamrace.watch(hooks=hooks) as session:
         outcome = pinned.SAFE[name]()
     assert not session.errors
     assert outcome.premise and outcome.corrupted == 0
@@ -67,11 +72,12 @@ def test_the_safe_look_alikes_give_no_finding(name):
     assert [f.kind for f in session.findings] == [], [f.message for f in session.findings]
 
 
-def test_the_recorded_events_name_the_program_s_lines():
+@HOOKS
+def test_the_recorded_events_name_the_program_s_lines(hooks):
     """m3's finding: the captured copy, the free and the next owner, each at its line of the example."""
     pinned = load_example("pinned_memory")
     torch.cuda.synchronize()
-    with streamrace.watch(hooks="python") as session:
+    with streamrace.watch(hooks=hooks) as session:
         pinned.m3_baked(False)
     (found,) = [f for f in session.findings if f.kind == GRAPH_PINNED_FREED]
     assert found.aliasing, "the next pinned tensor got the block"
@@ -80,11 +86,19 @@ def test_the_recorded_events_name_the_program_s_lines():
     assert all(line.startswith("examples/pinned_memory.py") or "pinned_memory.py" in line for line in lines), lines
 
 
-def test_the_native_hooks_say_they_did_not_record_pinned_memory():
+def test_both_hook_sets_record_the_same_pinned_events():
+    """The same program under each set of hooks: the same pinned-memory events, in the same
+    order, with the same sizes (addresses differ from run to run)."""
     pinned = load_example("pinned_memory")
-    torch.cuda.synchronize()
-    with streamrace.watch(hooks="native") as session:
-        pinned.m1_staging(False, steps=2)
-    assert not session.errors
-    assert session.trace.header.get("host_memory") is False
-    assert not [e for e in session.trace.events if e["ev"].startswith("host_")]
+    shapes = {}
+    for hooks in ("native", "python"):
+        torch.cuda.synchronize()
+        with streamrace.watch(hooks=hooks) as session:
+            pinned.m1_replay(False, steps=2)
+        assert not session.errors
+        shapes[hooks] = [
+            (e["ev"], e.get("op"), e.get("size"), len(e.get("host_reads") or ()), len(e.get("host_writes") or ()))
+            for e in session.trace.events
+            if e["ev"].startswith("host_") or e.get("host_reads") or e.get("host_writes")
+        ]
+    assert shapes["native"] == shapes["python"] and shapes["native"]
