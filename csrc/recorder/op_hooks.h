@@ -207,12 +207,9 @@ class OpHooks {
         std::vector<ByteRange> host_reads, host_writes;
         bool host_blocking = false;
         if (host_on) {
-            int64_t now = streams_.current_stream(frame.device);  // may call Python: not under the lock
-            bool capturing;
-            {
-                Locked held = log_.lock();
-                capturing = captures_.graph_of(held, now) != 0;
-            }
+            // CUDA is not asked about a pointer while any stream captures (a query from another
+            // thread could break a global capture).
+            bool capturing = captures_.any_open();
             bool crossing = !frame.host.empty() || host_returned;
             if (crossing) {
                 host_ranges(frame, host_outputs, host_returned,

@@ -398,7 +398,7 @@ class PythonHooks:
             return
         host_fields: dict[str, Any] = {}
         if host is not None:
-            capturing = graph is not None
+            capturing = self._any_open()  # CUDA is not asked about a pointer while any stream captures
             host_fields = self.guard("pinned memory", host.device_op_fields, func, args, kwargs, outputs, capturing)
             host_fields = host_fields or {}
         name = op_name(func)

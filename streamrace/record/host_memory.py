@@ -126,7 +126,7 @@ class HostMemory:
         self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any, capturing: bool
     ) -> dict[str, Any]:
         """The host fields of an op that touches a CUDA tensor: the pinned bytes it copies and
-        whether the host waited for it. While its stream captures, only pinned storages seen
+        whether the host waited for it. While any stream captures, only pinned storages seen
         already count: CUDA is not asked about a pointer in the middle of a capture."""
         runtime = self._rec.runtime
         is_host = runtime.is_host_tensor
