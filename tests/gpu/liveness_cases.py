@@ -68,8 +68,12 @@ class Proof:
 
 # -- torch's helpers ---------------------------------------------------------------------------
 def _warmup(op: Callable[[], Any], n: int = 3) -> None:
-    """torch's _warmup_op: the op three times on a side stream."""
+    """torch's _warmup_op: the op three times on a side stream, which here first waits for the
+    current one, as PyTorch's documented warm-up does. torch's helper does not: its side stream
+    reads the inputs while their producers may still run, a data race of its own (streamrace
+    reports it as ``data-race``), beside the point of these cases."""
     s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
         for _ in range(n):
             op()
@@ -85,6 +89,8 @@ def _capture(op: Callable[[], Any], **graph_kwargs: Any) -> tuple[torch.cuda.CUD
 
 
 def _full(shape: tuple[int, ...], value: float = SENTINEL) -> torch.Tensor:
+    """A predicted result. (The next owners are made on their own lines: ``# OWNER`` is where
+    their allocation is reported.)"""
     return torch.full(shape, value, device="cuda")
 
 
@@ -143,7 +149,7 @@ def dead_input_tensor(p: Proof) -> tuple:
     g, y = _capture(lambda: x * 2)
     freed = x.data_ptr()
     del x  # FREE
-    owner = _full((100,))  # OWNER
+    owner = torch.full((100,), SENTINEL, device="cuda")  # OWNER
     p.took(owner, freed)
     g.replay()
     p.reads_owner("y == 2 * the next owner's bytes", y, _full((100,), 2 * SENTINEL))
@@ -176,7 +182,7 @@ def model_weight_dead(p: Proof) -> tuple:
         p.close("y == model(x)", y, model(x))
     freed = model.layers[2].weight.data_ptr()
     del model.layers[2].weight  # FREE
-    owner = _full((64, 64))  # OWNER
+    owner = torch.full((64, 64), SENTINEL, device="cuda")  # OWNER
     p.took(owner, freed)
     with torch.no_grad():
         predicted = _mlp_with(model, x, {2: owner})
@@ -201,7 +207,7 @@ def model_training_weight_dead(p: Proof) -> tuple:
     del out
     freed = model.weight.data_ptr()
     del model.weight  # FREE
-    owner = _full((16, 32))  # OWNER
+    owner = torch.full((16, 32), SENTINEL, device="cuda")  # OWNER
     p.took(owner, freed)
     with torch.no_grad():
         predicted = F.linear(x, owner, model.bias)
@@ -219,7 +225,7 @@ def view_tensor(p: Proof) -> tuple:
     p.exact("y == 2 base[10:50] (the base keeps the storage)", y, base[10:50] * 2)
     freed = base.data_ptr()
     del base  # FREE
-    owner = _full((100,))  # OWNER
+    owner = torch.full((100,), SENTINEL, device="cuda")  # OWNER
     p.took(owner, freed)
     g.replay()
     p.reads_owner("y == 2 * the next owner's bytes", y, _full((40,), 2 * SENTINEL))
@@ -232,7 +238,7 @@ def nested_structure_inputs(p: Proof) -> tuple:
     g, result = _capture(lambda: torch._foreach_add(xs, ys))
     freed = ys[1].data_ptr()
     del ys[1]  # FREE
-    owner = _full((10,))  # OWNER
+    owner = torch.full((10,), SENTINEL, device="cuda")  # OWNER
     p.took(owner, freed)
     g.replay()
     p.reads_owner("result[1] == xs[1] + the next owner's bytes", result[1], xs[1] + SENTINEL)
@@ -305,7 +311,7 @@ def alive_storage_dead_tensor_ok(p: Proof) -> tuple:
     p.exact("y == 2b (b keeps a's storage)", y, b * 2)
     freed = b.data_ptr()
     del b  # FREE
-    owner = _full((100,))  # OWNER
+    owner = torch.full((100,), SENTINEL, device="cuda")  # OWNER
     p.took(owner, freed)
     g.replay()
     p.reads_owner("y == 2 * the next owner's bytes", y, _full((100,), 2 * SENTINEL))
@@ -317,7 +323,7 @@ def dead_storage_raises(p: Proof) -> tuple:
     g, y = _capture(lambda: x * 2)
     freed = x.data_ptr()
     x.set_(torch.randn(100, device="cuda").untyped_storage())  # FREE
-    owner = _full((100,))  # OWNER
+    owner = torch.full((100,), SENTINEL, device="cuda")  # OWNER
     p.took(owner, freed)
     g.replay()
     p.reads_owner("y == 2 * the next owner's bytes", y, _full((100,), 2 * SENTINEL))
@@ -329,7 +335,7 @@ def resize_larger_detected(p: Proof) -> tuple:
     g, y = _capture(lambda: x * 2)
     freed = x.data_ptr()
     x.resize_(100000)  # FREE
-    owner = _full((100,))  # OWNER
+    owner = torch.full((100,), SENTINEL, device="cuda")  # OWNER
     p.took(owner, freed)
     g.replay()
     p.reads_owner("y == 2 * the next owner's bytes", y, _full((100,), 2 * SENTINEL))
@@ -357,7 +363,7 @@ def recapture_without_clears_stale_state(p: Proof) -> tuple:
         y = x * 2
     freed = x.data_ptr()
     del x  # FREE
-    owner = _full((32,))  # OWNER
+    owner = torch.full((32,), SENTINEL, device="cuda")  # OWNER
     p.took(owner, freed)
     g.replay()
     p.reads_owner("y == 2 * the next owner's bytes", y, _full((32,), 2 * SENTINEL))
@@ -396,8 +402,8 @@ def error_message_contains_all_tracebacks(p: Proof) -> tuple:
         del a, b  # FREE
 
     delete_tensors()
-    owner_a = _full((100,))  # OWNER
-    owner_b = _full((100,), 2 * SENTINEL)  # OWNER
+    owner_a = torch.full((100,), SENTINEL, device="cuda")  # OWNER
+    owner_b = torch.full((100,), 2 * SENTINEL, device="cuda")  # OWNER
     p.took(owner_a, freed[0])
     p.took(owner_b, freed[1])
     g.replay()
@@ -413,7 +419,7 @@ def custom_autograd_function(p: Proof) -> tuple:
         y = ScaleOp.apply(x, scale)
     freed = scale.data_ptr()
     del scale  # FREE
-    owner = _full(())  # OWNER
+    owner = torch.full((), SENTINEL, device="cuda")  # OWNER
     p.took(owner, freed)
     g.replay()
     p.reads_owner("y == x * the next owner's bytes", y, x * SENTINEL)
@@ -426,7 +432,7 @@ def torch_library_custom_op(p: Proof) -> tuple:
     g, y = _capture(lambda: scale_op(x, scale))
     freed = scale.data_ptr()
     del scale  # FREE
-    owner = _full(())  # OWNER
+    owner = torch.full((), SENTINEL, device="cuda")  # OWNER
     p.took(owner, freed)
     g.replay()
     p.reads_owner("y == x * the next owner's bytes", y, x * SENTINEL)
@@ -440,7 +446,7 @@ def multiple_inputs_one_dead(p: Proof) -> tuple:
     g, y = _capture(lambda: a + b)
     freed = a.data_ptr()
     del a  # FREE
-    owner = _full((100,))  # OWNER
+    owner = torch.full((100,), SENTINEL, device="cuda")  # OWNER
     p.took(owner, freed)
     g.replay()
     p.reads_owner("y == the next owner's bytes + b", y, b + SENTINEL)
@@ -479,7 +485,7 @@ def dies_between_replays(p: Proof) -> tuple:
     p.exact("y == 2x", y, x * 2)
     freed = x.data_ptr()
     del x  # FREE
-    owner = _full((100,))  # OWNER
+    owner = torch.full((100,), SENTINEL, device="cuda")  # OWNER
     p.took(owner, freed)
     g.replay()
     p.reads_owner("y == 2 * the next owner's bytes", y, _full((100,), 2 * SENTINEL))
@@ -492,7 +498,7 @@ def view_and_base_dead_together(p: Proof) -> tuple:
     g, y = _capture(lambda: view * 2)
     freed = base.data_ptr()
     del base, view  # FREE
-    owner = _full((100,))  # OWNER
+    owner = torch.full((100,), SENTINEL, device="cuda")  # OWNER
     p.took(owner, freed)
     g.replay()
     p.reads_owner("y == 2 * the next owner's bytes", y, _full((40,), 2 * SENTINEL))
@@ -557,7 +563,7 @@ def capture_main_replay_thread(p: Proof) -> tuple:
     g, y = _capture(lambda: x * 2)
     freed = x.data_ptr()
     del x  # FREE
-    owner = _full((100,))  # OWNER
+    owner = torch.full((100,), SENTINEL, device="cuda")  # OWNER
     p.took(owner, freed)
     worker = threading.Thread(target=g.replay)
     worker.start()
@@ -583,7 +589,7 @@ def capture_thread_replay_main(p: Proof) -> tuple:
     g, y = graphs[0]
     freed = x.data_ptr()
     del x  # FREE
-    owner = _full((100,))  # OWNER
+    owner = torch.full((100,), SENTINEL, device="cuda")  # OWNER
     p.took(owner, freed)
     g.replay()
     p.reads_owner("y == 2 * the next owner's bytes", y, _full((100,), 2 * SENTINEL))
@@ -626,7 +632,7 @@ def training_forward_backward(p: Proof) -> tuple:
         g.replay()
         freed = x.data_ptr()
         del x  # FREE
-        owner = _full((8, 32))  # OWNER
+        owner = torch.full((8, 32), SENTINEL, device="cuda")  # OWNER
         p.took(owner, freed)
         with torch.no_grad():
             predicted = model(owner)
@@ -658,7 +664,7 @@ def training_multilayer(p: Proof) -> tuple:
         g.replay()
         freed = static_grad.data_ptr()
         del static_grad  # FREE
-        owner = _full((4, 16))  # OWNER
+        owner = torch.full((4, 16), SENTINEL, device="cuda")  # OWNER
         p.took(owner, freed)
         bias_grad = model[2].bias.grad
         g.replay()
