@@ -25,6 +25,7 @@ from liveness_cases import CASES, Case, Proof, Row
 
 import streamrace
 from streamrace.analysis.detectors import GRAPH_INPUT_FREED
+from streamrace.record import graph_readback
 
 HOOKS = ("native", "python")
 FILE = "liveness_cases.py"
@@ -90,6 +91,8 @@ def table(request: pytest.FixtureRequest):
 @pytest.mark.parametrize("hooks", HOOKS)
 @pytest.mark.parametrize("case", _params(), ids=_ids)
 def test_streamrace_flags_at_the_free_exactly_where_torch_raises(case: Case, hooks: str) -> None:
+    if hooks == "python" and case.other_thread_capture and not graph_readback.AVAILABLE:
+        pytest.skip("the Python hooks see another thread's captured kernels only by reading the graph back")
     proof = Proof()
     _fresh()
     with streamrace.watch(hooks=hooks) as session:
