@@ -45,7 +45,7 @@ from streamrace.record.cuda_runtime import HISTORY_MAX_ENTRIES, AllocationFact
 from streamrace.record.hook_tables import GPU_TRACE_HOOKS, NODE_TYPES
 from streamrace.record.hooks import op_name
 from streamrace.record.kernel_params import NodeAccess
-from streamrace.record.op_accesses import op_accesses
+from streamrace.record.op_accesses import op_accesses, returns_to_host
 
 # A custom op with its own kernel, as serving engines register them (not one of PyTorch's own:
 # its kernel's pointers are cross-checked against its schema).
@@ -290,6 +290,10 @@ class FakeCuda:
             self._unused += blocks
         self._freed.clear()
         self._unused.sort()
+
+    def capturing(self) -> bool:
+        """Whether the current stream captures."""
+        return self._capturing.get(self.stream) is not None
 
     def event(self) -> int:
         event = next(self._handles)
@@ -549,6 +553,8 @@ class Kernels(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         outputs = func(*args, **kwargs)
+        if returns_to_host(func) and self._fake.capturing():
+            return outputs  # CUDA would refuse its copy to the host in a capture: it launched nothing
         reads, writes = op_accesses(func, args, kwargs, outputs, self._fake.is_recorded_tensor)
         if reads or writes:
             name = op_name(func)

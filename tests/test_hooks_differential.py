@@ -370,3 +370,42 @@ def test_a_kernel_with_packed_parameters_is_read_alike():
     assert first_difference(events, canonical(python.trace_events())) is None
     [kernel] = [e for e in events if e["ev"] == "kernel"]
     assert kernel["name"] == "packed_copy" and len(kernel["writes"]) == 2, kernel
+
+
+def host_result_program(fake: FakeCuda) -> None:
+    """``torch.equal(x, x)`` eagerly (it reads x), then in a capture, where it hands a bool to
+    the host and launched nothing (CUDA refuses a copy to the host in a capture: the one that
+    succeeds short-circuits), then x freed and the graph replayed: torch 2.13's
+    check_input_liveness does not count x as the graph's input, nor must streamrace."""
+    x = fake.alloc()
+    x.fill_(1.0)
+    assert torch.equal(x, x)
+    w, y = fake.alloc(), fake.alloc()
+    graph = FakeGraph(fake)
+    with fake.on(MAIN):
+        graph.capture_begin()
+        assert torch.equal(x, x)
+        torch.mul(w, 2.0, out=y)
+        graph.capture_end()
+        fake.free(x)
+        graph.replay()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_op_that_hands_a_value_to_the_host_is_no_access_in_a_capture(kind):
+    recorder, _ = record_program(kind, host_result_program)
+    assert recorder.errors == []
+    events = recorder.trace_events()
+    captured = _captured_seqs(events)
+    equal = [e for e in events if e["ev"] == "op" and e["op"] == "aten::equal"]
+    assert [e["seq"] in captured for e in equal] == [False], "the eager one only"
+    assert equal[0]["reads"], "eagerly it reads x on the device"
+    assert not [e for e in events if e["ev"] == "kernel"], "no node left for a catch-up"
+    stacks = {e["id"]: e["frames"] for e in events if e["ev"] == "stack"}
+    assert analyze(Trace(header={}, events=events, stacks=stacks)).findings == []
+
+
+def test_both_hook_sets_leave_a_captured_host_result_out_alike():
+    (native, _), (python, _) = [record_program(k, host_result_program) for k in KINDS]
+    difference = first_difference(canonical(native.trace_events()), canonical(python.trace_events()))
+    assert difference is None, difference

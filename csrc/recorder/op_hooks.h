@@ -186,6 +186,8 @@ class OpHooks {
         Locked held = log_.lock();
         int32_t graph = captures_.graph_of(held, stream);
         if (graph == 0 && !eager_ops_) return;
+        // A capture that succeeded holds no kernel of it (hook_tables.HOST_RESULT_TYPES).
+        if (graph != 0 && frame.plan->host_result) return;
         Record r;
         r.kind = Kind::Op;
         r.text = log_.text(held, frame.plan->name);

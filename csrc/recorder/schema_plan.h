@@ -34,6 +34,9 @@ struct SchemaPlan {
     std::vector<Role> args;        // per schema argument
     std::vector<bool> returns;     // per schema return: a fresh tensor the op writes
     bool any_return_written = false;
+    // One of PyTorch's own ops that only hands values to the host (hook_tables.HOST_RESULT_TYPES):
+    // captured, it touched nothing.
+    bool host_result = false;
 };
 
 namespace detail {
@@ -112,11 +115,14 @@ inline std::unique_ptr<SchemaPlan> make_plan(const c10::FunctionSchema& schema) 
         }
     }
     bool fresh = !detail::allocates_only(base) && !collective;
+    plan->host_result = plan->trusted && !schema.returns().empty();
     for (const auto& ret : schema.returns()) {
         bool written = fresh && ret.alias_info() == nullptr;
         plan->returns.push_back(written);
         plan->any_return_written |= written;
+        plan->host_result = plan->host_result && detail::one_of(ret.type()->str(), tables::kHostResultTypes);
     }
+    for (Role role : plan->args) plan->host_result = plan->host_result && role != Role::Write;
     return plan;
 }
 

@@ -35,7 +35,7 @@ from streamrace.record.capture_nodes import is_trusted
 from streamrace.record.cuda_runtime import CudaRuntime
 from streamrace.record.graph_readback import GraphColumns
 from streamrace.record.hook_tables import GPU_TRACE_HOOKS, MAX_ERRORS
-from streamrace.record.op_accesses import index_operands, op_accesses
+from streamrace.record.op_accesses import index_operands, op_accesses, returns_to_host
 from streamrace.record.stacks import StackTable
 
 GPU_TRACE_REGISTRIES = tuple(h.registry for h in GPU_TRACE_HOOKS)
@@ -376,6 +376,8 @@ class PythonHooks:
         graph = self._capturing.get(stream)
         if graph is None and not self.eager_ops:
             return
+        if graph is not None and returns_to_host(func):
+            return  # a capture that succeeded holds no kernel of it (hook_tables.HOST_RESULT_TYPES)
         name = op_name(func)
         index = index_operands(func, args, kwargs, self._runtime.is_recorded_tensor) or None
         event = self._emit(

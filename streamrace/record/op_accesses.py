@@ -35,9 +35,11 @@ from streamrace.record.hook_tables import (
     COLLECTIVE_OUTPUTS,
     FACTORY_PREFIX,
     FACTORY_SUFFIX,
+    HOST_RESULT_TYPES,
     INDEX_ARGUMENTS,
     INDEX_WRITE_OPS,
     NO_ACCESS_OPS,
+    TRUSTED_NAMESPACES,
 )
 
 Range = dict[str, Any]
@@ -77,7 +79,7 @@ _SKIP, _READ, _WRITE = 0, 1, 2
 class _Plan:
     """What the schema says about each argument and return of one op, worked out once."""
 
-    __slots__ = ("args", "index_args", "returns", "touches")
+    __slots__ = ("args", "host_result", "index_args", "returns", "touches")
 
     def __init__(self, func: Any) -> None:
         schema = func._schema
@@ -105,6 +107,13 @@ class _Plan:
         # A returned tensor that aliases nothing is written, unless the op only allocates.
         fresh = base_name.removeprefix(FACTORY_PREFIX) not in ALLOCATE_ONLY_OPS and collective_outputs is None
         self.returns = [fresh and ret.alias_info is None for ret in schema.returns]
+        # hook_tables.HOST_RESULT_TYPES: in a capture, such an op touched nothing.
+        self.host_result = (
+            schema.name.startswith(TRUSTED_NAMESPACES)
+            and bool(schema.returns)
+            and all(str(ret.type) in HOST_RESULT_TYPES for ret in schema.returns)
+            and all(role != _WRITE for *_, role in self.args)
+        )
 
 
 _PLANS: dict[Any, _Plan] = {}
@@ -205,6 +214,12 @@ def op_accesses(
         # An in-place op reads and writes self: the write covers it for race checking.
         reads = [r for r in reads if r not in writes]
     return reads, writes
+
+
+def returns_to_host(func: Any) -> bool:
+    """Whether the op is one of PyTorch's own that only hands values to the host
+    (hook_tables.HOST_RESULT_TYPES): captured, it touched nothing."""
+    return _plan(func).host_result
 
 
 def index_operands(
