@@ -34,6 +34,7 @@ struct SchemaPlan {
     std::vector<Role> args;        // per schema argument
     std::vector<bool> returns;     // per schema return: a fresh tensor the op writes
     bool any_return_written = false;
+    int view_of = -1;  // a view op (detach, slice, alias): the argument its result views, else -1
 };
 
 namespace detail {
@@ -109,6 +110,15 @@ inline std::unique_ptr<SchemaPlan> make_plan(const c10::FunctionSchema& schema) 
             plan->args.push_back(Role::Index);
         } else {
             plan->args.push_back(Role::Read);
+        }
+    }
+    bool view = false;
+    for (const auto& ret : schema.returns()) view |= ret.alias_info() != nullptr && !ret.alias_info()->isWrite();
+    for (size_t i = 0; view && i < schema.arguments().size(); ++i) {
+        const auto* alias = schema.arguments()[i].alias_info();
+        if (alias != nullptr && !alias->isWrite()) {
+            plan->view_of = static_cast<int>(i);
+            break;
         }
     }
     bool fresh = !detail::allocates_only(base) && !collective;

@@ -1,4 +1,4 @@
-"""Trace format 1.4: the limits, and the validation of one event against the declared kinds.
+"""Trace format 1.5: the limits, and the validation of one event against the declared kinds.
 
 The trace is the contract between the recorder (GPU side) and the analysis (CPU only). The
 event kinds and their fields are declared once, in kinds.py; this module says what a
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 FORMAT_NAME = "streamrace-trace"
 FORMAT_VERSION = 1  # the major version: a reader refuses a major it does not know
-FORMAT_MINOR = 4  # additive changes within the major (docs/trace-format.md, versioning)
+FORMAT_MINOR = 5  # additive changes within the major (docs/trace-format.md, versioning)
 
 # Limits, checked here so that every engine can hold what it is given (docs/trace-format.md).
 INT64_MAX = (1 << 63) - 1
