@@ -267,3 +267,18 @@ def test_a_static_output_read_out_of_capture_order_stays_a_stale_read(engine):
     b.replay(first, main)
     b.op("aten::sum", main, reads=[b.span(o2, N)])
     assert _kinds(b) == [STALE_READ]
+
+
+def test_a_kept_value_read_many_times_is_one_detection_per_value(engine):
+    """Two values kept from steps 1 and 2, each read twice after step 3's replay: one detection
+    per value (its first read), one finding of count 2."""
+    b = TraceBuilder(recording="program")
+    main = b.stream("main")
+    graph, out = _graph(b, main)
+    for step in range(3):
+        b.replay(graph, main)
+        b.make_view(0x200 + step, b.span(out, N), main, op="aten::detach", base=STATIC, at="train.py:10 in step")
+    for _ in range(2):
+        b.op("aten::sum", main, reads=[b.span(out, N)] * 2, tensors=[0x200, 0x201], at="train.py:20 in report")
+    [finding] = analyze(b.trace()).findings
+    assert (finding.kind, finding.count) == (STALE_STATIC_OUTPUT, 2)

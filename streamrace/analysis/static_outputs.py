@@ -47,6 +47,7 @@ class _HandOut:
 
     view: Mapping[str, Any]
     after: list[tuple[_Program, int, Mapping[str, Any]]]
+    reported: bool = False  # its first stale read is the bug; later reads of it are the same one
 
 
 class StaticOutputCheck(EventOrderCheck):
@@ -138,7 +139,7 @@ class StaticOutputCheck(EventOrderCheck):
         device = self._devices.of(ev, stream)
         for raw, tensor in zip(ev["reads"], tensors, strict=False):
             handed = self._handed.get(tensor) if tensor else None
-            if handed is None:
+            if handed is None or handed.reported:
                 continue
             rng = normalize(raw)
             for program, replays, before in handed.after:
@@ -148,6 +149,7 @@ class StaticOutputCheck(EventOrderCheck):
                 rewrote = program.wanted.get(replays + 1)
                 assert rewrote is not None and program.last is not None
                 self.found.append(StaleStaticOutput(program.graph, handed.view, before, rewrote, ev, raw, device))
+                handed.reported = True
                 break
 
 
