@@ -124,7 +124,9 @@ SCENARIOS = {
     "graphed": Scenario("a make_graphed_callables output kept across steps", graphed, "stale-static-output"),
     "view": Scenario("a plain graph's static_out[:n] kept across replays", view, "stale-static-output"),
     "workspace": Scenario(
-        "a cached workspace first allocated in a later capture of a shared pool", workspace, "capture-allocation-escaped"
+        "a cached workspace first allocated in a later capture of a shared pool",
+        workspace,
+        "capture-allocation-escaped",
     ),
 }
 

@@ -403,7 +403,12 @@ def test_both_hook_sets_name_the_values_of_a_static_output_alike():
     difference = first_difference(events, canonical(python.trace_events()))
     assert difference is None, difference
     views = [e for e in events if e["ev"] == "view"]
-    assert [v["op"] for v in views] == ["aten::slice.Tensor", "aten::detach", "aten::slice.Tensor", "aten::slice.Tensor"]
+    assert [v["op"] for v in views] == [
+        "aten::slice.Tensor",
+        "aten::detach",
+        "aten::slice.Tensor",
+        "aten::slice.Tensor",
+    ]
     assert all(v["tensor"] is not None for v in views)
     kept, handed, handed_slice, inside_slice = views
     assert handed_slice["base"] == handed["tensor"] and kept["base"] == handed["base"] != kept["tensor"]

@@ -34,10 +34,19 @@ def _graphed_steps(*, clone: bool, steps: int = 2) -> TraceBuilder:
     for step in range(steps):
         b.replay(graph, main, at="torch/cuda/graphs.py:600 in forward")
         handed = 0x200 + step
-        b.make_view(handed, b.span(out, N), main, op="aten::detach", base=STATIC, at="torch/cuda/graphs.py:601 in forward")
+        b.make_view(
+            handed, b.span(out, N), main, op="aten::detach", base=STATIC, at="torch/cuda/graphs.py:601 in forward"
+        )
         if clone:
             copy = b.alloc(N, main, at="train.py:20 in step")
-            b.op("aten::clone", main, reads=[b.span(out, N)], writes=[b.span(copy, N)], tensors=[handed], at="train.py:20 in step")
+            b.op(
+                "aten::clone",
+                main,
+                reads=[b.span(out, N)],
+                writes=[b.span(copy, N)],
+                tensors=[handed],
+                at="train.py:20 in step",
+            )
             kept.append((copy, 0))
         else:
             kept.append((out, handed))
@@ -64,11 +73,28 @@ def _plain_view(*, clone: bool) -> TraceBuilder:
     first, ident = out, 0x300
     if clone:
         first = b.alloc(64, main, at="serve.py:42 in step")
-        b.op("aten::clone", main, reads=[b.view(out, [16])], writes=[b.span(first, 64)], tensors=[0x300], at="serve.py:42 in step")
+        b.op(
+            "aten::clone",
+            main,
+            reads=[b.view(out, [16])],
+            writes=[b.span(first, 64)],
+            tensors=[0x300],
+            at="serve.py:42 in step",
+        )
         ident = 0
     b.replay(graph, main, at="serve.py:40 in step")
     b.op("aten::sum", main, reads=[b.view(first, [16])], tensors=[ident] if ident else (), at="serve.py:50 in report")
     return b
+
+
+# Seeds of the trace fuzzer (trace_fuzz.py): views and read identities, buggy and fixed, and
+# the escaped workspace.
+STALE_PROGRAMS = {
+    "graphed kept": lambda: _graphed_steps(clone=False),
+    "graphed cloned": lambda: _graphed_steps(clone=True),
+    "view kept": lambda: _plain_view(clone=False),
+    "workspace escaped": lambda: _workspace(before_capture=False, other_graph=True),
+}
 
 
 def _kinds(b: TraceBuilder) -> list[str]:
@@ -80,9 +106,10 @@ def test_a_graphed_callables_output_kept_across_steps_is_one_finding(engine):
     assert finding.kind == STALE_STATIC_OUTPUT and finding.hazard == "RAW"
     view, rewrote, read = finding.accesses
     assert (view.op, view.access, view.location) == ("aten::detach", "view", "torch/cuda/graphs.py:601")
-    assert (rewrote.op, rewrote.seq) == ("replay of graph 1", next(
-        e["seq"] for e in reversed(_graphed_steps(clone=False).events) if e["ev"] == "replay"
-    ))
+    assert (rewrote.op, rewrote.seq) == (
+        "replay of graph 1",
+        next(e["seq"] for e in reversed(_graphed_steps(clone=False).events) if e["ev"] == "replay"),
+    )
     assert (read.op, read.location) == ("aten::cat", "train.py:30")
     assert "rewrote those bytes before the read" in finding.message
     assert "`.clone()`" in finding.fix

@@ -33,9 +33,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from streamrace.record.capture_nodes import is_trusted
 from streamrace.record.cuda_runtime import CudaRuntime
+from streamrace.record.graph_memory import GraphMemory, identity
 from streamrace.record.graph_readback import GraphColumns
 from streamrace.record.hook_tables import GPU_TRACE_HOOKS, MAX_ERRORS
-from streamrace.record.graph_memory import GraphMemory, identity
 from streamrace.record.op_accesses import index_operands, op_accesses, tensor_range, view_base
 from streamrace.record.stacks import StackTable
 

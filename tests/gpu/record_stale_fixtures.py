@@ -24,7 +24,13 @@ def main() -> None:
             with streamrace.watch(trace=str(out / f"{trace}.jsonl.gz")) as session:
                 outcome = scenario.run(fixed)
             found = [(f.kind, f.count) for f in session.findings]
-            print(trace, found, f"corrupted {outcome.corrupted}/{outcome.rounds}", f"premise {outcome.premise}", session.errors)
+            print(
+                trace,
+                found,
+                f"corrupted {outcome.corrupted}/{outcome.rounds}",
+                f"premise {outcome.premise}",
+                session.errors,
+            )
 
 
 if __name__ == "__main__":
