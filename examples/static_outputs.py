@@ -27,7 +27,7 @@ import torch
 
 import streamrace
 
-N = 1 << 18  # 1 MiB of float32: a large-pool block, handed out again only at the same size
+N = 1 << 20  # 4 MiB of float32: large-pool blocks, handed out again only at the same size
 STEPS = 3
 CANARY = 1234.5
 

@@ -309,3 +309,16 @@ def test_a_kept_value_read_many_times_is_one_detection_per_value(engine):
         b.op("aten::sum", main, reads=[b.span(out, N)] * 2, tensors=[0x200, 0x201], at="train.py:20 in report")
     [finding] = analyze(b.trace()).findings
     assert (finding.kind, finding.count) == (STALE_STATIC_OUTPUT, 2)
+
+
+def test_a_dead_value_s_identity_on_other_bytes_is_not_that_value(engine):
+    """A TensorImpl address a dead hand-out left, reused by a tensor over other bytes that no
+    view op made: its reads are not the dead value's."""
+    b = TraceBuilder(recording="program")
+    main = b.stream("main")
+    graph, out = _graph(b, main)
+    b.replay(graph, main)
+    b.make_view(0x900, b.view(out, [8]), main, base=STATIC)
+    b.replay(graph, main)
+    b.op("aten::sum", main, reads=[b.span(out, N)], tensors=[0x900])
+    assert _kinds(b) == []

@@ -57,7 +57,10 @@ class StaticOutputCheck(EventOrderCheck):
         super().__init__()
         self._programs: dict[int, _Program] = {}  # graph -> its program, while it lives
         self._capturing: dict[int, _Program] = {}
-        self._handed: dict[int, _HandOut] = {}  # tensor identity -> its hand-out
+        # tensor identity -> (its hand-out, its bytes as its view event gave them); a read is
+        # of that tensor only if it reads exactly those bytes: a TensorImpl address a dead
+        # value left may be reused by a tensor no view op made (a later capture's output).
+        self._handed: dict[int, tuple[_HandOut, Mapping[str, Any]]] = {}
         self.found: list[StaleStaticOutput] = []
 
     def _capture_begin(self, ev: Mapping[str, Any]) -> None:
@@ -92,12 +95,14 @@ class StaticOutputCheck(EventOrderCheck):
         if self._hb.domain(ev.get("stream", 0)) is not EAGER:
             return
         base = self._handed.get(ev.get("base") or 0)
-        if base is not None:  # a view of a handed-out value: handed out when that was
-            self._handed[tensor] = base  # named by the view that handed the value out: where the clone goes
+        if not ev["ranges"]:
+            return
+        if base is not None:  # a view of a handed-out value: handed out when that was, and
+            self._handed[tensor] = (base[0], ev["ranges"][0])  # named by its view: where the clone goes
             return
         device = self._devices.of(ev, ev.get("stream", 0))
         after = []
-        for raw in ev["ranges"]:
+        for raw in ev["ranges"][:1]:
             rng = normalize(raw)
             if rng.empty:
                 continue
@@ -106,7 +111,7 @@ class StaticOutputCheck(EventOrderCheck):
                     after.append((program, program.replays, program.last))
                     program.wanted.setdefault(program.replays + 1, None)
         if after:
-            self._handed[tensor] = _HandOut(ev, after)
+            self._handed[tensor] = (_HandOut(ev, after), ev["ranges"][0])
 
     def _kernel(self, ev: Mapping[str, Any]) -> None:
         """A node no recorded launch made: a write of its graph's program (its accesses may
@@ -138,9 +143,10 @@ class StaticOutputCheck(EventOrderCheck):
             return
         device = self._devices.of(ev, stream)
         for raw, tensor in zip(ev["reads"], tensors, strict=False):
-            handed = self._handed.get(tensor) if tensor else None
-            if handed is None or handed.reported:
+            entry = self._handed.get(tensor) if tensor else None
+            if entry is None or entry[0].reported or dict(raw) != dict(entry[1]):
                 continue
+            handed = entry[0]
             rng = normalize(raw)
             for program, replays, before in handed.after:
                 live = self._programs.get(program.graph) is program
