@@ -31,6 +31,7 @@ def trace_header(recorder: Recorder) -> dict[str, Any]:
     header["allocations_dropped"] = recorder.dropped_allocations
     header["kernel_nodes"] = asdict(recorder.kernel_stats)
     header["app_pools"] = recorder.app_pools.count
+    header["index_ops"] = recorder.log.index_ops
     if not recorder.capture_only:
         header["replays_unrecorded"] = recorder.replays.unrecorded
         header["replays_in_capture"] = recorder.replays.in_capture

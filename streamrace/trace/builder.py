@@ -205,6 +205,8 @@ class TraceBuilder:
         """An op on ``stream``; returns its seq. ``index``: of the reads, those that pick where
         an op that writes through an index writes (1.2); ``tensors``: the identity behind each
         read of graph memory, 0 for other reads (1.5)."""
+        if index:
+            self.header["index_ops"] = self.header.get("index_ops", 0) + 1
         return self.emit(
             "op",
             op=name,
