@@ -415,3 +415,4 @@ def test_both_hook_sets_name_the_values_of_a_static_output_alike():
     reads = [e.get("tensors") for e in events if e["ev"] == "op" and e["op"] in ("aten::add.out", "aten::mul.out")]
     # the captured mul, the two reads of views, the kept view after the next replay, the eager x
     assert reads == [None, [kept["tensor"], handed_slice["tensor"]], [kept["tensor"]], [None, inside_slice["tensor"]]]
+    assert native.log.views == python.log.views == 4, "the header's views"

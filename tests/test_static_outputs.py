@@ -322,3 +322,15 @@ def test_a_dead_value_s_identity_on_other_bytes_is_not_that_value(engine):
     b.replay(graph, main)
     b.op("aten::sum", main, reads=[b.span(out, N)], tensors=[0x900])
     assert _kinds(b) == []
+
+
+def test_a_recording_that_made_no_view_skips_the_check(engine):
+    """``views: 0`` in the header: the static-output check (a pass over every event) is not
+    run; the builder counts its views as the recorder does, and a trace that does not say gets
+    the check."""
+    b = _plain_view(clone=False)
+    assert b.header["views"] == 1
+    b.header["views"] = 0
+    assert _kinds(b) == []
+    del b.header["views"]
+    assert _kinds(b) == [STALE_STATIC_OUTPUT]

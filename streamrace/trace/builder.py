@@ -229,6 +229,7 @@ class TraceBuilder:
         at: Site | None = None,
     ) -> int:
         """An eager view op made tensor ``tensor`` (an identity) over graph memory (1.5)."""
+        self.header["views"] = self.header.get("views", 0) + 1
         return self.emit(
             "view", tensor=tensor, op=op, ranges=[rng], base=base, stream=stream, device=0, stack=self._stack(at)
         )["seq"]
