@@ -22,6 +22,7 @@
     X(nodes) \
     X(inferred) \
     X(index) \
+    X(tensors) \
     X(event) \
     X(id) \
     X(frames) \
@@ -31,6 +32,9 @@
     X(where) \
     X(call) \
     X(first) \
+    X(tensor) \
+    X(ranges) \
+    X(base) \
     X(nbytes) \
     X(shape) \
     X(stride) \
@@ -60,5 +64,6 @@
     X(graph_destroy) \
     X(recorder_error) \
     X(library_call) \
+    X(view) \
     X(pool_alloc) \
     X(pool_free)

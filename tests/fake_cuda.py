@@ -92,15 +92,17 @@ class FakeCuda:
         tracker: bool = True,
         history_entries: int = HISTORY_MAX_ENTRIES,
         program_history: bool = False,
+        own_storages: bool = False,
     ) -> None:
         """``initialized``: CUDA is initialized before recording starts (else at the first
         allocation); ``tracker``: the allocator takes a trace tracker; ``history_entries``:
         the history's bound (HISTORY_MAX_ENTRIES, as the recorder asks); ``program_history``:
-        the program recorded its own history before recording began."""
+        the program recorded its own history before recording began; ``own_storages``: each
+        block is a storage of its own, as the caching allocator's are (else views of one arena)."""
         self.block_bytes = block_bytes
         self._arena = torch.zeros(blocks * block_bytes // 4)
         n = block_bytes // 4
-        self._blocks = [self._arena[i * n : (i + 1) * n] for i in range(blocks)]
+        self._blocks = [torch.zeros(n) if own_storages else self._arena[i * n : (i + 1) * n] for i in range(blocks)]
         self._handles = itertools.count(0x10000, 0x10)  # graphs, nodes, events, functions
         self.stream = 0  # the current stream
         self._initialized = initialized

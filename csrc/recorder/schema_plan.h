@@ -37,6 +37,7 @@ struct SchemaPlan {
     // One of PyTorch's own ops that only hands values to the host (hook_tables.HOST_RESULT_TYPES):
     // captured, it touched nothing.
     bool host_result = false;
+    int view_of = -1;  // a view op (detach, slice, alias): the argument its result views, else -1
 };
 
 namespace detail {
@@ -112,6 +113,15 @@ inline std::unique_ptr<SchemaPlan> make_plan(const c10::FunctionSchema& schema) 
             plan->args.push_back(Role::Index);
         } else {
             plan->args.push_back(Role::Read);
+        }
+    }
+    bool view = false;
+    for (const auto& ret : schema.returns()) view |= ret.alias_info() != nullptr && !ret.alias_info()->isWrite();
+    for (size_t i = 0; view && i < schema.arguments().size(); ++i) {
+        const auto* alias = schema.arguments()[i].alias_info();
+        if (alias != nullptr && !alias->isWrite()) {
+            plan->view_of = static_cast<int>(i);
+            break;
         }
     }
     bool fresh = !detail::allocates_only(base) && !collective;

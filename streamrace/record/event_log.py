@@ -45,6 +45,7 @@ class EventLog:
         self._detached: list[Event] = []  # emitted from a garbage collection, joined at the next ingest
         self._collective_streams: set[int] = set()  # NCCL's internal streams (collectives.py)
         self.index_ops = 0  # ops that write through an index: the header's index_ops (0: no padded check)
+        self.views = 0  # view events: the header's views (0: no static-output check)
         # Taken by emit and by a flush's taking of events: a Recorder event numbered on one
         # thread is in the log before another thread's flush takes the events around it.
         self.lock = threading.RLock()
@@ -111,6 +112,8 @@ class EventLog:
             if ev == "op":
                 if "index" in event:
                     self.index_ops += 1
+            elif ev == "view":
+                self.views += 1
             elif ev == "stream":
                 name = _STREAM_NAMES.get(event["stream"]) or self._default_name(event["stream"])
                 if name is not None:

@@ -30,6 +30,7 @@ HOOK_EVENT_KINDS = (
     "device_sync",
     "recorder_error",
     "kernel",
+    "view",
 )
 
 # recorder_error events per recording, hooks and Recorder each: a broken recorder reports, and

@@ -32,6 +32,7 @@ def trace_header(recorder: Recorder) -> dict[str, Any]:
     header["kernel_nodes"] = asdict(recorder.kernel_stats)
     header["app_pools"] = recorder.app_pools.count
     header["index_ops"] = recorder.log.index_ops
+    header["views"] = recorder.log.views
     if not recorder.capture_only:
         header["replays_unrecorded"] = recorder.replays.unrecorded
         header["replays_in_capture"] = recorder.replays.in_capture
