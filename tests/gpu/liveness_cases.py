@@ -188,7 +188,7 @@ def model_weight_dead(p: Proof) -> tuple:
         predicted = _mlp_with(model, x, {2: owner})
     g.replay()
     p.reads_owner("y == the MLP with layer 2's weight the next owner's", y, predicted, approx=True)
-    return g, y, model, owner
+    return g, y, model, owner, x  # x too: an input freed at the return, under the live graph, is a finding
 
 
 def model_training_weight_dead(p: Proof) -> tuple:
@@ -202,8 +202,8 @@ def model_training_weight_dead(p: Proof) -> tuple:
     with torch.cuda.graph(g):
         out = model(x)
         out.backward(static_grad)
+    seen = out.detach()  # not in torch's test: out's bytes, before the replay (the static output held)
     g.replay()
-    seen = out.detach()  # not in torch's test: out's bytes, to see what the next replay computes
     del out
     freed = model.weight.data_ptr()
     del model.weight  # FREE
