@@ -22,6 +22,7 @@
     X(nodes) \
     X(inferred) \
     X(index) \
+    X(tensors) \
     X(host_reads) \
     X(host_writes) \
     X(host_blocking) \
@@ -34,6 +35,9 @@
     X(where) \
     X(call) \
     X(first) \
+    X(tensor) \
+    X(ranges) \
+    X(base) \
     X(nbytes) \
     X(shape) \
     X(stride) \
@@ -63,6 +67,7 @@
     X(graph_destroy) \
     X(recorder_error) \
     X(library_call) \
+    X(view) \
     X(pool_alloc) \
     X(pool_free) \
     X(host_alloc) \

@@ -46,7 +46,7 @@ from streamrace.record.cuda_runtime import HISTORY_MAX_ENTRIES, AllocationFact
 from streamrace.record.hook_tables import GPU_TRACE_HOOKS, NODE_TYPES
 from streamrace.record.hooks import op_name
 from streamrace.record.kernel_params import NodeAccess
-from streamrace.record.op_accesses import op_accesses
+from streamrace.record.op_accesses import op_accesses, returns_to_host
 
 # A custom op with its own kernel, as serving engines register them (not one of PyTorch's own:
 # its kernel's pointers are cross-checked against its schema).
@@ -93,15 +93,17 @@ class FakeCuda:
         tracker: bool = True,
         history_entries: int = HISTORY_MAX_ENTRIES,
         program_history: bool = False,
+        own_storages: bool = False,
     ) -> None:
         """``initialized``: CUDA is initialized before recording starts (else at the first
         allocation); ``tracker``: the allocator takes a trace tracker; ``history_entries``:
         the history's bound (HISTORY_MAX_ENTRIES, as the recorder asks); ``program_history``:
-        the program recorded its own history before recording began."""
+        the program recorded its own history before recording began; ``own_storages``: each
+        block is a storage of its own, as the caching allocator's are (else views of one arena)."""
         self.block_bytes = block_bytes
         self._arena = torch.zeros(blocks * block_bytes // 4)
         n = block_bytes // 4
-        self._blocks = [self._arena[i * n : (i + 1) * n] for i in range(blocks)]
+        self._blocks = [torch.zeros(n) if own_storages else self._arena[i * n : (i + 1) * n] for i in range(blocks)]
         self._handles = itertools.count(0x10000, 0x10)  # graphs, nodes, events, functions
         self.stream = 0  # the current stream
         self._initialized = initialized
@@ -316,6 +318,10 @@ class FakeCuda:
             self._unused += blocks
         self._freed.clear()
         self._unused.sort()
+
+    def capturing(self) -> bool:
+        """Whether the current stream captures."""
+        return self._capturing.get(self.stream) is not None
 
     def event(self) -> int:
         event = next(self._handles)
@@ -575,6 +581,8 @@ class Kernels(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         outputs = func(*args, **kwargs)
+        if returns_to_host(func) and self._fake.capturing():
+            return outputs  # CUDA would refuse its copy to the host in a capture: it launched nothing
         reads, writes = op_accesses(func, args, kwargs, outputs, self._fake.is_recorded_tensor)
         if reads or writes:
             name = op_name(func)

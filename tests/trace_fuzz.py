@@ -65,6 +65,12 @@ def seed_traces() -> dict[str, list[str]]:
     for name, made in sorted(HOST_PROGRAMS.items()):
         trace = made()
         seeds[f"pinned memory: {name}"] = [_dumps(trace.header), *map(_dumps, trace.events)]
+
+    from test_static_outputs import STALE_PROGRAMS  # views and read identities (format 1.5)
+
+    for name, made in sorted(STALE_PROGRAMS.items()):
+        trace = made().trace()
+        seeds[f"static outputs: {name}"] = [_dumps(trace.header), *map(_dumps, trace.events)]
     return seeds
 
 

@@ -103,6 +103,12 @@ class OpHooks {
             return;
         }
         if (!plan->touches) return;
+        GraphMemory& memory = log_.graph_memory();
+        bool track_reads = graph == 0 && memory.any();  // eager reads of graph memory are named by tensor
+        if (plan->view_of >= 0 && track_reads && static_cast<size_t>(plan->view_of) < inputs.size() &&
+            inputs[plan->view_of].isTensor()) {
+            frame.view_base = identity(inputs[plan->view_of].toTensor());
+        }
         if (plan->any_return_written) {
             for (const c10::IValue& value : inputs) {
                 each_tensor(value, [&](const at::Tensor& tensor) {
@@ -136,6 +142,7 @@ class OpHooks {
                 } else if (tensor_range(tensor, range = ByteRange())) {
                     frame.reads.push_back(range);
                     if (role == Role::Index) frame.index.push_back(range);
+                    if (track_reads) frame.read_ids.push_back(memory.holds(tensor) ? identity(tensor) : 0);
                 }
             });
         }
@@ -156,9 +163,14 @@ class OpHooks {
         }
         if (!frame.plan->touches) return;
         std::vector<ByteRange> reads = std::move(frame.reads), writes;
+        std::vector<int64_t> read_ids = std::move(frame.read_ids);
+        c10::SmallVector<int64_t, 4> written_bases;  // storages it writes: graph memory, if captured
         ByteRange range;
         for (const at::Tensor& tensor : frame.written) {
-            if (tensor_range(tensor, range = ByteRange())) writes.push_back(range);
+            if (tensor_range(tensor, range = ByteRange())) {
+                writes.push_back(range);
+                written_bases.push_back(reinterpret_cast<int64_t>(tensor.storage().data()));
+            }
         }
         frame.written.clear();
         const auto& returns = frame.plan->returns;
@@ -185,6 +197,7 @@ class OpHooks {
                     if (tensor_range(tensor, range = ByteRange()) &&
                         std::find(writes.begin(), writes.end(), range) == writes.end()) {
                         writes.push_back(range);
+                        written_bases.push_back(reinterpret_cast<int64_t>(tensor.storage().data()));
                     }
                 });
             }
@@ -194,13 +207,17 @@ class OpHooks {
         if (returned && only_views && writes.empty()) reads.clear();
         if (!writes.empty() && !reads.empty()) {
             // An in-place op reads and writes self: the write covers it for race checking.
-            reads.erase(std::remove_if(reads.begin(), reads.end(),
-                                       [&](const ByteRange& r) {
-                                           return std::find(writes.begin(), writes.end(), r) != writes.end();
-                                       }),
-                        reads.end());
+            size_t kept = 0;
+            for (size_t i = 0; i < reads.size(); ++i) {
+                if (std::find(writes.begin(), writes.end(), reads[i]) != writes.end()) continue;
+                if (!read_ids.empty()) read_ids[kept] = read_ids[i];
+                reads[kept++] = std::move(reads[i]);
+            }
+            reads.resize(kept);
+            if (!read_ids.empty()) read_ids.resize(kept);
         }
         if (reads.empty() && writes.empty()) {
+            if (frame.view_base != 0) view(fn, frame);
             if (host_on) host_op(fn, frame, host_outputs, host_returned);
             return;
         }
@@ -225,6 +242,8 @@ class OpHooks {
         Locked held = log_.lock();
         int32_t graph = captures_.graph_of(held, stream);
         if (graph == 0 && !eager_ops_) return;
+        // A capture that succeeded holds no kernel of it (hook_tables.HOST_RESULT_TYPES).
+        if (graph != 0 && frame.plan->host_result) return;
         Record r;
         r.kind = Kind::Op;
         r.text = log_.text(held, frame.plan->name);
@@ -234,6 +253,12 @@ class OpHooks {
         log_.add_ranges(held, r, reads, writes, frame.index);
         if (!host_reads.empty() || !host_writes.empty()) log_.add_host_ranges(held, r, host_reads, host_writes);
         r.host_blocking = host_blocking;
+        if (graph != 0) {
+            for (int64_t base : written_bases) log_.graph_memory().add(base);
+        } else if (read_ids.size() == reads.size() &&
+                   std::any_of(read_ids.begin(), read_ids.end(), [](int64_t id) { return id != 0; })) {
+            log_.add_tensors(held, r, read_ids);
+        }
         log_.append(held, r);
         if (frame.graph != 0 && frame.graph == graph && stream == frame.stream) {
             if (!after.empty() && after != frame.before) {
@@ -390,6 +415,37 @@ class OpHooks {
                 t.op_stack = -1;
             }
             return;
+        }
+    }
+
+    // An eager view op whose results view graph memory: a view record per such result, naming
+    // it and the tensor it views (PythonHooks._view).
+    void view(const at::RecordFunction& fn, const OpFrame& frame) {
+        GraphMemory& memory = log_.graph_memory();
+        std::vector<std::pair<int64_t, ByteRange>> made;
+        ByteRange range;
+        for (const c10::IValue& value : fn.outputs()) {
+            each_tensor(value, [&](const at::Tensor& tensor) {
+                if (!tensor.defined() || tensor.device().type() != device_type_ || !memory.holds(tensor)) return;
+                if (tensor_range(tensor, range = ByteRange())) made.emplace_back(identity(tensor), range);
+            });
+        }
+        if (made.empty()) return;
+        int64_t stream = streams_.current_stream(frame.device);
+        log_.see_stream(stream, frame.device);
+        Locked held = log_.lock();
+        if (captures_.graph_of(held, stream) != 0) return;  // made in a capture: the static output itself
+        for (const auto& [id, view_range] : made) {
+            Record r;
+            r.kind = Kind::View;
+            r.value = id;
+            r.base = frame.view_base;
+            r.text = log_.text(held, frame.plan->name);
+            r.stream = stream;
+            r.device = frame.device;
+            r.stack = frame.stack;
+            log_.add_ranges(held, r, {view_range}, {}, {});
+            log_.append(held, r);
         }
     }
 

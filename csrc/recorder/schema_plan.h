@@ -42,6 +42,10 @@ struct SchemaPlan {
     std::vector<Role> args;        // per schema argument
     std::vector<bool> returns;     // per schema return: a fresh tensor the op writes
     bool any_return_written = false;
+    // One of PyTorch's own ops that only hands values to the host (hook_tables.HOST_RESULT_TYPES):
+    // captured, it touched nothing.
+    bool host_result = false;
+    int view_of = -1;  // a view op (detach, slice, alias): the argument its result views, else -1
 };
 
 namespace detail {
@@ -127,12 +131,24 @@ inline std::unique_ptr<SchemaPlan> make_plan(const c10::FunctionSchema& schema) 
             plan->args.push_back(Role::Read);
         }
     }
+    bool view = false;
+    for (const auto& ret : schema.returns()) view |= ret.alias_info() != nullptr && !ret.alias_info()->isWrite();
+    for (size_t i = 0; view && i < schema.arguments().size(); ++i) {
+        const auto* alias = schema.arguments()[i].alias_info();
+        if (alias != nullptr && !alias->isWrite()) {
+            plan->view_of = static_cast<int>(i);
+            break;
+        }
+    }
     bool fresh = !detail::allocates_only(base) && !collective;
+    plan->host_result = plan->trusted && !schema.returns().empty();
     for (const auto& ret : schema.returns()) {
         bool written = fresh && ret.alias_info() == nullptr;
         plan->returns.push_back(written);
         plan->any_return_written |= written;
+        plan->host_result = plan->host_result && detail::one_of(ret.type()->str(), tables::kHostResultTypes);
     }
+    for (Role role : plan->args) plan->host_result = plan->host_result && role != Role::Write;
     return plan;
 }
 

@@ -1,6 +1,6 @@
 """Pinned host memory (trace format 1.5: ``host_alloc``, ``host_free``, ``host_op`` and an op's
 ``host_reads`` / ``host_writes``): the host's own accesses against the copies still in flight
-over the same bytes, and pinned memory a live graph copies from (docs/analysis.md §8.9,
+over the same bytes, and pinned memory a live graph copies from (docs/analysis.md §8.11,
 HAZARDS.md M1–M3).
 
 The host is one more actor, whose program order is the trace's and whose clock is ``H``

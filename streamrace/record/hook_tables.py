@@ -31,6 +31,7 @@ HOOK_EVENT_KINDS = (
     "recorder_error",
     "kernel",
     "host_op",
+    "view",
 )
 
 # recorder_error events per recording, hooks and Recorder each: a broken recorder reports, and
@@ -140,6 +141,12 @@ FACTORY_PREFIX = "new_"
 FACTORY_SUFFIX = "_like"
 # ops that only allocate (no kernel touches the result), also with the factory prefix.
 ALLOCATE_ONLY_OPS = ("empty", "empty_like", "empty_strided", "empty_permuted")
+# The schema return types of a value handed to the host (``torch.equal``'s bool, ``item``'s
+# Scalar). One of PyTorch's own ops that returns only such values, and writes nothing, reads its
+# tensors on the device only to synchronize and copy the result back, which a capture forbids:
+# in a capture that succeeded it launched nothing (``torch.equal(x, x)`` short-circuits), so
+# a captured one touches nothing at replay.
+HOST_RESULT_TYPES = ("bool", "int", "float", "complex", "Scalar", "number", "SymInt", "SymFloat", "SymBool")
 # ops that write through an index: where they write is picked by the tensors passed as
 # INDEX_ARGUMENTS (the trace's ``index`` ranges, docs/trace-format.md), in place or into a
 # copy of ``self`` (``index_put``, ``scatter``); by the name without a trailing ``_``.
@@ -244,6 +251,7 @@ inline constexpr const char* kNoAccessOps[] = {{{_strings(NO_ACCESS_OPS)}}};
 inline constexpr const char* kFactoryPrefix = "{FACTORY_PREFIX}";
 inline constexpr const char* kFactorySuffix = "{FACTORY_SUFFIX}";
 inline constexpr const char* kAllocateOnlyOps[] = {{{_strings(ALLOCATE_ONLY_OPS)}}};
+inline constexpr const char* kHostResultTypes[] = {{{_strings(HOST_RESULT_TYPES)}}};
 inline constexpr const char* kIndexWriteOps[] = {{{_strings(INDEX_WRITE_OPS)}}};
 inline constexpr const char* kIndexArguments[] = {{{_strings(INDEX_ARGUMENTS)}}};
 

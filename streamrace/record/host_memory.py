@@ -1,6 +1,6 @@
 """Pinned host memory (trace format 1.5): the host caching allocator's blocks as the program's
 ops meet them, the host bytes of every copy between them and the device, and the host's own
-ops on them (docs/trace-format.md, docs/analysis.md §8.9).
+ops on them (docs/trace-format.md, docs/analysis.md §8.11).
 
 Where pinned memory is seen, at a cost only where it can be:
 

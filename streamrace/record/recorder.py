@@ -189,7 +189,7 @@ class Recorder:
         # The library calls' first: innermost, so a call's range holds what the call itself did
         # (not the capture_begin or replay events the other parts' wrappers add around it).
         patches = self.library_calls.patches() + self.captures.patches()
-        patches += [] if self.capture_only else self.replays.patches()
+        patches += self.replays.patches(replays=not self.capture_only)
         installation.activate(self, hooks, self.runtime, patches)
         self.library_calls.install_later()  # inductor, where the program imported it already
         try:

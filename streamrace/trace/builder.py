@@ -254,9 +254,13 @@ class TraceBuilder:
         writes: Sequence[dict[str, Any]] = (),
         at: Site | None = None,
         index: Sequence[dict[str, Any]] = (),
+        tensors: Sequence[int] = (),
     ) -> int:
         """An op on ``stream``; returns its seq. ``index``: of the reads, those that pick where
-        an op that writes through an index writes (1.2)."""
+        an op that writes through an index writes (1.2); ``tensors``: the identity behind each
+        read of graph memory, 0 for other reads (1.5)."""
+        if index:
+            self.header["index_ops"] = self.header.get("index_ops", 0) + 1
         return self.emit(
             "op",
             op=name,
@@ -265,7 +269,23 @@ class TraceBuilder:
             reads=list(reads),
             writes=list(writes),
             index=list(index) or None,
+            tensors=list(tensors) or None,
             stack=self._stack(at),
+        )["seq"]
+
+    def make_view(
+        self,
+        tensor: int,
+        rng: dict[str, Any],
+        stream: int,
+        op: str = "aten::slice.Tensor",
+        base: int | None = None,
+        at: Site | None = None,
+    ) -> int:
+        """An eager view op made tensor ``tensor`` (an identity) over graph memory (1.5)."""
+        self.header["views"] = self.header.get("views", 0) + 1
+        return self.emit(
+            "view", tensor=tensor, op=op, ranges=[rng], base=base, stream=stream, device=0, stack=self._stack(at)
         )["seq"]
 
     # -- the execution view (1.1) ------------------------------------------------------

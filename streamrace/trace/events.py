@@ -446,6 +446,10 @@ _HEADER_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "app_pools": (lambda v: _is_int64(v) and v >= 0, "a non-negative integer"),
     # 1.5: whether pinned host memory was recorded (host_alloc, host_free, host_op, an op's host ranges)
     "host_memory": (lambda v: isinstance(v, bool), "true or false"),
+    # 1.4: ops that write through an index (an op event's index); 0: no padded-scatter check needed
+    "index_ops": (lambda v: _is_int64(v) and v >= 0, "a non-negative integer"),
+    # 1.5: the view events the recording made; 0: no static-output check needed
+    "views": (lambda v: _is_int64(v) and v >= 0, "a non-negative integer"),
     # a .partial file's provisional header: the recording never finished (the incomplete note)
     "incomplete": (lambda v: isinstance(v, bool), "true or false"),
 }

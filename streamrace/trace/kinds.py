@@ -135,6 +135,7 @@ EVENT_KINDS: tuple[EventKind, ...] = (
             optional("nodes", INTS),
             optional("inferred", BOOL),
             optional("index", RANGES, added="1.2"),
+            optional("tensors", INTS, added="1.5"),
             optional("host_reads", RANGES, added="1.5"),
             optional("host_writes", RANGES, added="1.5"),
             optional("host_blocking", BOOL, added="1.5"),
@@ -143,9 +144,11 @@ EVENT_KINDS: tuple[EventKind, ...] = (
             'an operator (`"aten::mm"`, `"aten::mm.out"`) ran (or was captured) on `stream`, reading and '
             "writing those bytes; `nodes`: ids of the graph nodes it created; `inferred`: the read/write "
             "split was guessed (unknown directions count as writes); `index` (1.2): of an op that writes "
-            "through an index (below), the ranges of its index operands; `host_reads`, `host_writes` (1.5): the "
-            "pinned host bytes it copies from and to (an H2D source, a D2H destination); `host_blocking` (1.5): "
-            "the host waited for it (a copy without `non_blocking`)"
+            "through an index (below), the ranges of its index operands; `tensors` (1.5): of an eager op that "
+            "reads memory a captured op wrote, the identity of the tensor behind each of its `reads`, in order "
+            "(0: a read of other memory); `host_reads`, `host_writes` (1.5): the pinned host bytes it copies "
+            "from and to (an H2D source, a D2H destination); `host_blocking` (1.5): the host waited for it (a "
+            "copy without `non_blocking`)"
         ),
     ),
     EventKind(
@@ -251,6 +254,24 @@ EVENT_KINDS: tuple[EventKind, ...] = (
             " it"
         ),
         added="1.3",
+    ),
+    EventKind(
+        "view",
+        (
+            required("tensor", POS),
+            required("op", STR),
+            required("ranges", RANGES),
+            optional("base", NONNEG),
+            optional("stream", NONNEG),
+            optional("device", NONNEG),
+            optional("stack", NONNEG),
+        ),
+        (
+            "an eager view op (`op`: `aten::detach`, `aten::slice.Tensor`) made the tensor `tensor` (an "
+            "identity: the address of its TensorImpl) over memory a captured op wrote; `ranges`: its bytes "
+            "(one range); `base`: the identity of the tensor it views"
+        ),
+        added="1.5",
     ),
     EventKind(
         "pool_alloc",

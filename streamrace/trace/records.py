@@ -124,6 +124,7 @@ class OpEvent(_OpEventRequired, total=False):
     nodes: list[int] | None
     inferred: bool | None
     index: list[ByteRange] | None  # since 1.2
+    tensors: list[int] | None  # since 1.5
     host_reads: list[ByteRange] | None  # since 1.5
     host_writes: list[ByteRange] | None  # since 1.5
     host_blocking: bool | None  # since 1.5
@@ -307,6 +308,23 @@ class LibraryCallEvent(_LibraryCallEventRequired, total=False):
     """``library_call`` (since 1.3)."""
 
 
+class _ViewEventRequired(TypedDict):
+    seq: int
+    ev: Literal["view"]
+    tensor: int
+    op: str
+    ranges: list[ByteRange]
+
+
+class ViewEvent(_ViewEventRequired, total=False):
+    """``view`` (since 1.5)."""
+
+    base: int | None
+    stream: int | None
+    device: int | None
+    stack: int | None
+
+
 class _PoolAllocEventRequired(TypedDict):
     seq: int
     ev: Literal["pool_alloc"]
@@ -402,6 +420,7 @@ Event = (
     | GraphDestroyEvent
     | RecorderErrorEvent
     | LibraryCallEvent
+    | ViewEvent
     | PoolAllocEvent
     | PoolFreeEvent
     | HostAllocEvent
@@ -432,6 +451,7 @@ KIND_RECORDS: dict[str, type] = {
     "graph_destroy": GraphDestroyEvent,
     "recorder_error": RecorderErrorEvent,
     "library_call": LibraryCallEvent,
+    "view": ViewEvent,
     "pool_alloc": PoolAllocEvent,
     "pool_free": PoolFreeEvent,
     "host_alloc": HostAllocEvent,

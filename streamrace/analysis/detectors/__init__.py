@@ -17,6 +17,7 @@ from streamrace.analysis.core import MIRRORS
 from streamrace.analysis.dedup import deduplicate
 from streamrace.analysis.describe import Describer, Suggestion
 from streamrace.analysis.detectors import (
+    capture_allocation_escaped,
     data_race,
     graph_input_freed,
     graph_pinned_freed,
@@ -27,6 +28,7 @@ from streamrace.analysis.detectors import (
     pool_unsafe_free,
     record_stream_noop,
     stale_read,
+    stale_static_output,
     unsafe_free,
 )
 from streamrace.analysis.detectors.detector import Detector, EngineResults, SarifRule, Severity, TracePass
@@ -43,6 +45,8 @@ DETECTORS: tuple[Detector[Any], ...] = (
     pinned_write_during_copy.DETECTOR,
     pinned_read_before_copy.DETECTOR,
     graph_pinned_freed.DETECTOR,
+    stale_static_output.DETECTOR,
+    capture_allocation_escaped.DETECTOR,
     model_disagreement.DETECTOR,
 )
 
@@ -57,6 +61,8 @@ POOL_UNSAFE_FREE = pool_unsafe_free.KIND
 PINNED_WRITE_DURING_COPY = pinned_write_during_copy.KIND
 PINNED_READ_BEFORE_COPY = pinned_read_before_copy.KIND
 GRAPH_PINNED_FREED = graph_pinned_freed.KIND
+STALE_STATIC_OUTPUT = stale_static_output.KIND
+CAPTURE_ALLOCATION_ESCAPED = capture_allocation_escaped.KIND
 
 KINDS: tuple[str, ...] = tuple(d.kind for d in DETECTORS)
 
@@ -131,6 +137,7 @@ def suggestion(finding: Finding) -> Suggestion | None:
 
 
 __all__ = [
+    "CAPTURE_ALLOCATION_ESCAPED",
     "DATA_RACE",
     "DETECTORS",
     "GRAPH_INPUT_FREED",
@@ -140,6 +147,7 @@ __all__ = [
     "POOL_UNSAFE_FREE",
     "RECORD_STREAM_NOOP",
     "STALE_READ",
+    "STALE_STATIC_OUTPUT",
     "UNSAFE_FREE",
     "Detector",
     "EngineResults",

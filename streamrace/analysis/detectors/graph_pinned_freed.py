@@ -1,7 +1,7 @@
 """``graph-pinned-freed``: pinned host memory baked into a graph (the source or destination of a
 captured copy) was freed while the graph lives; the host caching allocator, which protects
 eager copies with events, does not protect replays, and hands the block to the next owner,
-whose bytes every later replay copies (docs/findings.md; the rule is docs/analysis.md §8.9;
+whose bytes every later replay copies (docs/findings.md; the rule is docs/analysis.md §8.11;
 HAZARDS.md M3). Found by the pinned-memory pass (pinned_write_during_copy.py's).
 """
 

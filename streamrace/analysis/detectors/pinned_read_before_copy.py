@@ -1,7 +1,7 @@
 """``pinned-read-before-copy``: the host reads (or writes) pinned memory that a copy from the
 device has not yet written (an eager ``non_blocking`` D2H copy, or a replay of a graph that
 captured one): the host gets the old bytes (docs/findings.md; the rule is docs/analysis.md
-§8.9; HAZARDS.md M2). Found by the pinned-memory pass (pinned_write_during_copy.py's).
+§8.11; HAZARDS.md M2). Found by the pinned-memory pass (pinned_write_during_copy.py's).
 """
 
 from __future__ import annotations

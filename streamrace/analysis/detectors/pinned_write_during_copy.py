@@ -1,6 +1,6 @@
 """``pinned-write-during-copy``: the host writes pinned memory that a copy to the device still
 reads (an eager ``non_blocking`` H2D copy, or a replay of a graph that captured one), so the
-device gets some of the new bytes (docs/findings.md; the rule is docs/analysis.md §8.9;
+device gets some of the new bytes (docs/findings.md; the rule is docs/analysis.md §8.11;
 HAZARDS.md M1).
 
 The check (streamrace/analysis/host_memory.py) is a pass over the events; it reads nothing of
