@@ -8,7 +8,7 @@ is the ``del``/``set_``/``resize_`` line marked ``# FREE``, not the replay), nam
 next owner (``allocation.reused_by`` at the ``# OWNER`` line) where that allocation took the
 block; none where torch accepts. Where the owner took the block, the replay after the free is
 checked to read the owner's bytes (the danger, shown); where torch accepts, the results are
-checked exact. The pinned case (#14) waits for host-memory recording (issue 26, M3).
+checked exact. The pinned case (#14) is found as graph-pinned-freed (issue 26, M3).
 
 The module prints a table of every case at its end (and writes it as Markdown to the file
 ``STREAMRACE_LIVENESS_TABLE`` names, if set): docs/liveness-parity.md's H200 column.
@@ -30,17 +30,11 @@ from streamrace.record import graph_readback
 HOOKS = ("native", "python")
 FILE = "liveness_cases.py"
 ROWS: list[Row] = []
-HOST_RECORDING = (
-    "issue 26 M3: pinned host memory is not recorded yet (no host allocations or frees in the trace); "
-    "flips when host recording lands"
-)
 
 
 def _params() -> list:
-    return [
-        pytest.param(case, marks=[pytest.mark.xfail(strict=True, reason=HOST_RECORDING)] if case.host_memory else [])
-        for case in CASES
-    ]
+    # The pinned case (#14) is found as graph-pinned-freed now that pinned host memory is recorded.
+    return [pytest.param(case) for case in CASES]
 
 
 def _ids(case: Case) -> str:

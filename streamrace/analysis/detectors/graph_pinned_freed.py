@@ -70,7 +70,7 @@ class GraphPinnedFreedDetector(Detector[GraphPinnedFreed]):
             message += f"; the host allocator gives it to the next pinned tensor{at(owner)}"
         if found.replay is not None:
             replay = host_access(describer, found.replay, f"replay of graph {found.graph}", "read")
-            message += f", and the replay{at(replay)} copies whatever that memory now holds"
+            message += f"; the graph is replayed after the free{at(replay)} and copies whatever that memory now holds"
             accesses.append(replay)
         else:
             message += " (latent: no replay yet)"
