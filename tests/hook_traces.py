@@ -8,11 +8,14 @@ from typing import Any
 def canonical(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Addresses, stream and event handles differ between processes: number each by its
     first appearance, so that two recordings of one program compare equal. CUDA hands a
-    destroyed event's handle out again: a created event is a new one."""
+    destroyed event's handle out again: a created event is a new one. Likewise a tensor
+    identity (its TensorImpl's address) is reused once the tensor died: a view event's tensor
+    is a new one."""
+
     labels: dict[str, dict[int, Any]] = {"addr": {}, "stream": {}, "event": {}, "tensor": {}}
     labels["base"] = labels["tensor"]  # a view's base is a tensor identity too (format 1.5)
     tensors = labels["tensor"]
-    created = 0
+    created = made = 0
 
     def walk(value: Any) -> Any:
         if isinstance(value, dict):
@@ -33,6 +36,9 @@ def canonical(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if event["ev"] == "event_create":
             created += 1
             labels["event"][event["event"]] = f"event{created}"
+        elif event["ev"] == "view" and isinstance(event.get("tensor"), int):
+            made += 1
+            tensors[event["tensor"]] = f"tensor{made}"
         out.append(walk(event))
     return out
 
