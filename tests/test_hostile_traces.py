@@ -358,17 +358,39 @@ def test_an_enormous_name_of_short_words_is_cut_too(tmp_path: Path, fmt: str) ->
 
 
 # -- deep stacks ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("depth", ["1000000", "all"])
-def test_a_deep_stack_shows_at_most_the_frame_limit(tmp_path: Path, depth: str) -> None:
-    """Stacks of 200,000 frames with --stack-depth 1000000 (or all): 1,000 frames shown, the
-    rest counted; before, each frame's call chain was a copy of all its callers (n**2 / 2)."""
-    from streamrace.report.text import MAX_STACK_DEPTH
-
-    frames = 200_000
+def _deep(frames: int) -> TraceBuilder:
+    """The one-race trace with each stack ``frames`` frames deeper."""
     tb = _race()
     for event in tb.events:
         if event["ev"] == "stack":
             event["frames"] += [[f"f{i % 97}.py", i + 1, f"fn{i}"] for i in range(frames)]
+    return tb
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_stack_of_more_frames_than_the_limit_is_refused(engine: str, tmp_path: Path) -> None:
+    """A million-frame stack took 14-49 s to report (each report walks it); the reader refuses
+    a stack past MAX_FRAMES, 78 times what the recorder walks, and one at the limit is read."""
+    from streamrace.trace.events import MAX_FRAMES
+
+    path = tmp_path / "deep.jsonl"
+    _deep(1_000_000).write(str(path))
+    line = assert_refused(streamrace(engine, "analyze", path), "deep.jsonl:")
+    assert line.endswith(f"field 'frames' holds more than {MAX_FRAMES:,} frames (the limit of this streamrace)")
+    _deep(MAX_FRAMES - 1).write(str(path))
+    assert streamrace(engine, "analyze", "--format", "json", path).returncode == 1
+
+
+@pytest.mark.parametrize("depth", ["1000000", "all"])
+def test_a_deep_stack_shows_at_most_the_frame_limit(tmp_path: Path, depth: str) -> None:
+    """Stacks of the most frames a trace may hold with --stack-depth 1000000 (or all): 1,000
+    frames shown, the rest counted; before, each frame's call chain was a copy of all its
+    callers (n**2 / 2)."""
+    from streamrace.report.text import MAX_STACK_DEPTH
+    from streamrace.trace.events import MAX_FRAMES
+
+    frames = MAX_FRAMES - 1
+    tb = _deep(frames)
     path = tmp_path / "deep.jsonl"
     tb.write(str(path))
     done = streamrace("python", "analyze", "--stack-depth", depth, path)
