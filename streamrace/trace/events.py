@@ -238,14 +238,14 @@ def _check_field(name: str, kind: str, value: Any) -> None:
             except EventInvalid as exc:
                 raise EventInvalid(f"field '{name}': {exc}") from None
     elif kind == FRAMES:
+        if isinstance(value, list) and len(value) > MAX_FRAMES:
+            raise EventInvalid(f"field '{name}' holds more than {MAX_FRAMES:,} frames (the limit of this streamrace)")
         ok = isinstance(value, list) and all(
             isinstance(f, list) and len(f) == 3 and isinstance(f[0], str) and _is_int(f[1]) and isinstance(f[2], str)
             for f in value
         )
         if not ok:
             raise EventInvalid(f"field '{name}' must be a list of [file, line, function]")
-        if len(value) > MAX_FRAMES:
-            raise EventInvalid(f"field '{name}' holds more than {MAX_FRAMES:,} frames (the limit of this streamrace)")
         if not all(_is_int64(f[1]) for f in value):
             raise EventInvalid(f"field '{name}': a line number is outside the 64-bit integer range")
     elif kind == NODES:
