@@ -218,10 +218,10 @@ inline bool same_strides(const ByteRange& a, const ByteRange& b) {
 // Python's modulo for a positive m.
 inline i64 floormod(i64 a, i64 m) { return ((a % m) + m) % m; }
 
-// apart_modulo of ranges.py: a and b lie in different residues modulo the gcd of their steps,
+// ranges.py overlaps' residue test: a and b lie in different residues modulo the gcd of their steps,
 // so they share no byte.
 inline bool apart_modulo(const ByteRange& a, const ByteRange& b) {
-    const i64 m = std::gcd(a.step, b.step);
+    const i64 m = a.step == b.step ? a.step : std::gcd(a.step, b.step);
     return m > a.run && m > b.run && floormod(b.base - a.base, m) >= a.run && floormod(a.base - b.base, m) >= b.run;
 }
 

@@ -19,6 +19,7 @@
 
 #include <climits>
 #include <map>
+#include <memory>
 #include <set>
 #include <utility>
 #include <vector>
@@ -39,9 +40,10 @@ class ShadowMemory {
         for (auto& level : levels_)
             level.buckets.each([](Bucket& bucket) {
                 for (Rec* r : bucket.plain) release(r);
-                for (auto& lane : bucket.lanes)
-                    for (auto& [residue, recs] : lane.at)
-                        for (Rec* r : recs) release(r);
+                if (bucket.lanes)
+                    for (auto& lane : *bucket.lanes)
+                        for (auto& [residue, recs] : lane.at)
+                            for (Rec* r : recs) release(r);
             });
     }
 
@@ -108,14 +110,19 @@ class ShadowMemory {
 
     // The accesses of one granule of one level: the lattices whose runs are shorter than their
     // step in lanes, every other access in plain (met by every lookup of the granule).
+    // A bucket is split into lanes only once plain holds LANES_FROM accesses: a short list is
+    // cheaper to scan than to index.
+    static constexpr size_t LANES_FROM = 32;
     struct Bucket {
         std::vector<Rec*> plain;
-        std::vector<Lane> lanes;  // a handful of steps a bucket, so a vector
+        // Once split: a handful of steps a bucket, so a vector; behind a pointer, so that an
+        // unsplit bucket stays small in the open-addressing table.
+        std::unique_ptr<std::vector<Lane>> lanes;
 
-        bool empty() const { return plain.empty() && lanes.empty(); }
+        bool empty() const { return plain.empty() && (!lanes || lanes->empty()); }
         void clear() {
             plain.clear();
-            lanes.clear();
+            lanes.reset();
         }
         void swap(Bucket& o) {
             plain.swap(o.plain);
@@ -123,12 +130,18 @@ class ShadowMemory {
         }
         void add(Rec* rec) {
             const ByteRange& rng = rec->rng;
-            if (rng.step == 0 || rng.run >= rng.step) {
+            if (!lanes || rng.step == 0 || rng.run >= rng.step) {
                 plain.push_back(rec);
+                if (!lanes && plain.size() >= LANES_FROM) {
+                    lanes = std::make_unique<std::vector<Lane>>();
+                    std::vector<Rec*> all;
+                    all.swap(plain);
+                    for (Rec* r : all) add(r);
+                }
                 return;
             }
-            auto lane = std::find_if(lanes.begin(), lanes.end(), [&](const Lane& l) { return l.step == rng.step; });
-            if (lane == lanes.end()) lane = lanes.insert(lanes.end(), Lane{rng.step, 0, {}});
+            auto lane = std::find_if(lanes->begin(), lanes->end(), [&](const Lane& l) { return l.step == rng.step; });
+            if (lane == lanes->end()) lane = lanes->insert(lanes->end(), Lane{rng.step, 0, {}});
             lane->at[floormod(rng.base, rng.step)].push_back(rec);
             lane->widest = std::max(lane->widest, rng.run);
         }
@@ -139,9 +152,11 @@ class ShadowMemory {
     bool visit(Bucket& bucket, const Rec& rec, const VectorClock& clock, const VectorClock& host, Rec*& racer,
                Overlap& how) {
         if (!bucket.plain.empty()) scan(bucket.plain, rec, clock, host, racer, how);
+        if (!bucket.lanes) return bucket.plain.empty();
+        std::vector<Lane>& lanes = *bucket.lanes;
         const ByteRange& rng = rec.rng;
-        for (size_t k = 0; k < bucket.lanes.size();) {
-            Lane& lane = bucket.lanes[k];
+        for (size_t k = 0; k < lanes.size();) {
+            Lane& lane = lanes[k];
             const i64 step = lane.step;
             const i64 reach = lane.widest + rng.run - 1;  // r meets rng's residues iff r is in (a - widest, a + run)
             auto sweep = [&](std::map<i64, std::vector<Rec*>>::iterator it, i64 end) {
@@ -160,7 +175,7 @@ class ShadowMemory {
                 if (end > step) sweep(lane.at.begin(), end - step);
             }
             if (lane.at.empty())
-                bucket.lanes.erase(bucket.lanes.begin() + k);
+                lanes.erase(lanes.begin() + k);
             else
                 ++k;
         }

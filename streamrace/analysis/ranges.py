@@ -229,16 +229,6 @@ def _runs_meet(small: ByteRange, big: ByteRange, lo: int, hi: int) -> bool | Non
     return False
 
 
-def apart_modulo(a: ByteRange, b: ByteRange) -> bool:
-    """Do ``a`` and ``b`` lie in different residues modulo the greatest common divisor of their
-    steps? Then they share no byte, whatever their spans and run counts. Each one's bytes
-    are its base plus a multiple of its step plus less than its run, so modulo a divisor
-    ``m`` of both steps they lie in ``[base, base + run)``, and two such windows miss each
-    other iff each starts at least the other's run after it."""
-    m = gcd(a.step, b.step)
-    return m > a.run and m > b.run and (b.base - a.base) % m >= a.run and (a.base - b.base) % m >= b.run
-
-
 def overlaps(a: ByteRange, b: ByteRange, within: tuple[int, int] | None = None) -> Overlap:
     """Whether ``a`` and ``b`` share a byte (inside ``within = [lo, hi)`` when given).
 
@@ -251,8 +241,14 @@ def overlaps(a: ByteRange, b: ByteRange, within: tuple[int, int] | None = None) 
         lo, hi = max(lo, within[0]), min(hi, within[1])
     if a.run == 0 or b.run == 0 or lo >= hi:
         return Overlap.NONE
-    if (a.step or b.step) and apart_modulo(a, b):
-        return Overlap.NONE
+    if a.step or b.step:
+        # Apart modulo their steps: each one's bytes are its base plus a multiple of its step
+        # plus less than its run, so modulo a divisor m of both steps they lie in
+        # [base, base + run); two such windows miss each other iff each starts at least the
+        # other's run after it. Then no byte is shared, whatever the spans and run counts.
+        m = gcd(a.step, b.step)
+        if m > a.run and m > b.run and (b.base - a.base) % m >= a.run and (a.base - b.base) % m >= b.run:
+            return Overlap.NONE
     if within is None or (within[0] <= min(a.lo, b.lo) and max(a.hi, b.hi) <= within[1]):
         if a.dense and b.dense:
             return Overlap.EXACT

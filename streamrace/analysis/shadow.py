@@ -24,6 +24,8 @@ LEVEL_STEP = 4
 LEVELS = 14
 # Above this many granules a lookup walks the level's sorted keys instead of probing each one.
 _DIRECT_LOOKUPS = 8
+# A bucket of this many accesses keeps its strided ones by residue (_Bucket).
+LANES_FROM = 32
 
 
 def level_bits(level: int) -> int:
@@ -77,27 +79,34 @@ class _Bucket:
 
     A lattice whose runs are shorter than the greatest common divisor of its strides (its
     step) holds bytes of a few residues modulo that step only: its lane, by the residue of its
-    base. Another range can share a byte with it only where their residues meet (ranges.py's
-    ``apart_modulo``), so a lookup visits only the lane's residues near its own: the column
-    slices of one matrix, whose spans all overlap, each meet only their own column. Every
-    other access (dense, or a lattice that fills its step) is in ``plain``, met by every
-    lookup of the granule."""
+    base. Another range can share a byte with it only where their residues meet (else
+    ranges.overlaps finds them apart modulo their steps), so a lookup visits only the lane's
+    residues near its own: the column slices of one matrix, whose spans all overlap, each meet
+    only their own column. Every other access (dense, or a lattice that fills its step) is in
+    ``plain``, met by every lookup of the granule. A bucket is split into lanes only once
+    ``plain`` holds LANES_FROM accesses: a short list is cheaper to scan than to index."""
 
     __slots__ = ("lanes", "plain")
 
     def __init__(self) -> None:
         self.plain: list[AccessRecord] = []
-        self.lanes: dict[int, _Lane] = {}
+        self.lanes: dict[int, _Lane] | None = None
 
     def add(self, rec: AccessRecord) -> None:
         rng = rec.rng
         step = rng.step
-        if step == 0 or rng.run >= step:
-            self.plain.append(rec)
+        lanes = self.lanes
+        if lanes is None or step == 0 or rng.run >= step:
+            plain = self.plain
+            plain.append(rec)
+            if lanes is None and len(plain) >= LANES_FROM:
+                self.plain, self.lanes = [], {}
+                for old in plain:
+                    self.add(old)
             return
-        lane = self.lanes.get(step)
+        lane = lanes.get(step)
         if lane is None:
-            lane = self.lanes[step] = _Lane(step)
+            lane = lanes[step] = _Lane(step)
         lane.add(rec)
 
 
@@ -195,13 +204,14 @@ class ShadowMemory:
                 bucket = buckets[g]
                 if bucket.plain:
                     self._scan(bucket.plain, new, clock, host, found, how)
-                if bucket.lanes:
-                    for step, lane in list(bucket.lanes.items()):
+                lanes = bucket.lanes
+                if lanes:
+                    for step, lane in list(lanes.items()):
                         for residue in lane.near(rng):
                             if self._scan(lane.at[residue], new, clock, host, found, how):
                                 lane.drop(residue)
                         if not lane.at:
-                            del bucket.lanes[step]
+                            del lanes[step]
                 if not bucket.plain and not bucket.lanes:
                     del buckets[g]
                     del keys[bisect_left(keys, g)]
@@ -254,5 +264,8 @@ class ShadowMemory:
         if bucket is None:
             bucket = buckets[key] = _Bucket()
             insort(self._keys[level], key)
-        bucket.add(rec)
+        if bucket.lanes is None and len(bucket.plain) + 1 < LANES_FROM:
+            bucket.plain.append(rec)  # _Bucket.add's first case, inline: most buckets are short
+        else:
+            bucket.add(rec)
         self._size += 1
