@@ -71,8 +71,7 @@ def _options(command: str) -> list[list[str]]:
 
 @pytest.mark.parametrize(
     ("name", "command"),
-    [("docs/recording.md", "run"), ("docs/cli.md", "run"), ("docs/cli.md", "analyze"), ("docs/cli.md", "diff")]
-    + [("docs/cli.md", "env")],
+    [("docs/recording.md", "run"), *[("docs/cli.md", command) for command in ("run", "analyze", "diff", "env")]],
 )
 def test_each_synopsis_has_every_flag_of_its_help(name: str, command: str) -> None:
     """Every option of ``COMMAND --help``, in one of its spellings, is in the doc's synopsis."""

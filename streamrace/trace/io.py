@@ -33,9 +33,9 @@ from streamrace.errors import TraceError
 from streamrace.trace.events import (
     EVENT_FIELDS,
     FORMAT_MINOR,
-    INT64_MAX,
     FORMAT_NAME,
     FORMAT_VERSION,
+    INT64_MAX,
     MAX_LINE_BYTES,
     MAX_STREAMS,
     EventInvalid,
