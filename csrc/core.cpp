@@ -440,7 +440,9 @@ void bind_records(py::module_& m) {
         .def_readonly("lifetime", &GraphInputFreed::lifetime)
         .def_property_readonly("replay", [](const GraphInputFreed& d) { return object(d.replay.get()); })
         .def_readonly("clobbered", &GraphInputFreed::clobbered)
-        .def_readonly("count", &GraphInputFreed::count);
+        .def_readonly("count", &GraphInputFreed::count)
+        .def_readonly("reused", &GraphInputFreed::reused)
+        .def_readonly("reuser", &GraphInputFreed::reuser);
 }
 
 // The graph check's node index: launch seq -> the ids of its nodes, in creation order (what

@@ -6,6 +6,7 @@
 
 #include <Python.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <unordered_map>
@@ -66,6 +67,10 @@ struct GraphInputFreed {
     PyRef replay;                          // the first replay after the free; null: latent
     std::shared_ptr<StaleRead> clobbered;  // the first read of another allocation's data it led to
     i64 count = 1;
+    // The block's next owner: the first allocation after the free that took bytes of it while
+    // the graph lived, and the first access that ran through it there (null: none yet).
+    Ref<Lifetime> reused;
+    Ref<Rec> reuser;
 };
 
 using Detection = std::variant<std::shared_ptr<Race>, std::shared_ptr<UnsafeFree>, std::shared_ptr<RecordStreamNoop>,
@@ -86,6 +91,8 @@ class Engine {
         programs_.clear();
         last_writes_.clear();
         graph_users_.clear();
+        ownerless_.clear();
+        unused_owner_.clear();
     }
 
     // The stream's number in order of first appearance (docs: `stream#K` labels).
@@ -158,7 +165,9 @@ class Engine {
                 detections.emplace_back(std::move(d));
             }
         }
-        lifetimes_.alloc(addr, size, owner, device, event, domain, seq, pooled);
+        Lifetime* lifetime = lifetimes_.alloc(addr, size, owner, device, event, domain, seq, pooled);
+        auto waiting = ownerless_.find(lifetime->device);
+        if (waiting != ownerless_.end()) take_freed_inputs(lifetime, waiting);
     }
 
     void free(PyObject* event, i64 addr, i64 device, i64 seq) {
@@ -166,6 +175,7 @@ class Engine {
         if (lifetime == nullptr) return;
         Ref<Lifetime> block(lifetime);
         lifetimes_.await_reuse(lifetime, hb.domain(appear(lifetime->owner)));  // takes free's reference
+        unused_owner_.erase(block->id);  // a next owner freed unused: nothing ran through it
         // Latent until the graph is replayed or outlives the trace; gone with the graph (§8.5).
         auto users = graph_users_.find(block->id);
         if (users == graph_users_.end()) return;
@@ -180,6 +190,7 @@ class Engine {
             d->lifetime = block;
             inputs_freed_[graph].push_back(d.get());
             input_freed_[{block->id, graph}] = d.get();
+            ownerless_[block->device].push_back(d.get());
             detections.emplace_back(std::move(d));
         }
     }
@@ -337,7 +348,9 @@ class Engine {
         inputs_freed_.erase(freed);
         for (GraphInputFreed* d : gone) {
             input_freed_.erase({d->lifetime->id, graph});
+            if (!d->reused) drop(ownerless_, d->lifetime->device, d);  // no allocation takes the block from the graph any more
             if (d->replay.get()) continue;
+            if (d->reused && !d->reuser) drop(unused_owner_, d->reused->id, d);
             // Latent, and harmless now: no longer a detection. Recent ones are near the end.
             for (size_t i = detections.size(); i-- > 0;) {
                 auto* held = std::get_if<std::shared_ptr<GraphInputFreed>>(&detections[i]);
@@ -385,6 +398,58 @@ class Engine {
         shadow.insert(rec);
     }
 
+    // lifetime is the next owner of every freed input of a live graph whose bytes it takes
+    // (§8.5): the allocation the graph's replays now read or write through.
+    void take_freed_inputs(Lifetime* lifetime, std::unordered_map<i64, std::vector<GraphInputFreed*>>::iterator it) {
+        std::vector<GraphInputFreed*> kept;
+        for (GraphInputFreed* d : it->second) {
+            const Lifetime* block = d->lifetime.get();
+            if (block->addr < lifetime->end() && lifetime->addr < block->end()) {
+                d->reused = Ref<Lifetime>(lifetime);
+                unused_owner_[lifetime->id].push_back(d);
+            } else {
+                kept.push_back(d);
+            }
+        }
+        if (kept.empty())
+            ownerless_.erase(it);
+        else
+            it->second.swap(kept);
+    }
+
+    // rec runs through the next owner of freed graph inputs: the first such access that
+    // touches the bytes it took from one is what names that owner (§8.5).
+    void name_next_owner(Rec* rec) {
+        for (Lifetime* l : rec->lifetimes) {
+            auto waiting = unused_owner_.find(l->id);
+            if (waiting == unused_owner_.end()) continue;
+            std::vector<GraphInputFreed*> kept;
+            for (GraphInputFreed* d : waiting->second) {
+                const Lifetime* block = d->lifetime.get();
+                const i64 lo = std::max(block->addr, l->addr), hi = std::min(block->end(), l->end());
+                if (overlaps(rec->rng, rec->rng, true, lo, hi) != NONE)
+                    d->reuser = Ref<Rec>(rec);
+                else
+                    kept.push_back(d);
+            }
+            if (kept.empty())
+                unused_owner_.erase(waiting);
+            else
+                waiting->second.swap(kept);
+        }
+    }
+
+    // Take d out of waiting[key] if it is there, and the key with its last one.
+    static void drop(std::unordered_map<i64, std::vector<GraphInputFreed*>>& waiting, i64 key, GraphInputFreed* d) {
+        auto it = waiting.find(key);
+        if (it == waiting.end()) return;
+        auto& list = it->second;
+        auto found = std::find(list.begin(), list.end(), d);
+        if (found == list.end()) return;
+        list.erase(found);
+        if (list.empty()) waiting.erase(it);
+    }
+
     // rec is part of its capture's program; note the blocks it uses that were allocated
     // outside any capture and not into a graph pool (their free is §8.5's).
     void capture_into(std::vector<Step>& program, Rec* rec) {
@@ -404,6 +469,7 @@ class Engine {
     // An access that runs (eager, or a replay's): a write becomes the last write of its bytes,
     // through the lifetimes it went through; a read is checked against them.
     void execute(Rec* rec, LastWrites& writes) {
+        if (!unused_owner_.empty()) name_next_owner(rec);
         const i64 lo = rec->rng.lo, hi = rec->rng.hi;
         if (rec->write) {
             const auto& through = rec->lifetimes;
@@ -564,6 +630,10 @@ class Engine {
     // graph -> its freed inputs, and (lifetime id, graph) -> the one; owned by `detections`
     std::unordered_map<i64, std::vector<GraphInputFreed*>> inputs_freed_;
     std::map<std::pair<i64, i64>, GraphInputFreed*> input_freed_;
+    // Freed inputs of live graphs whose block no allocation took yet, by device; and those
+    // whose next owner is known, by its lifetime id, until an access runs through it.
+    std::unordered_map<i64, std::vector<GraphInputFreed*>> ownerless_;
+    std::unordered_map<i64, std::vector<GraphInputFreed*>> unused_owner_;
     std::map<std::pair<i64, i64>, StaleRead*> stale_;  // (reader seq, writer seq) -> the first; owned by `detections`
     // The op being fed.
     i64 op_stream_ = 0, op_device_ = 0, op_domain_ = EAGER, op_tick_ = 0, op_seq_ = 0;

@@ -22,6 +22,10 @@
     X(nodes) \
     X(inferred) \
     X(index) \
+    X(tensors) \
+    X(host_reads) \
+    X(host_writes) \
+    X(host_blocking) \
     X(event) \
     X(id) \
     X(frames) \
@@ -31,6 +35,9 @@
     X(where) \
     X(call) \
     X(first) \
+    X(tensor) \
+    X(ranges) \
+    X(base) \
     X(nbytes) \
     X(shape) \
     X(stride) \
@@ -60,5 +67,9 @@
     X(graph_destroy) \
     X(recorder_error) \
     X(library_call) \
+    X(view) \
     X(pool_alloc) \
-    X(pool_free)
+    X(pool_free) \
+    X(host_alloc) \
+    X(host_free) \
+    X(host_op)

@@ -66,6 +66,9 @@ def _stream(name: str) -> torch.cuda.Stream:
 def run(fixed: bool, rounds: int = ROUNDS) -> Outcome:
     compute, prefill = _stream("compute"), _stream("prefill")
     pool = PagedKVPool(PAGES, PAGE_ELEMENTS)
+    # The cache is zeroed on the default stream: both side streams start after that.
+    compute.wait_stream(torch.cuda.current_stream())
+    prefill.wait_stream(torch.cuda.current_stream())
     corrupted, premise = 0, True
     for _ in range(rounds):
         a = pool.alloc(compute)

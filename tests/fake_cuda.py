@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -45,7 +46,7 @@ from streamrace.record.cuda_runtime import HISTORY_MAX_ENTRIES, AllocationFact
 from streamrace.record.hook_tables import GPU_TRACE_HOOKS, NODE_TYPES
 from streamrace.record.hooks import op_name
 from streamrace.record.kernel_params import NodeAccess
-from streamrace.record.op_accesses import op_accesses
+from streamrace.record.op_accesses import op_accesses, returns_to_host
 
 # A custom op with its own kernel, as serving engines register them (not one of PyTorch's own:
 # its kernel's pointers are cross-checked against its schema).
@@ -92,15 +93,17 @@ class FakeCuda:
         tracker: bool = True,
         history_entries: int = HISTORY_MAX_ENTRIES,
         program_history: bool = False,
+        own_storages: bool = False,
     ) -> None:
         """``initialized``: CUDA is initialized before recording starts (else at the first
         allocation); ``tracker``: the allocator takes a trace tracker; ``history_entries``:
         the history's bound (HISTORY_MAX_ENTRIES, as the recorder asks); ``program_history``:
-        the program recorded its own history before recording began."""
+        the program recorded its own history before recording began; ``own_storages``: each
+        block is a storage of its own, as the caching allocator's are (else views of one arena)."""
         self.block_bytes = block_bytes
         self._arena = torch.zeros(blocks * block_bytes // 4)
         n = block_bytes // 4
-        self._blocks = [self._arena[i * n : (i + 1) * n] for i in range(blocks)]
+        self._blocks = [torch.zeros(n) if own_storages else self._arena[i * n : (i + 1) * n] for i in range(blocks)]
         self._handles = itertools.count(0x10000, 0x10)  # graphs, nodes, events, functions
         self.stream = 0  # the current stream
         self._initialized = initialized
@@ -147,11 +150,36 @@ class FakeCuda:
         self.driver = graph_readback.Driver.at(addresses)
         self.graphs = graph_readback.GraphReadback(self.driver)
         self.native_current_stream = self.current_stream
+        self._pinned: set[int] = set()  # storages of the fake host memory (pinned)
 
     # -- what the recorder asks (CudaRuntime's interface) -----------------------------------
-    @staticmethod
-    def is_recorded_tensor(value: Any) -> bool:
-        return isinstance(value, torch.Tensor) and value.device.type == "cpu"
+    def is_recorded_tensor(self, value: Any) -> bool:
+        return isinstance(value, torch.Tensor) and value.device.type == "cpu" and not self.is_host_tensor(value)
+
+    def is_host_tensor(self, value: Any) -> bool:
+        """The fake's host memory: CPU tensors over storages ``pinned`` made (device memory is
+        every other CPU tensor)."""
+        return (
+            isinstance(value, torch.Tensor)
+            and value.device.type == "cpu"
+            and value.untyped_storage().data_ptr() in self._pinned
+        )
+
+    def is_pinned(self, tensor: torch.Tensor) -> bool:
+        return self.is_host_tensor(tensor)
+
+    def pinned(self, numel: int) -> torch.Tensor:
+        """A tensor of pinned host memory (float32): its storage is the host's while it lives."""
+        t = torch.zeros(numel)
+        start = t.untyped_storage().data_ptr()
+        self._pinned.add(start)
+        weakref.finalize(t.untyped_storage(), self._pinned.discard, start)
+        from streamrace.record.installation import active
+
+        recorder = active()
+        if recorder is not None and recorder.host_memory is not None:
+            recorder.host_memory.see(t)  # as the hooks would at torch.empty(..., pin_memory=True)
+        return t
 
     @staticmethod
     def tensor_device(tensor: torch.Tensor) -> int:
@@ -290,6 +318,10 @@ class FakeCuda:
             self._unused += blocks
         self._freed.clear()
         self._unused.sort()
+
+    def capturing(self) -> bool:
+        """Whether the current stream captures."""
+        return self._capturing.get(self.stream) is not None
 
     def event(self) -> int:
         event = next(self._handles)
@@ -549,6 +581,8 @@ class Kernels(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         outputs = func(*args, **kwargs)
+        if returns_to_host(func) and self._fake.capturing():
+            return outputs  # CUDA would refuse its copy to the host in a capture: it launched nothing
         reads, writes = op_accesses(func, args, kwargs, outputs, self._fake.is_recorded_tensor)
         if reads or writes:
             name = op_name(func)

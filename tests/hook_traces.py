@@ -9,13 +9,19 @@ def canonical(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Addresses, stream and event handles differ between processes: number each by its
     first appearance, so that two recordings of one program compare equal. CUDA hands a
     destroyed event's handle out again: a created event is a new one."""
-    labels: dict[str, dict[int, Any]] = {"addr": {}, "stream": {}, "event": {}}
+    labels: dict[str, dict[int, Any]] = {"addr": {}, "stream": {}, "event": {}, "tensor": {}}
+    labels["base"] = labels["tensor"]  # a view's base is a tensor identity too (format 1.5)
+    tensors = labels["tensor"]
     created = 0
 
     def walk(value: Any) -> Any:
         if isinstance(value, dict):
             return {
-                k: labels[k].setdefault(v, len(labels[k])) if k in labels and isinstance(v, int) else walk(v)
+                k: labels[k].setdefault(v, len(labels[k]))
+                if k in labels and isinstance(v, int)
+                else [tensors.setdefault(t, len(tensors)) if t else None for t in v]
+                if k == "tensors"
+                else walk(v)
                 for k, v in value.items()
             }
         if isinstance(value, list):

@@ -143,6 +143,8 @@ class FreedInput:
     replay: int | None = None  # the seq of the first replay after the free
     clobbered: Stale | None = None  # the first stale read it led to
     dropped: bool = False  # the graph went (reset, destroyed) before a replay: harmless
+    owner: Lifetime | None = None  # the first allocation after the free over its bytes, while the graph lived
+    owner_access: int | None = None  # the seq of the first access that ran through the owner over those bytes
 
 
 class Oracle:
@@ -170,7 +172,9 @@ class Oracle:
       whole span: docs/analysis.md section 8 says so), and ``folded`` into a freed graph input
       when the read or the write is that graph's replay and goes through the freed block;
     * ``freed_inputs``: the freed graph inputs that stand (replayed after the free, or the graph
-      alive at the end), in the order of their frees.
+      alive at the end), in the order of their frees, each with its block's next owner: the
+      first allocation over its bytes made while the graph lived, and the first access that
+      ran through that allocation over them, before it was freed.
     """
 
     def __init__(self, trace: Any) -> None:
@@ -391,6 +395,16 @@ class Oracle:
     def _run(self, run: Run) -> None:
         """An access that runs: a read gets each byte's last write; a write becomes it."""
         use = run.use
+        for freed in self._all_freed:
+            owner = freed.owner
+            if (
+                owner is not None
+                and freed.owner_access is None
+                and owner.free_seq is None
+                and owner in run.lives
+                and use.nbytes & owner.bytes() & freed.life.bytes()
+            ):
+                freed.owner_access = use.seq
         if use.kind == "write":
             span = range(min(use.nbytes), max(use.nbytes) + 1)
             for byte in span:
@@ -447,6 +461,9 @@ class Oracle:
         self._undecided = undecided
         self._live[ev["addr"]] = Lifetime(ev["addr"], ev["size"], stream, seq, domain, bool(ev.get("pool")))
         self._lifetimes.append(self._live[ev["addr"]])
+        for freed in self._freed.values():  # the graph lives
+            if freed.owner is None and freed.life.bytes() & self._live[ev["addr"]].bytes():
+                freed.owner = self._live[ev["addr"]]
 
     def _on_free(self, ev: dict[str, Any]) -> None:
         life = self._live.pop(ev["addr"], None)

@@ -20,6 +20,7 @@ from benchmark_traces import capture_set
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_execution_view import PROGRAMS as EXECUTION_VIEW
+from test_liveness_parity import PROGRAMS as LIVENESS
 from test_oracle_property import programs
 
 from streamrace.analysis import AnalysisResult, analyze
@@ -170,6 +171,14 @@ def test_cores_agree_on_the_execution_view_programs(name):
     """X1-X6 and their fixed twins, and the correct patterns around captures: replays, stale
     reads and freed graph inputs alike."""
     agree(EXECUTION_VIEW[name]().trace())
+
+
+@needs_cpp
+@pytest.mark.parametrize("name", sorted(LIVENESS))
+def test_cores_agree_on_the_liveness_cases(name):
+    """PyTorch's check_input_liveness cases as traces: freed graph inputs with their next
+    owners, and the cases torch accepts."""
+    agree(LIVENESS[name]().trace())
 
 
 # -- real and synthetic traces ------------------------------------------------------------------

@@ -60,6 +60,16 @@ def test_the_fuzzer_knows_the_application_pools() -> None:
     assert sum(m.seed.startswith("application pool") for m in mutants(400, 5)) > 0
 
 
+def test_the_fuzzer_knows_pinned_host_memory() -> None:
+    """Seeds with host_alloc, host_free, host_op and host ranges (format 1.5), so mutants of
+    them are judged."""
+    seeds = seed_traces()
+    baked = "\n".join(seeds["pinned memory: baked"])
+    for needle in ('"host_alloc"', '"host_free"', '"host_op"', '"host_reads"'):
+        assert needle in baked, needle
+    assert sum(m.seed.startswith("pinned memory") for m in mutants(400, 5)) > 0
+
+
 def test_the_inputs_are_the_same_for_the_same_seed_and_differ_from_their_seeds() -> None:
     first, again = mutants(60, 3), mutants(60, 3)
     assert [m.data for m in first] == [m.data for m in again]

@@ -370,3 +370,130 @@ def test_a_kernel_with_packed_parameters_is_read_alike():
     assert first_difference(events, canonical(python.trace_events())) is None
     [kernel] = [e for e in events if e["ev"] == "kernel"]
     assert kernel["name"] == "packed_copy" and len(kernel["writes"]) == 2, kernel
+
+
+def pinned_program(fake: FakeCuda) -> None:
+    """Pinned host memory (format 1.5): a staging buffer copied to the device while the host
+    rewrites it, a result copied back and read at once, a blocking copy, an item on the
+    device (the host waits), a graph that captured a copy from pinned memory replayed after
+    the host wrote it, and the buffers' deaths."""
+    with fake.on(MAIN):
+        dev = fake.alloc()
+        staging = fake.pinned(16)
+        staging.fill_(1.0)
+        dev[:16].copy_(staging, non_blocking=True)
+        staging.fill_(2.0)  # M1
+        out = fake.pinned(16)
+        out.copy_(dev[:16], non_blocking=True)
+        out[3].item()  # M2
+        dev[:16].copy_(staging)  # blocking
+        dev[:16].sum().item()  # the host waits for MAIN
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        dev[16:32].copy_(staging, non_blocking=True)
+        graph.capture_end()
+        graph.work = lambda: None
+        staging[0:4].fill_(3.0)
+        graph.replay()
+        staging.add_(1.0)  # M1, after the replay
+        del out
+    fake.synchronize()
+    del graph, staging
+
+
+def test_both_hook_sets_record_pinned_host_memory_alike():
+    native, python = (record_program(kind, pinned_program)[0] for kind in KINDS)  # one line: one stack
+    assert native.errors == [] and python.errors == []
+    events = python.trace_events()
+    kinds = {e["ev"] for e in events}
+    assert {"host_alloc", "host_free", "host_op"} <= kinds
+    assert any(e.get("host_reads") for e in events) and any(e.get("host_writes") for e in events)
+    assert any(e.get("host_blocking") for e in events)
+    assert first_difference(canonical(native.trace_events()), canonical(events)) is None
+    found = sorted(f.kind for f in analyze(Trace(header={"minor": 5}, events=events, stacks={})).findings)
+    assert "pinned-write-during-copy" in found and "pinned-read-before-copy" in found
+
+
+def host_result_program(fake: FakeCuda) -> None:
+    """``torch.equal(x, x)`` eagerly (it reads x), then in a capture, where it hands a bool to
+    the host and launched nothing (CUDA refuses a copy to the host in a capture: the one that
+    succeeds short-circuits), then x freed and the graph replayed: torch 2.13's
+    check_input_liveness does not count x as the graph's input, nor must streamrace."""
+    x = fake.alloc()
+    x.fill_(1.0)
+    assert torch.equal(x, x)
+    w, y = fake.alloc(), fake.alloc()
+    graph = FakeGraph(fake)
+    with fake.on(MAIN):
+        graph.capture_begin()
+        assert torch.equal(x, x)
+        torch.mul(w, 2.0, out=y)
+        graph.capture_end()
+        fake.free(x)
+        graph.replay()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_op_that_hands_a_value_to_the_host_is_no_access_in_a_capture(kind):
+    recorder, _ = record_program(kind, host_result_program)
+    assert recorder.errors == []
+    events = recorder.trace_events()
+    captured = _captured_seqs(events)
+    equal = [e for e in events if e["ev"] == "op" and e["op"] == "aten::equal"]
+    assert [e["seq"] in captured for e in equal] == [False], "the eager one only"
+    assert equal[0]["reads"], "eagerly it reads x on the device"
+    assert not [e for e in events if e["ev"] == "kernel"], "no node left for a catch-up"
+    stacks = {e["id"]: e["frames"] for e in events if e["ev"] == "stack"}
+    assert analyze(Trace(header={}, events=events, stacks=stacks)).findings == []
+
+
+def test_both_hook_sets_leave_a_captured_host_result_out_alike():
+    (native, _), (python, _) = [record_program(k, host_result_program) for k in KINDS]
+    difference = first_difference(canonical(native.trace_events()), canonical(python.trace_events()))
+    assert difference is None, difference
+
+
+def static_output_program(fake: FakeCuda) -> None:
+    """A graph's static output, and the program's values of it (format 1.5): a slice and a
+    detach made after the first replay, read then and after the next replay, beside a read of
+    eager memory (no identity); a view made inside the capture is not one of them."""
+    with fake.on(MAIN):
+        x = fake.alloc(64)
+        x.fill_(1.0)
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        out = fake.alloc(64)
+        torch.mul(x, 2.0, out=out)
+        inside = out[:2]  # a view made in the capture: the static output as the program holds it
+        graph.capture_end()
+        graph.work = lambda: memcopy(out, x)
+        graph.replay()
+        kept = out[:4]
+        handed = out.detach()
+        total = fake.alloc(64)
+        torch.add(kept, handed[:4], out=total[:4])
+        graph.replay()
+        torch.mul(kept, 1.0, out=total[:4])
+        torch.add(x[:4], inside[:1], out=total[:4])
+
+
+def test_both_hook_sets_name_the_values_of_a_static_output_alike():
+    (native, _), (python, _) = [record_program(k, static_output_program, own_storages=True) for k in KINDS]
+    assert native.errors == [] and python.errors == []
+    events = canonical(native.trace_events())
+    difference = first_difference(events, canonical(python.trace_events()))
+    assert difference is None, difference
+    views = [e for e in events if e["ev"] == "view"]
+    assert [v["op"] for v in views] == [
+        "aten::slice.Tensor",
+        "aten::detach",
+        "aten::slice.Tensor",
+        "aten::slice.Tensor",
+    ]
+    assert all(v["tensor"] is not None for v in views)
+    kept, handed, handed_slice, inside_slice = views
+    assert handed_slice["base"] == handed["tensor"] and kept["base"] == handed["base"] != kept["tensor"]
+    reads = [e.get("tensors") for e in events if e["ev"] == "op" and e["op"] in ("aten::add.out", "aten::mul.out")]
+    # the captured mul, the two reads of views, the kept view after the next replay, the eager x
+    assert reads == [None, [kept["tensor"], handed_slice["tensor"]], [kept["tensor"]], [None, inside_slice["tensor"]]]
+    assert native.log.views == python.log.views == 4, "the header's views"

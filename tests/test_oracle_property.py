@@ -548,8 +548,9 @@ def check_stale_reads(oracle: Oracle, stale: list) -> None:
 
 def check_freed_inputs(oracle: Oracle, freed: list) -> None:
     """A freed graph input for each one the oracle keeps: the graph, its first captured access
-    through the block, the free, replayed after it or latent, and whether a replay read or
-    wrote through the allocation that took the block."""
+    through the block, the free, replayed after it or latent, whether a replay read or wrote
+    through the allocation that took the block, and the block's next owner (its allocation
+    and first access)."""
     found = sorted(
         (
             f.graph,
@@ -560,6 +561,7 @@ def check_freed_inputs(oracle: Oracle, freed: list) -> None:
             f.accesses[1].seq,
             "replayed after the free" in f.message,
             f.aliasing,
+            (f.allocation.reused_by["seq"], f.allocation.reused_by["alloc_seq"]) if f.allocation.reused_by else None,
         )
         for f in freed
     )
@@ -573,6 +575,7 @@ def check_freed_inputs(oracle: Oracle, freed: list) -> None:
             g.free_seq,
             g.replay is not None,
             g.clobbered is not None,
+            (g.owner_access, g.owner.alloc_seq) if g.owner is not None and g.owner_access is not None else None,
         )
         for g in oracle.freed_inputs
     )

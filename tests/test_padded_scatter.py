@@ -110,6 +110,18 @@ def test_a_trace_of_format_1_1_has_no_index_facts_and_gets_no_check() -> None:
     assert findings(tb) == []
 
 
+def test_a_recording_that_saw_no_index_op_skips_the_check() -> None:
+    """``index_ops: 0`` in the header: the padded-scatter check (a pass over every event) is
+    not run; the builder counts its index ops as the recorder does, and a trace that does not
+    say gets the check."""
+    tb = padded("stale")
+    assert tb.header["index_ops"] == 2, "the warm-up's index_copy_ and the captured one"
+    tb.header["index_ops"] = 0
+    assert findings(tb) == []
+    del tb.header["index_ops"]
+    assert [f.kind for f in findings(tb)] == [PADDED_SCATTER]
+
+
 def test_a_graph_reset_before_its_replay_is_not_checked() -> None:
     assert findings(padded("reset")) == []
 
@@ -158,3 +170,36 @@ PROGRAMS: dict[str, Callable[[], TraceBuilder]] = {
     f"padded {variant}": lambda variant=variant: padded(variant)
     for variant in ("stale", "reserved", "guarded", "reset-once", "same-batch")
 }
+
+
+@pytest.mark.parametrize("kind", ["native", "python"])
+def test_the_recorder_counts_the_ops_that_write_through_an_index(kind: str) -> None:
+    """On the fake CUDA, with both hook sets: the header's ``index_ops`` counts the op events
+    with index operands, so a recording with none skips the padded-scatter check."""
+    torch = pytest.importorskip("torch")
+    from fake_cuda import FakeCuda, Kernels
+    from op_engines import native_module
+
+    from streamrace.record.recorder import Recorder
+    from streamrace.record.traces import build_trace
+
+    if kind == "native":
+        native_module()
+    fake = FakeCuda()
+    with Kernels(fake):
+        recorder = Recorder(hooks=kind, runtime=fake)
+        recorder.start()
+        try:
+            with fake.on(0x1000):
+                cache, rows = fake.alloc(), fake.alloc()
+                torch.mul(rows[:8], 2.0)
+                loc = torch.tensor([1, 0])
+                counts = [build_trace(recorder).header["index_ops"]]
+                cache[:8].view(2, 4).index_copy_(0, loc, rows[:8].view(2, 4))
+        finally:
+            recorder.stop()
+    assert recorder.errors == []
+    trace = build_trace(recorder)
+    counts.append(trace.header["index_ops"])
+    assert counts == [0, len([e for e in trace.events if e["ev"] == "op" and "index" in e])]
+    assert counts[1] >= 1

@@ -207,7 +207,7 @@ def test_a_graph_collected_after_recording_says_nothing_and_keeps_no_recorder(ki
 
 
 @HOOKS
-def test_capture_only_records_no_replay_and_no_eager_op(kind):
+def test_capture_only_records_no_replay_and_no_eager_op_but_the_graphs_lifetime(kind):
     def program(fake):
         x, out = fake.alloc(), fake.alloc()
         graph = captured(fake, out, x)
@@ -217,11 +217,38 @@ def test_capture_only_records_no_replay_and_no_eager_op(kind):
 
     recorder = record(kind, program, capture_only=True)
     events = recorder.trace_events()
-    assert not [e for e in events if e["ev"] in ("replay", "graph_reset", "graph_destroy")]
+    assert not [e for e in events if e["ev"] == "replay"]
+    assert [e["ev"] for e in events if e["ev"] in ("graph_reset", "graph_destroy")] == ["graph_reset"], (
+        "the graph's lifetime is recorded: frees are judged against it"
+    )
     assert [e["op"] for e in events if e["ev"] == "op"] == ["aten::add.out"], "the captured op only"
     header = build_trace(recorder).header
     assert header["recording"] == "captures" and "replays_unrecorded" not in header
     assert FakeGraph.replay.__qualname__ == "FakeGraph.replay", "the patches came off"
+
+
+@HOOKS
+@pytest.mark.parametrize("graph_dies", [True, False], ids=["graph-collected", "graph-alive"])
+def test_capture_only_judges_a_freed_input_by_the_graphs_recorded_life(kind, graph_dies):
+    """PyTorch's optimizer graph tests under --streamrace-capture-only: the graph captured in
+    one round is dropped, then the round's inputs are freed. Without the graph's end in the
+    trace each free looked like one under a live graph (graph-input-freed, latent); with it,
+    only a graph still alive when its input is freed is reported."""
+    from streamrace.analysis import analyze
+
+    def program(fake):
+        x, out = fake.alloc(), fake.alloc()
+        keep = {"graph": captured(fake, out, x)}
+        if graph_dies:
+            del keep["graph"]
+            gc.collect()
+        fake.free(x)
+        return keep
+
+    kept = {}
+    recorder = record(kind, lambda fake: kept.update(program(fake)), capture_only=True)
+    kinds = [f.kind for f in analyze(build_trace(recorder)).findings]
+    assert kinds == ([] if graph_dies else ["graph-input-freed"])
 
 
 def test_every_patch_comes_off_in_reverse_order():

@@ -42,8 +42,9 @@ CORES = ("cpp", "python")
 
 
 def seed_traces() -> dict[str, list[str]]:
-    """Every committed trace, and the execution view's hand-built programs (replays, resets,
-    freed graph inputs: tests/test_execution_view.py), as their lines of text (header first)."""
+    """Every committed trace, and the hand-built programs of the execution view (replays, resets,
+    freed graph inputs: tests/test_execution_view.py), the application pools and pinned host
+    memory, as their lines of text (header first)."""
     seeds = {}
     for path in sorted(TRACES.iterdir()):
         opener = gzip.open if path.name.endswith(".gz") else open
@@ -59,6 +60,17 @@ def seed_traces() -> dict[str, list[str]]:
     for name, made in sorted(POOL_PROGRAMS.items()):
         trace = made()
         seeds[f"application pool: {name}"] = [_dumps(trace.header), *map(_dumps, trace.events)]
+    from test_host_memory import HOST_PROGRAMS  # pinned host memory (format 1.5)
+
+    for name, made in sorted(HOST_PROGRAMS.items()):
+        trace = made()
+        seeds[f"pinned memory: {name}"] = [_dumps(trace.header), *map(_dumps, trace.events)]
+
+    from test_static_outputs import STALE_PROGRAMS  # views and read identities (format 1.5)
+
+    for name, made in sorted(STALE_PROGRAMS.items()):
+        trace = made().trace()
+        seeds[f"static outputs: {name}"] = [_dumps(trace.header), *map(_dumps, trace.events)]
     return seeds
 
 

@@ -10,6 +10,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -41,8 +42,45 @@ struct Record {
     int32_t where = -1;
     uint32_t ranges = 0;  // reads, writes, then index, from ranges_[ranges]
     uint32_t reads = 0, writes = 0, index = 0;
+    uint32_t host_reads = 0, host_writes = 0;  // pinned host bytes (1.5), after the index ranges
+    bool host_blocking = false;                // the host waited for the op
     int32_t fact = -1;  // an alloc's exact facts (the allocator's tracker), from facts_[fact]
+    int64_t base = 0;   // a view's: the identity of the tensor it views (0: unknown)
+    uint32_t tensors = 0, tensor_count = 0;  // an op's read identities, from tensor_ids_[tensors]
 };
+
+// The storages captured ops wrote, by base address, while they live: the memory whose eager
+// reads and views are named by tensor (format 1.5), for the static-output check. A set lookup
+// per eager tensor read, none while no capture wrote anything. The C++ twin of
+// streamrace/record/graph_memory.py.
+class GraphMemory {
+   public:
+    bool any() const { return count_.load(std::memory_order_relaxed) > 0; }
+    void add(int64_t base) {
+        if (base == 0) return;
+        std::lock_guard<std::mutex> held(mutex_);
+        if (bases_.insert(base).second) count_.store(bases_.size(), std::memory_order_relaxed);
+    }
+    void freed(int64_t ptr) {
+        if (!any()) return;
+        std::lock_guard<std::mutex> held(mutex_);
+        if (bases_.erase(ptr) > 0) count_.store(bases_.size(), std::memory_order_relaxed);
+    }
+    bool holds(const at::Tensor& t) {
+        if (!any() || !t.defined() || !t.has_storage()) return false;
+        auto base = reinterpret_cast<int64_t>(t.storage().data());
+        std::lock_guard<std::mutex> held(mutex_);
+        return bases_.count(base) > 0;
+    }
+
+   private:
+    std::mutex mutex_;
+    std::unordered_set<int64_t> bases_;
+    std::atomic<size_t> count_{0};
+};
+
+// A tensor's identity in the trace: the address of its TensorImpl.
+inline int64_t identity(const at::Tensor& t) { return reinterpret_cast<int64_t>(t.unsafeGetTensorImpl()); }
 
 inline Record simple(Kind kind, int64_t value, int64_t stream = -1, int32_t device = -1, int32_t stack = -1) {
     Record r;
@@ -114,6 +152,25 @@ class EventLog {
         ranges_.insert(ranges_.end(), index.begin(), index.end());
     }
 
+    // An op's pinned host ranges, after add_ranges (host_op: its reads and writes).
+    void add_host_ranges(const Locked&, Record& r, const std::vector<ByteRange>& reads,
+                         const std::vector<ByteRange>& writes) {
+        r.host_reads = static_cast<uint32_t>(reads.size());
+        r.host_writes = static_cast<uint32_t>(writes.size());
+        ranges_.insert(ranges_.end(), reads.begin(), reads.end());
+        ranges_.insert(ranges_.end(), writes.begin(), writes.end());
+    }
+
+    // An eager op's read identities (one per read, 0 for a read of other memory), for the
+    // record that follows.
+    void add_tensors(const Locked&, Record& r, const std::vector<int64_t>& ids) {
+        r.tensors = static_cast<uint32_t>(tensor_ids_.size());
+        r.tensor_count = static_cast<uint32_t>(ids.size());
+        tensor_ids_.insert(tensor_ids_.end(), ids.begin(), ids.end());
+    }
+
+    GraphMemory& graph_memory() { return graph_memory_; }
+
     // An alloc's exact facts, for the record that follows.
     void add_fact(const Locked&, Record& r, const AllocFact& fact) {
         r.fact = static_cast<int32_t>(facts_.size());
@@ -135,14 +192,16 @@ class EventLog {
         std::vector<Record> records;
         std::vector<ByteRange> ranges;
         std::vector<AllocFact> facts;
+        std::vector<int64_t> tensor_ids;
         {
             Locked held = lock();
             records.swap(records_);
             ranges.swap(ranges_);
             facts.swap(facts_);
+            tensor_ids.swap(tensor_ids_);
         }
         py::list out;
-        for (const Record& r : records) out.append(to_dict(r, ranges, facts));
+        for (const Record& r : records) out.append(to_dict(r, ranges, facts, tensor_ids));
         return out;
     }
 
@@ -178,7 +237,8 @@ class EventLog {
         return out;
     }
 
-    py::dict to_dict(const Record& r, const std::vector<ByteRange>& ranges, const std::vector<AllocFact>& facts) {
+    py::dict to_dict(const Record& r, const std::vector<ByteRange>& ranges, const std::vector<AllocFact>& facts,
+                     const std::vector<int64_t>& tensor_ids) {
         py::dict d;
         d["seq"] = r.seq;
         d["ev"] = tables::kKindNames[static_cast<int>(r.kind)];
@@ -237,8 +297,36 @@ class EventLog {
                 d["reads"] = range_list(ranges, r.ranges, r.reads);
                 d["writes"] = range_list(ranges, r.ranges + r.reads, r.writes);
                 if (r.index > 0) d["index"] = range_list(ranges, r.ranges + r.reads + r.writes, r.index);
+                if (r.tensor_count > 0) {
+                    py::list ids;
+                    for (uint32_t i = r.tensors; i < r.tensors + r.tensor_count; ++i) ids.append(tensor_ids[i]);
+                    d["tensors"] = ids;
+                }
+                stack();
+                {
+                    uint32_t host = r.ranges + r.reads + r.writes + r.index;
+                    if (r.host_reads > 0) d["host_reads"] = range_list(ranges, host, r.host_reads);
+                    if (r.host_writes > 0) d["host_writes"] = range_list(ranges, host + r.host_reads, r.host_writes);
+                }
+                if (r.host_blocking) d["host_blocking"] = true;
+                break;
+            case Kind::View:
+                d["tensor"] = r.value;
+                d["op"] = text_object(r.text);
+                d["ranges"] = range_list(ranges, r.ranges, r.reads);
+                if (r.base != 0) d["base"] = r.base;
+                d["stream"] = r.stream;
+                d["device"] = r.device;
                 stack();
                 break;
+            case Kind::HostOp: {  // an op the host ran on pinned memory: no stream
+                d["op"] = text_object(r.text);
+                uint32_t host = r.ranges + r.reads + r.writes + r.index;
+                d["reads"] = range_list(ranges, host, r.host_reads);
+                d["writes"] = range_list(ranges, host + r.host_reads, r.host_writes);
+                stack();
+                break;
+            }
             case Kind::RecordStream:
                 d["addr"] = r.value;
                 d["stream"] = r.stream;
@@ -287,6 +375,8 @@ class EventLog {
     std::vector<Record> records_;
     std::vector<ByteRange> ranges_;
     std::vector<AllocFact> facts_;
+    std::vector<int64_t> tensor_ids_;
+    GraphMemory graph_memory_;
     std::unordered_map<int, std::vector<UserFrame>> stack_frames_;
     std::vector<std::string> texts_;
     std::unordered_map<std::string, int32_t> text_ids_;

@@ -42,6 +42,7 @@ class GpuTraceHooks {
 
     void on_free(int64_t ptr) {
         STREAMRACE_TIMED(Free);
+        log_.graph_memory().freed(ptr);
         int32_t device = streams_.current_device();
         if (!in_op() && captures_.any_open()) unseen_.check(streams_.current_stream(device));
         int32_t stack = stacks_.op_stack();

@@ -21,6 +21,7 @@
 #include "event_log.h"
 #include "hook_stacks.h"
 #include "hook_timers.h"
+#include "host_memory.h"
 #include "schema_plan.h"
 #include "streams.h"
 #include "tensor_range.h"
@@ -37,14 +38,15 @@ inline PlanCache& plans() {
 class OpHooks {
    public:
     OpHooks(bool eager_ops, EventLog& log, CaptureTracker& captures, StreamSource& streams, HookStacks& stacks,
-            UnseenLaunches& unseen)
+            UnseenLaunches& unseen, HostMemory& host)
         : eager_ops_(eager_ops),
           device_type_(streams.device_type()),
           log_(log),
           captures_(captures),
           streams_(streams),
           stacks_(stacks),
-          unseen_(unseen) {}
+          unseen_(unseen),
+          host_(host) {}
 
     void op_start(const at::RecordFunction& fn) {
         STREAMRACE_TIMED(OpStart);
@@ -101,6 +103,12 @@ class OpHooks {
             return;
         }
         if (!plan->touches) return;
+        GraphMemory& memory = log_.graph_memory();
+        bool track_reads = graph == 0 && memory.any();  // eager reads of graph memory are named by tensor
+        if (plan->view_of >= 0 && track_reads && static_cast<size_t>(plan->view_of) < inputs.size() &&
+            inputs[plan->view_of].isTensor()) {
+            frame.view_base = identity(inputs[plan->view_of].toTensor());
+        }
         if (plan->any_return_written) {
             for (const c10::IValue& value : inputs) {
                 each_tensor(value, [&](const at::Tensor& tensor) {
@@ -113,17 +121,28 @@ class OpHooks {
                 });
             }
         }
+        bool host_on = eager_ops_ && host_.enabled();
+        if (host_on) {
+            frame.non_blocking = bool_argument(inputs, plan->non_blocking_arg);
+            frame.pin_memory = bool_argument(inputs, plan->pin_memory_arg);
+        }
         ByteRange range;
         for (size_t i = 0; i < inputs.size() && i < plan->args.size(); ++i) {
             Role role = plan->args[i];
             if (role == Role::Skip) continue;
             each_tensor(inputs[i], [&](const at::Tensor& tensor) {
-                if (!tensor.defined() || tensor.device().type() != device_type_) return;
+                if (!tensor.defined()) return;
+                if (host_on && host_.is_host(tensor)) {  // its pinned bytes are known when the op ends
+                    frame.host.emplace_back(tensor, role == Role::Write);
+                    return;
+                }
+                if (tensor.device().type() != device_type_) return;
                 if (role == Role::Write) {
                     frame.written.push_back(tensor);
                 } else if (tensor_range(tensor, range = ByteRange())) {
                     frame.reads.push_back(range);
                     if (role == Role::Index) frame.index.push_back(range);
+                    if (track_reads) frame.read_ids.push_back(memory.holds(tensor) ? identity(tensor) : 0);
                 }
             });
         }
@@ -144,26 +163,41 @@ class OpHooks {
         }
         if (!frame.plan->touches) return;
         std::vector<ByteRange> reads = std::move(frame.reads), writes;
+        std::vector<int64_t> read_ids = std::move(frame.read_ids);
+        c10::SmallVector<int64_t, 4> written_bases;  // storages it writes: graph memory, if captured
         ByteRange range;
         for (const at::Tensor& tensor : frame.written) {
-            if (tensor_range(tensor, range = ByteRange())) writes.push_back(range);
+            if (tensor_range(tensor, range = ByteRange())) {
+                writes.push_back(range);
+                written_bases.push_back(reinterpret_cast<int64_t>(tensor.storage().data()));
+            }
         }
         frame.written.clear();
         const auto& returns = frame.plan->returns;
         bool returned = false, only_views = true;  // of its tensors returned fresh by the schema
+        bool host_on = eager_ops_ && host_.enabled();
+        c10::SmallVector<at::Tensor, 2> host_outputs;  // fresh host tensors it returned
+        bool host_returned = false;
         if (frame.plan->any_return_written) {
             sort_spans(frame.input_storages);
             const auto& outputs = fn.outputs();
             for (size_t i = 0; i < outputs.size() && !returns.empty(); ++i) {
                 if (!returns[std::min(i, returns.size() - 1)]) continue;
                 each_tensor(outputs[i], [&](const at::Tensor& tensor) {
-                    if (!tensor.defined() || tensor.device().type() != device_type_) return;
+                    if (!tensor.defined()) return;
+                    if (host_on && host_.is_host(tensor)) {
+                        if (!inside_an_input(tensor, frame.input_storages)) host_outputs.push_back(tensor);
+                        host_returned = true;
+                        return;
+                    }
+                    if (tensor.device().type() != device_type_) return;
                     returned = true;
                     if (inside_an_input(tensor, frame.input_storages)) return;
                     only_views = false;
                     if (tensor_range(tensor, range = ByteRange()) &&
                         std::find(writes.begin(), writes.end(), range) == writes.end()) {
                         writes.push_back(range);
+                        written_bases.push_back(reinterpret_cast<int64_t>(tensor.storage().data()));
                     }
                 });
             }
@@ -173,19 +207,43 @@ class OpHooks {
         if (returned && only_views && writes.empty()) reads.clear();
         if (!writes.empty() && !reads.empty()) {
             // An in-place op reads and writes self: the write covers it for race checking.
-            reads.erase(std::remove_if(reads.begin(), reads.end(),
-                                       [&](const ByteRange& r) {
-                                           return std::find(writes.begin(), writes.end(), r) != writes.end();
-                                       }),
-                        reads.end());
+            size_t kept = 0;
+            for (size_t i = 0; i < reads.size(); ++i) {
+                if (std::find(writes.begin(), writes.end(), reads[i]) != writes.end()) continue;
+                if (!read_ids.empty()) read_ids[kept] = read_ids[i];
+                reads[kept++] = std::move(reads[i]);
+            }
+            reads.resize(kept);
+            if (!read_ids.empty()) read_ids.resize(kept);
         }
-        if (reads.empty() && writes.empty()) return;
+        if (reads.empty() && writes.empty()) {
+            if (frame.view_base != 0) view(fn, frame);
+            if (host_on) host_op(fn, frame, host_outputs, host_returned);
+            return;
+        }
+        std::vector<ByteRange> host_reads, host_writes;
+        bool host_blocking = false;
+        if (host_on) {
+            // CUDA is not asked about a pointer while any stream captures (a query from another
+            // thread could break a global capture).
+            bool capturing = captures_.any_open();
+            bool crossing = !frame.host.empty() || host_returned;
+            if (crossing) {
+                host_ranges(frame, host_outputs, host_returned,
+                            [&](const at::Tensor& t) { return host_.pinned(t, capturing); }, host_reads,
+                            host_writes);
+            }
+            host_blocking = frame.plan->host_wait || (crossing && frame.plan->host_copy && !frame.non_blocking);
+        }
+        frame.host.clear();
         int64_t stream = streams_.current_stream(frame.device);
         log_.see_stream(stream, frame.device);
         Frontier after = frame.graph != 0 && stream == frame.stream ? unseen_.frontier(stream) : Frontier();
         Locked held = log_.lock();
         int32_t graph = captures_.graph_of(held, stream);
         if (graph == 0 && !eager_ops_) return;
+        // A capture that succeeded holds no kernel of it (hook_tables.HOST_RESULT_TYPES).
+        if (graph != 0 && frame.plan->host_result) return;
         Record r;
         r.kind = Kind::Op;
         r.text = log_.text(held, frame.plan->name);
@@ -193,6 +251,14 @@ class OpHooks {
         r.device = frame.device;
         r.stack = frame.stack;
         log_.add_ranges(held, r, reads, writes, frame.index);
+        if (!host_reads.empty() || !host_writes.empty()) log_.add_host_ranges(held, r, host_reads, host_writes);
+        r.host_blocking = host_blocking;
+        if (graph != 0) {
+            for (int64_t base : written_bases) log_.graph_memory().add(base);
+        } else if (read_ids.size() == reads.size() &&
+                   std::any_of(read_ids.begin(), read_ids.end(), [](int64_t id) { return id != 0; })) {
+            log_.add_tensors(held, r, read_ids);
+        }
         log_.append(held, r);
         if (frame.graph != 0 && frame.graph == graph && stream == frame.stream) {
             if (!after.empty() && after != frame.before) {
@@ -222,6 +288,76 @@ class OpHooks {
     }
 
    private:
+    static bool bool_argument(c10::ArrayRef<const c10::IValue> inputs, int index) {
+        if (index < 0 || static_cast<size_t>(index) >= inputs.size()) return false;
+        const c10::IValue& value = inputs[static_cast<size_t>(index)];
+        return value.isBool() && value.toBool();
+    }
+
+    // The pinned bytes of an op's host tensors (HostMemory.device_op_fields and cpu_op, over
+    // op_accesses' rules): read or written by their role, fresh returns written; a read the
+    // write covers left out; only views returned, nothing written: nothing.
+    template <typename Pinned>
+    static void host_ranges(const OpFrame& frame, const c10::SmallVector<at::Tensor, 2>& outputs, bool returned,
+                            Pinned&& pinned, std::vector<ByteRange>& reads, std::vector<ByteRange>& writes) {
+        ByteRange range;
+        for (const auto& [tensor, written] : frame.host) {
+            if (!pinned(tensor) || !tensor_range(tensor, range = ByteRange())) continue;
+            (written ? writes : reads).push_back(range);
+        }
+        bool only_views = true;
+        for (const at::Tensor& tensor : outputs) {
+            if (!pinned(tensor)) continue;
+            only_views = false;
+            if (tensor_range(tensor, range = ByteRange()) &&
+                std::find(writes.begin(), writes.end(), range) == writes.end()) {
+                writes.push_back(range);
+            }
+        }
+        if (returned && only_views && outputs.empty() && writes.empty()) {
+            reads.clear();
+            return;
+        }
+        if (!writes.empty() && !reads.empty()) {
+            reads.erase(std::remove_if(reads.begin(), reads.end(),
+                                       [&](const ByteRange& r) {
+                                           return std::find(writes.begin(), writes.end(), r) != writes.end();
+                                       }),
+                        reads.end());
+        }
+    }
+
+    // An op on host tensors alone (HostMemory.cpu_op): a factory asked for pinned memory makes
+    // its results known; then, while some pinned storage is known, its accesses to known ones
+    // are a host_op.
+    void host_op(const at::RecordFunction& fn, OpFrame& frame, const c10::SmallVector<at::Tensor, 2>& outputs,
+                 bool returned) {
+        if (frame.pin_memory || frame.plan->pin_factory) {
+            for (const c10::IValue& value : fn.outputs()) {
+                each_tensor(value, [&](const at::Tensor& tensor) {
+                    if (host_.is_host(tensor)) host_.pinned(tensor, false, true);
+                });
+            }
+        }
+        if (frame.host.empty() && outputs.empty()) return;
+        if (!host_.any_known()) {
+            frame.host.clear();
+            return;
+        }
+        std::vector<ByteRange> reads, writes;
+        host_ranges(frame, outputs, returned, [&](const at::Tensor& t) { return host_.known(t); }, reads, writes);
+        frame.host.clear();
+        if (reads.empty() && writes.empty()) return;
+        Locked held = log_.lock();
+        Record r;
+        r.kind = Kind::HostOp;
+        r.text = log_.text(held, frame.plan->name);
+        r.stack = frame.stack;
+        log_.add_ranges(held, r, {}, {}, {});
+        log_.add_host_ranges(held, r, reads, writes);
+        log_.append(held, r);
+    }
+
     template <typename F>
     static void each_tensor(const c10::IValue& value, F&& f) {
         if (value.isTensor()) {
@@ -282,6 +418,37 @@ class OpHooks {
         }
     }
 
+    // An eager view op whose results view graph memory: a view record per such result, naming
+    // it and the tensor it views (PythonHooks._view).
+    void view(const at::RecordFunction& fn, const OpFrame& frame) {
+        GraphMemory& memory = log_.graph_memory();
+        std::vector<std::pair<int64_t, ByteRange>> made;
+        ByteRange range;
+        for (const c10::IValue& value : fn.outputs()) {
+            each_tensor(value, [&](const at::Tensor& tensor) {
+                if (!tensor.defined() || tensor.device().type() != device_type_ || !memory.holds(tensor)) return;
+                if (tensor_range(tensor, range = ByteRange())) made.emplace_back(identity(tensor), range);
+            });
+        }
+        if (made.empty()) return;
+        int64_t stream = streams_.current_stream(frame.device);
+        log_.see_stream(stream, frame.device);
+        Locked held = log_.lock();
+        if (captures_.graph_of(held, stream) != 0) return;  // made in a capture: the static output itself
+        for (const auto& [id, view_range] : made) {
+            Record r;
+            r.kind = Kind::View;
+            r.value = id;
+            r.base = frame.view_base;
+            r.text = log_.text(held, frame.plan->name);
+            r.stream = stream;
+            r.device = frame.device;
+            r.stack = frame.stack;
+            log_.add_ranges(held, r, {view_range}, {}, {});
+            log_.append(held, r);
+        }
+    }
+
     // ``t.record_stream(s)`` launches nothing; it tells the allocator about a block's users.
     void record_stream(OpFrame& frame) {
         if (frame.written.empty() || !frame.recorded_on.has_value()) return;
@@ -304,6 +471,7 @@ class OpHooks {
     StreamSource& streams_;
     HookStacks& stacks_;
     UnseenLaunches& unseen_;
+    HostMemory& host_;
 };
 
 }  // namespace streamrace

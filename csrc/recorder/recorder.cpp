@@ -92,7 +92,8 @@ class State {
           streams_(static_cast<c10::DeviceType>(device_type), std::move(raw_stream), std::move(current_stream)),
           stacks_(log_, stack_depth, max_walk, shown_path.ptr()),
           unseen_(driver_, captures_, log_, streams_, stacks_, std::move(catch_up)),
-          ops(eager_ops, log_, captures_, streams_, stacks_, unseen_),
+          host(static_cast<c10::DeviceType>(device_type)),
+          ops(eager_ops, log_, captures_, streams_, stacks_, unseen_, host),
           gpu_trace(log_, captures_, streams_, stacks_, unseen_) {}
 
     // -- shared bookkeeping ------------------------------------------------------------------
@@ -230,6 +231,7 @@ class State {
     UnseenLaunches unseen_;
 
    public:
+    HostMemory host;
     OpHooks ops;
     GpuTraceHooks gpu_trace;
 };
@@ -536,7 +538,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         // Graph reads at a capture's end (GraphReadback does the same in Python): the whole
         // graph, and a kernel node's parameters.
         .def("read_graph", [](Hooks& h, int64_t graph) { return h.state().read_graph(graph); })
-        .def("kernel_access", [](Hooks& h, int64_t node) { return h.state().kernel_access(node); });
+        .def("kernel_access", [](Hooks& h, int64_t node) { return h.state().kernel_access(node); })
+        .def("set_host_part", [](Hooks& h, py::object part) { h.state().host.set_part(std::move(part)); })
+        .def("host_known", [](Hooks& h, int64_t start, bool live) {
+            if (live) {
+                h.state().host.add(start);
+            } else {
+                h.state().host.remove(start);
+            }
+        });
 
     // A torch.cuda._gpu_trace registry's fire_callbacks, straight to a native hook: the
     // registry's Python loop costs more than the hook. Callbacks others add to it still run.

@@ -31,9 +31,21 @@ struct SchemaPlan {
     // One of PyTorch's own namespaces (hook_tables.TRUSTED_NAMESPACES): its kernels' pointers
     // are not cross-checked against its schema.
     bool trusted = false;
+    // Pinned host memory (host_memory.py's rules): the host waits for the device work it reads
+    // (item); a copy between host and device (done on return unless non_blocking); a factory
+    // whose result is pinned; the arguments `non_blocking` and `pin_memory`, or -1.
+    bool host_wait = false;
+    bool host_copy = false;
+    bool pin_factory = false;
+    int non_blocking_arg = -1;
+    int pin_memory_arg = -1;
     std::vector<Role> args;        // per schema argument
     std::vector<bool> returns;     // per schema return: a fresh tensor the op writes
     bool any_return_written = false;
+    // One of PyTorch's own ops that only hands values to the host (hook_tables.HOST_RESULT_TYPES):
+    // captured, it touched nothing.
+    bool host_result = false;
+    int view_of = -1;  // a view op (detach, slice, alias): the argument its result views, else -1
 };
 
 namespace detail {
@@ -97,6 +109,14 @@ inline std::unique_ptr<SchemaPlan> make_plan(const c10::FunctionSchema& schema) 
     bool factory = detail::is_factory(base);
     bool through_index = detail::writes_through_index(base);
     bool collective = detail::one_of(full, tables::kCollectives);
+    plan->host_wait = detail::one_of(base, tables::kHostWaitOps);
+    plan->host_copy = detail::one_of(base, tables::kHostCopyOps);
+    plan->pin_factory = detail::one_of(base, tables::kPinFactoryOps);
+    for (size_t i = 0; i < schema.arguments().size(); ++i) {
+        const std::string& name = schema.arguments()[i].name();
+        if (name == "non_blocking") plan->non_blocking_arg = static_cast<int>(i);
+        if (name == "pin_memory") plan->pin_memory_arg = static_cast<int>(i);
+    }
     for (const auto& argument : schema.arguments()) {
         const auto* alias = argument.alias_info();
         if (collective) {
@@ -111,12 +131,24 @@ inline std::unique_ptr<SchemaPlan> make_plan(const c10::FunctionSchema& schema) 
             plan->args.push_back(Role::Read);
         }
     }
+    bool view = false;
+    for (const auto& ret : schema.returns()) view |= ret.alias_info() != nullptr && !ret.alias_info()->isWrite();
+    for (size_t i = 0; view && i < schema.arguments().size(); ++i) {
+        const auto* alias = schema.arguments()[i].alias_info();
+        if (alias != nullptr && !alias->isWrite()) {
+            plan->view_of = static_cast<int>(i);
+            break;
+        }
+    }
     bool fresh = !detail::allocates_only(base) && !collective;
+    plan->host_result = plan->trusted && !schema.returns().empty();
     for (const auto& ret : schema.returns()) {
         bool written = fresh && ret.alias_info() == nullptr;
         plan->returns.push_back(written);
         plan->any_return_written |= written;
+        plan->host_result = plan->host_result && detail::one_of(ret.type()->str(), tables::kHostResultTypes);
     }
+    for (Role role : plan->args) plan->host_result = plan->host_result && role != Role::Write;
     return plan;
 }
 

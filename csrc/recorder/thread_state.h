@@ -33,11 +33,18 @@ struct OpFrame {
     // holds them anyway.
     std::vector<ByteRange> reads;
     std::vector<ByteRange> index;  // of its reads, those that pick where it writes (Role::Index)
+    std::vector<int64_t> read_ids;  // an eager op's: the identity behind each read of graph memory, else 0
+    int64_t view_base = 0;          // a view op's: the identity of the tensor it views
     c10::SmallVector<at::Tensor, 4> written;
     // [start, end) of its inputs' storages, where it returns a tensor it may write: a returned
     // tensor inside one is a view the schema does not declare (_unsafe_view, weak_ref_tensor).
     c10::SmallVector<std::pair<int64_t, int64_t>, 4> input_storages;
     std::optional<c10::Stream> recorded_on;  // record_stream's stream argument
+    // Its host tensors (host_memory.h), read or written (true), in schema order; whether it
+    // was asked not to block, or for pinned memory.
+    c10::SmallVector<std::pair<at::Tensor, bool>, 2> host;
+    bool non_blocking = false;
+    bool pin_memory = false;
 };
 
 struct ThreadState {

@@ -91,6 +91,10 @@ class GraphInputFreed:
     replay: Mapping[str, Any] | None = None  # the first replay after the free; None: latent
     clobbered: StaleRead | None = None  # the first read of another allocation's data it led to
     count: int = 1
+    # The block's next owner: the first allocation after the free that took bytes of it while
+    # the graph lived, and the first access that ran through it there (None: none yet).
+    reused: Lifetime | None = None
+    reuser: AccessRecord | None = None
 
 
 Detection = Race | UnsafeFree | RecordStreamNoop | StaleRead | GraphInputFreed
@@ -177,6 +181,10 @@ class Engine:
         self._inputs_freed: dict[int, list[GraphInputFreed]] = {}  # graph -> its freed inputs
         self._input_freed: dict[tuple[int, int], GraphInputFreed] = {}  # (lifetime id, graph) ->
         self._stale: dict[tuple[int, int], StaleRead] = {}  # (reader seq, writer seq) -> the first
+        # Freed inputs of live graphs whose block no allocation took yet, by device; and those
+        # whose next owner is known, by its lifetime id, until an access runs through it.
+        self._ownerless: dict[int, list[GraphInputFreed]] = {}
+        self._unused_owner: dict[int, list[GraphInputFreed]] = {}
         self._handlers: dict[str, Callable[[Mapping[str, Any]], None]] = {
             "stream": self._stream,
             "stack": self._stack,
@@ -271,20 +279,41 @@ class Engine:
                 unsafe = UnsafeFree(recs[-1], lifetime, domain, pending=recs)
                 self._unfolded.setdefault((domain, lifetime.device), []).append(unsafe)
                 self.detections.append(unsafe)
-        self.lifetimes.alloc(ev, self.devices.of(ev, owner), domain)
+        lifetime = self.lifetimes.alloc(ev, self.devices.of(ev, owner), domain)
+        if self._ownerless.get(lifetime.device):
+            self._take_freed_inputs(lifetime)
 
     def _free(self, ev: Mapping[str, Any]) -> None:
         lifetime = self.lifetimes.free(ev["addr"], self.devices.of(ev, ev.get("stream")), ev)
         if lifetime is None:
             return
         self.lifetimes.await_reuse(lifetime, self.hb.domain(lifetime.owner))
+        self._unused_owner.pop(lifetime.id, None)  # a next owner freed unused: nothing ran through it
         # Latent until the graph is replayed or outlives the trace; gone with the graph (§8.5).
         for graph, use in self._graph_users.pop(lifetime.id, {}).items():
             self._graph_inputs[graph].discard(lifetime.id)
             freed = GraphInputFreed(graph, use, lifetime)
             self._inputs_freed.setdefault(graph, []).append(freed)
             self._input_freed[lifetime.id, graph] = freed
+            self._ownerless.setdefault(lifetime.device, []).append(freed)
             self.detections.append(freed)
+
+    def _take_freed_inputs(self, lifetime: Lifetime) -> None:
+        """``lifetime`` is the next owner of every freed input of a live graph whose bytes it
+        takes (§8.5): the allocation the graph's replays now read or write through."""
+        waiting = self._ownerless[lifetime.device]
+        kept = []
+        for freed in waiting:
+            block = freed.lifetime
+            if block.addr < lifetime.end and lifetime.addr < block.end:
+                freed.reused = lifetime
+                self._unused_owner.setdefault(lifetime.id, []).append(freed)
+            else:
+                kept.append(freed)
+        if kept:
+            self._ownerless[lifetime.device] = kept
+        else:
+            del self._ownerless[lifetime.device]
 
     def _record_stream(self, ev: Mapping[str, Any]) -> None:
         stream = ev["stream"]
@@ -403,12 +432,18 @@ class Engine:
                     del self._graph_users[lifetime_id]
         for freed in self._inputs_freed.pop(graph, ()):
             del self._input_freed[freed.lifetime.id, graph]
+            if freed.reused is None:  # no allocation takes the block from the graph any more
+                _drop(self._ownerless, freed.lifetime.device, freed)
             if freed.replay is None:
                 self.detections.remove(freed)
+                if freed.reused is not None and freed.reuser is None:
+                    _drop(self._unused_owner, freed.reused.id, freed)
 
     def _execute(self, rec: AccessRecord) -> None:
         """An access that runs (eager, or a replay's): a write becomes the last write of its
         bytes, through the lifetimes it went through; a read is checked against them."""
+        if self._unused_owner:
+            self._name_next_owner(rec)
         writes = self._last_writes.get(rec.device)
         if writes is None:
             writes = self._last_writes[rec.device] = LastWrites()
@@ -433,6 +468,26 @@ class Engine:
                 ):
                     self._stale_read(rec, writer, lifetime, through)
                     return
+
+    def _name_next_owner(self, rec: AccessRecord) -> None:
+        """``rec`` runs through the next owner of freed graph inputs: the first such access that
+        touches the bytes it took from one is what names that owner (§8.5)."""
+        for lifetime in rec.lifetimes:
+            waiting = self._unused_owner.get(lifetime.id)
+            if waiting is None:
+                continue
+            kept = []
+            for freed in waiting:
+                block = freed.lifetime
+                taken = (max(block.addr, lifetime.addr), min(block.end, lifetime.end))
+                if overlaps(rec.rng, rec.rng, taken):
+                    freed.reuser = rec
+                else:
+                    kept.append(freed)
+            if kept:
+                self._unused_owner[lifetime.id] = kept
+            else:
+                del self._unused_owner[lifetime.id]
 
     def _stale_read(self, reader: AccessRecord, writer: AccessRecord, read: Lifetime, wrote: Lifetime) -> None:
         for rec in (reader, writer):
@@ -489,6 +544,16 @@ class Engine:
             self.detections.append(Race(earlier, later, how, old, new))
             return
         self.detections.append(Race(earlier, later, how, _block_of(earlier, later)))
+
+
+def _drop(waiting: dict[int, list[GraphInputFreed]], key: int, freed: GraphInputFreed) -> None:
+    """Take ``freed`` out of ``waiting[key]`` if it is there, and the key with its last one."""
+    left = waiting.get(key)
+    if left is None or freed not in left:
+        return
+    left.remove(freed)
+    if not left:
+        del waiting[key]
 
 
 def _same_op(a: AccessRecord, b: AccessRecord) -> bool:

@@ -19,7 +19,7 @@ class Access:
     op: str
     stream: int
     stream_label: str
-    access: str  # "read", "write", "free" (an unsafe free) or "record_stream" (a lint)
+    access: str  # "read", "write", "free" (an unsafe free), "record_stream" (a lint) or "view" (a value made)
     seq: int
     location: str | None = None  # "file.py:LINE" of the innermost user frame
     stack: list[list[Any]] = field(default_factory=list)  # [[file, line, function], ...]

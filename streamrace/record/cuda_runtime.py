@@ -86,6 +86,16 @@ class CudaRuntime:
         return tensor.device.index
 
     @staticmethod
+    def is_host_tensor(value: Any) -> bool:
+        """A tensor in host memory: pinned memory is among these (host_memory.py)."""
+        return isinstance(value, torch.Tensor) and value.device.type == "cpu"
+
+    @staticmethod
+    def is_pinned(tensor: torch.Tensor) -> bool:
+        """Whether a host tensor's memory is the host caching allocator's (pinned)."""
+        return bool(tensor.is_pinned())
+
+    @staticmethod
     def current_device() -> int:
         return torch.cuda.current_device()
 

@@ -44,6 +44,8 @@ class EventLog:
         self._settlers: dict[str, list[Callable[[Event], Event]]] = {}
         self._detached: list[Event] = []  # emitted from a garbage collection, joined at the next ingest
         self._collective_streams: set[int] = set()  # NCCL's internal streams (collectives.py)
+        self.index_ops = 0  # ops that write through an index: the header's index_ops (0: no padded check)
+        self.views = 0  # view events: the header's views (0: no static-output check)
         # Taken by emit and by a flush's taking of events: a Recorder event numbered on one
         # thread is in the log before another thread's flush takes the events around it.
         self.lock = threading.RLock()
@@ -99,29 +101,38 @@ class EventLog:
         if self.hooks is None:
             return
         drained = self.hooks.drain()
+        if not drained:
+            return
         # Collectives onto the stream they ran on, before anything reads their seqs.
         moved = {id(m.op): m for m in order_collectives(drained)}
         self._collective_streams |= {m.stream for m in moved.values()}
+        settlers, keep = self._settlers, self.events.append  # locals: this loop sees every event
         for event in drained:
             ev = event["ev"]
-            if ev == "stream":
+            if ev == "op":
+                if "index" in event:
+                    self.index_ops += 1
+            elif ev == "view":
+                self.views += 1
+            elif ev == "stream":
                 name = _STREAM_NAMES.get(event["stream"]) or self._default_name(event["stream"])
                 if name is not None:
                     event["name"] = name
             elif ev == "recorder_error" and len(self.errors) < MAX_ERRORS:
                 self.errors.append(f"{event['where']}: {event['message']}")
-            collective = moved.get(id(event))
-            for settler in self._settlers.get(ev, ()):
+            collective = moved.get(id(event)) if moved else None
+            for settler in settlers.get(ev, ()):
                 event = settler(event)
-            kernel = None
-            if collective is not None:
-                collective.op = event
-                kernel = own_catch_up_kernel(collective, self.events)
+            if collective is None:
+                keep(event)
+                continue
+            collective.op = event
+            kernel = own_catch_up_kernel(collective, self.events)
             if kernel is not None:
                 absorb(kernel, event)  # the node the capture caught up is the collective's
             else:
-                self.events.append(event)
-            self._sorted = False
+                keep(event)
+        self._sorted = False
 
     def _default_name(self, stream: int) -> str | None:
         """A stream's name where the program gave it none."""

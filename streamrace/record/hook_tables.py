@@ -30,6 +30,8 @@ HOOK_EVENT_KINDS = (
     "device_sync",
     "recorder_error",
     "kernel",
+    "host_op",
+    "view",
 )
 
 # recorder_error events per recording, hooks and Recorder each: a broken recorder reports, and
@@ -139,6 +141,12 @@ FACTORY_PREFIX = "new_"
 FACTORY_SUFFIX = "_like"
 # ops that only allocate (no kernel touches the result), also with the factory prefix.
 ALLOCATE_ONLY_OPS = ("empty", "empty_like", "empty_strided", "empty_permuted")
+# The schema return types of a value handed to the host (``torch.equal``'s bool, ``item``'s
+# Scalar). One of PyTorch's own ops that returns only such values, and writes nothing, reads its
+# tensors on the device only to synchronize and copy the result back, which a capture forbids:
+# in a capture that succeeded it launched nothing (``torch.equal(x, x)`` short-circuits), so
+# a captured one touches nothing at replay.
+HOST_RESULT_TYPES = ("bool", "int", "float", "complex", "Scalar", "number", "SymInt", "SymFloat", "SymBool")
 # ops that write through an index: where they write is picked by the tensors passed as
 # INDEX_ARGUMENTS (the trace's ``index`` ranges, docs/trace-format.md), in place or into a
 # copy of ``self`` (``index_put``, ``scatter``); by the name without a trailing ``_``.
@@ -184,6 +192,13 @@ COLLECTIVE_OUTPUTS: dict[str, tuple[str, ...]] = {
     "c10d::recv_any_source_": ("tensors",),
     "c10d::send": (),
 }
+
+# Pinned host memory (host_memory.py; op_hooks.h): ops after which the host has waited for the
+# device work they read (a device op, by the name without its namespace); copies between host
+# and device, done when they return unless ``non_blocking``; factories whose results are pinned.
+HOST_WAIT_OPS = ("_local_scalar_dense", "nonzero")
+HOST_COPY_OPS = ("copy_", "_to_copy", "_copy_from", "_copy_from_and_resize")
+PIN_FACTORY_OPS = ("_pin_memory", "pin_memory")
 
 
 def _strings(values: tuple[str, ...]) -> str:
@@ -236,8 +251,13 @@ inline constexpr const char* kNoAccessOps[] = {{{_strings(NO_ACCESS_OPS)}}};
 inline constexpr const char* kFactoryPrefix = "{FACTORY_PREFIX}";
 inline constexpr const char* kFactorySuffix = "{FACTORY_SUFFIX}";
 inline constexpr const char* kAllocateOnlyOps[] = {{{_strings(ALLOCATE_ONLY_OPS)}}};
+inline constexpr const char* kHostResultTypes[] = {{{_strings(HOST_RESULT_TYPES)}}};
 inline constexpr const char* kIndexWriteOps[] = {{{_strings(INDEX_WRITE_OPS)}}};
 inline constexpr const char* kIndexArguments[] = {{{_strings(INDEX_ARGUMENTS)}}};
+
+inline constexpr const char* kHostWaitOps[] = {{{_strings(HOST_WAIT_OPS)}}};
+inline constexpr const char* kHostCopyOps[] = {{{_strings(HOST_COPY_OPS)}}};
+inline constexpr const char* kPinFactoryOps[] = {{{_strings(PIN_FACTORY_OPS)}}};
 
 // COLLECTIVE_OUTPUTS: each collective, and {{collective, written argument}} pairs.
 inline constexpr const char* kCollectives[] = {{{_strings(tuple(COLLECTIVE_OUTPUTS))}}};

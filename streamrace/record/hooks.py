@@ -33,12 +33,28 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from streamrace.record.capture_nodes import is_trusted
 from streamrace.record.cuda_runtime import CudaRuntime
+from streamrace.record.graph_memory import GraphMemory, identity
 from streamrace.record.graph_readback import GraphColumns
 from streamrace.record.hook_tables import GPU_TRACE_HOOKS, MAX_ERRORS
-from streamrace.record.op_accesses import index_operands, op_accesses
+from streamrace.record.op_accesses import index_operands, op_accesses, returns_to_host, tensor_range, view_base
 from streamrace.record.stacks import StackTable
 
 GPU_TRACE_REGISTRIES = tuple(h.registry for h in GPU_TRACE_HOOKS)
+
+
+class HostOps(Protocol):
+    """What the Python hooks ask of pinned host memory's part (host_memory.py) at each op."""
+
+    def device_op_fields(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any, capturing: bool
+    ) -> dict[str, Any]: ...
+
+    def cpu_op(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any, stack: int | None
+    ) -> None: ...
+
+    # The native hooks' seam: what their C++ calls for a pinned storage it meets first.
+    def native_part(self, native: Any) -> Callable[[Any, bool], bool]: ...
 
 
 @dataclass(frozen=True)
@@ -53,6 +69,7 @@ class HookOptions:
     # ones catch up themselves).
     catch_up: Callable[[], None]
     runtime: CudaRuntime = field(default_factory=CudaRuntime)  # what CUDA is asked through
+    host: HostOps | None = None  # pinned host memory (host_memory.py)
 
 
 class Hooks(Protocol):
@@ -170,6 +187,7 @@ class PythonHooks:
         self._catch_up = options.catch_up
         self._runtime = options.runtime
         self._graphs = options.runtime.graphs
+        self._host = options.host
         self._seq = 0
         self._records: list[dict[str, Any]] = []
         self._stacks = StackTable(
@@ -186,6 +204,7 @@ class PythonHooks:
         self.depth = 0  # ops and launches in flight: nodes created meanwhile are theirs
         self.op_stack = -1  # the stack of the op in flight, shared by what it allocates
         self.callbacks = {h.registry: self._callback(h.hook, h.where) for h in GPU_TRACE_HOOKS}
+        self._graph_memory = GraphMemory()
 
     # -- shared bookkeeping --------------------------------------------------------------------
     def _emit(self, ev: str, **fields: Any) -> dict[str, Any]:
@@ -368,16 +387,35 @@ class PythonHooks:
             tensor, stream_object = args
             self._record_stream(tensor, stream_object, stack)
             return
-        reads, writes = op_accesses(func, args, kwargs, outputs, self._runtime.is_recorded_tensor)
+        behind: tuple[list[Any], list[Any]] = ([], [])  # the tensors behind the reads and writes
+        reads, writes = op_accesses(func, args, kwargs, outputs, self._runtime.is_recorded_tensor, behind)
+        host = self._host
         if not reads and not writes:
+            if self._graph_memory.bases:
+                self._view(func, args, kwargs, outputs, stack)
+            if host is not None:
+                self.guard("pinned memory", host.cpu_op, func, args, kwargs, outputs, self._stack_field(stack))
             return
         device = _op_device(args, kwargs, self._runtime)
         stream = self._current_stream(device)
         graph = self._capturing.get(stream)
         if graph is None and not self.eager_ops:
             return
+        host_fields: dict[str, Any] = {}
+        if host is not None:
+            capturing = self._any_open()  # CUDA is not asked about a pointer while any stream captures
+            host_fields = self.guard("pinned memory", host.device_op_fields, func, args, kwargs, outputs, capturing)
+            host_fields = host_fields or {}
+        if graph is not None and returns_to_host(func):
+            return  # a capture that succeeded holds no kernel of it (hook_tables.HOST_RESULT_TYPES)
         name = op_name(func)
         index = index_operands(func, args, kwargs, self._runtime.is_recorded_tensor) or None
+        tensors = None
+        if graph is not None:
+            self._graph_memory.captured_writes(behind[1])
+        elif self._graph_memory.bases:
+            ids = [identity(t) if self._graph_memory.holds(t) else 0 for t in behind[0]]
+            tensors = ids if any(ids) else None
         event = self._emit(
             "op",
             op=name,
@@ -386,13 +424,44 @@ class PythonHooks:
             reads=reads,
             writes=writes,
             index=index,
+            tensors=tensors,
             stack=self._stack_field(stack),
+            **host_fields,
         )
         if before is not None and before[0] == graph and before[1] == stream:
             after = self._graphs.capture_state(stream)[1]
             if after and after != before[2]:
                 self.claim(graph, event["seq"], after[-1], is_trusted(name))
             self._known[stream] = after
+
+    def _view(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: Any, stack: int) -> None:
+        """An eager view op whose result views graph memory: a ``view`` event per such result,
+        naming it and the tensor it views."""
+        is_tensor = self._runtime.is_recorded_tensor
+        base = view_base(func, args, kwargs, is_tensor)
+        if base is None:
+            return
+        device = _op_device(args, kwargs, self._runtime)
+        stream = self._current_stream(device)
+        if stream in self._capturing:
+            return  # a view made in a capture is the static output as the program holds it
+        results = outputs if isinstance(outputs, (list, tuple)) else (outputs,)
+        for t in results:
+            if not is_tensor(t) or not self._graph_memory.holds(t):
+                continue
+            rng = tensor_range(t)
+            if rng is None:
+                continue
+            self._emit(
+                "view",
+                tensor=identity(t),
+                op=op_name(func),
+                ranges=[rng],
+                base=identity(base),
+                stream=stream,
+                device=device,
+                stack=self._stack_field(stack),
+            )
 
     def _record_stream(self, tensor: torch.Tensor, stream: Any, stack: int) -> None:
         """``t.record_stream(s)`` launches nothing; it tells the allocator about a block's users."""
@@ -445,6 +514,7 @@ class PythonHooks:
         )
 
     def _on_free(self, ptr: int) -> None:
+        self._graph_memory.freed(ptr)
         device = self._runtime.current_device()
         if self._any_open() and not self.depth:
             self._check(self._runtime.current_stream(device))
@@ -573,6 +643,14 @@ class NativeHooks:
         ):
             setattr(self, name, getattr(self._native, name))
         self._module = module
+        self._host = options.host
+        if self._host is not None:  # pinned host memory: the C++ op hooks ask the Python part
+            self._native.set_host_part(self._host.native_part(self._native))
+            self.stop = self._stop
+
+    def _stop(self) -> None:
+        self._native.stop()
+        self._native.set_host_part(None)
 
     def use_allocator_facts(self) -> str:
         """Allocations take their exact facts from the allocator's trace tracker from now on

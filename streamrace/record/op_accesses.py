@@ -35,9 +35,11 @@ from streamrace.record.hook_tables import (
     COLLECTIVE_OUTPUTS,
     FACTORY_PREFIX,
     FACTORY_SUFFIX,
+    HOST_RESULT_TYPES,
     INDEX_ARGUMENTS,
     INDEX_WRITE_OPS,
     NO_ACCESS_OPS,
+    TRUSTED_NAMESPACES,
 )
 
 Range = dict[str, Any]
@@ -77,7 +79,7 @@ _SKIP, _READ, _WRITE = 0, 1, 2
 class _Plan:
     """What the schema says about each argument and return of one op, worked out once."""
 
-    __slots__ = ("args", "index_args", "returns", "touches")
+    __slots__ = ("args", "host_result", "index_args", "returns", "touches", "view_of")
 
     def __init__(self, func: Any) -> None:
         schema = func._schema
@@ -105,6 +107,21 @@ class _Plan:
         # A returned tensor that aliases nothing is written, unless the op only allocates.
         fresh = base_name.removeprefix(FACTORY_PREFIX) not in ALLOCATE_ONLY_OPS and collective_outputs is None
         self.returns = [fresh and ret.alias_info is None for ret in schema.returns]
+        # hook_tables.HOST_RESULT_TYPES: in a capture, such an op touched nothing.
+        self.host_result = (
+            schema.name.startswith(TRUSTED_NAMESPACES)
+            and bool(schema.returns)
+            and all(str(ret.type) in HOST_RESULT_TYPES for ret in schema.returns)
+            and all(role != _WRITE for *_, role in self.args)
+        )
+        # A view op (detach, slice, alias): a return aliases an argument without writing it;
+        # ``view_of`` is that argument's (position, name, kwarg only), else None.
+        self.view_of: tuple[int, str, bool] | None = None
+        if any(ret.alias_info is not None and not ret.alias_info.is_write for ret in schema.returns):
+            for i, argument in enumerate(schema.arguments):
+                if argument.alias_info is not None and not argument.alias_info.is_write:
+                    self.view_of = (i, argument.name, argument.kwarg_only)
+                    break
 
 
 _PLANS: dict[Any, _Plan] = {}
@@ -163,24 +180,30 @@ def op_accesses(
     kwargs: dict[str, Any],
     outputs: Any,
     is_tensor: Callable[[Any], bool],
+    tensors: tuple[list[Any], list[Any]] | None = None,
 ) -> tuple[list[Range], list[Range]]:
-    """(reads, writes) of one dispatched op; ``is_tensor`` selects the tensors to track."""
+    """(reads, writes) of one dispatched op; ``is_tensor`` selects the tensors to track.
+    ``tensors``: two lists that get the tensor behind each read and each write, in order (for
+    the static-output check, record/graph_memory.py)."""
     plan = _plan(func)
     if not plan.touches:
         return [], []
     reads: list[Range] = []
     writes: list[Range] = []
+    read_tensors: list[Any] = []
+    write_tensors: list[Any] = []
     for position, name, kwarg_only, role in plan.args:
         if role == _SKIP:
             continue
         value = _argument(args, kwargs, position, name, kwarg_only)
         if value is None:
             continue
-        target = writes if role == _WRITE else reads
+        target, behind = (writes, write_tensors) if role == _WRITE else (reads, read_tensors)
         for t in _tensors(value, is_tensor):
             rng = tensor_range(t)
             if rng is not None:
                 target.append(rng)
+                behind.append(t)
     if any(plan.returns):
         results = outputs if isinstance(outputs, (list, tuple)) else (outputs,)
         returns = plan.returns
@@ -198,13 +221,25 @@ def op_accesses(
                 rng = tensor_range(t)
                 if rng is not None and rng not in writes:
                     writes.append(rng)
+                    write_tensors.append(t)
         if returned and only_views and not writes:
             # Only views of its inputs, nothing written: it launches nothing, its reads are not real.
             return [], []
     if writes and reads:
         # An in-place op reads and writes self: the write covers it for race checking.
-        reads = [r for r in reads if r not in writes]
+        kept = [i for i, r in enumerate(reads) if r not in writes]
+        reads = [reads[i] for i in kept]
+        read_tensors = [read_tensors[i] for i in kept]
+    if tensors is not None:
+        tensors[0].extend(read_tensors)
+        tensors[1].extend(write_tensors)
     return reads, writes
+
+
+def returns_to_host(func: Any) -> bool:
+    """Whether the op is one of PyTorch's own that only hands values to the host
+    (hook_tables.HOST_RESULT_TYPES): captured, it touched nothing."""
+    return _plan(func).host_result
 
 
 def index_operands(
@@ -222,3 +257,13 @@ def index_operands(
             if rng is not None:
                 index.append(rng)
     return index
+
+
+def view_base(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], is_tensor: Callable[[Any], bool]) -> Any:
+    """The tensor a view op (``detach``, ``slice``, ``alias``) makes its result a view of, or
+    None when ``func`` is no view op."""
+    plan = _plan(func)
+    if plan.view_of is None or not plan.touches:
+        return None
+    value = _argument(args, kwargs, *plan.view_of)
+    return value if is_tensor(value) else None

@@ -39,6 +39,7 @@ from streamrace.record.captures import CaptureLifecycle
 from streamrace.record.cuda_runtime import CudaRuntime
 from streamrace.record.event_log import Event, EventLog, name_stream
 from streamrace.record.hooks import HookOptions, Hooks, make_hooks
+from streamrace.record.host_memory import HostMemory
 from streamrace.record.library_calls import LibraryCalls
 from streamrace.record.native import hooks_choice
 from streamrace.record.replays import GraphReplays
@@ -63,7 +64,8 @@ class Recorder:
     (the settled events, whenever ``flush_events`` more have come: trace_output.py) and
     finished by ``traces.finish_trace``; without one the events stay in memory. ``hooks``:
     "native", "python" or "auto" (default: ``STREAMRACE_HOOKS``, else auto). ``runtime``: what
-    CUDA is asked through (tests pass a fake).
+    CUDA is asked through (tests pass a fake). ``host_memory``: record pinned host memory
+    (host_memory.py), on by default; off, the trace says it was not looked at.
     """
 
     def __init__(
@@ -77,6 +79,7 @@ class Recorder:
         runtime: CudaRuntime | None = None,
         trace: str | None = None,
         flush_events: int = FLUSH_EVENTS,
+        host_memory: bool = True,
     ) -> None:
         del eager_ops  # it asked for eager ops, which are now recorded unless capture_only
         self.runtime = runtime if runtime is not None else CudaRuntime()
@@ -96,6 +99,10 @@ class Recorder:
         self.triton = TritonLaunches(self)
         self.library_calls = LibraryCalls(self.log, self.runtime, capture_only)
         self.app_pools = AppPools(self)
+        # Pinned host memory: recorded with the whole program, by either set of hooks; None
+        # when not recorded (the header's host_memory).
+        self.host_memory: HostMemory | None = None
+        self.record_host_memory = host_memory
         self.log.settle("alloc", self.allocations.settle_alloc)
         self.log.settle("alloc", self.captures.settle_alloc)
         self.log.settle("free", self.allocations.settle_free)
@@ -166,15 +173,23 @@ class Recorder:
         if self.no_cuda is not None:
             return
         shown_path = UserCode().shown_path
+        host = HostMemory(self) if self.record_host_memory and not self.capture_only else None
         options = HookOptions(
-            not self.capture_only, self.stack_depth, _MAX_WALK, shown_path, self.unseen.guarded_catch_up, self.runtime
+            not self.capture_only,
+            self.stack_depth,
+            _MAX_WALK,
+            shown_path,
+            self.unseen.guarded_catch_up,
+            self.runtime,
+            host,
         )
         hooks, self.native_unavailable = make_hooks(self.hooks_choice, options)
+        self.host_memory = host
         self.log.hooks = hooks
         # The library calls' first: innermost, so a call's range holds what the call itself did
         # (not the capture_begin or replay events the other parts' wrappers add around it).
         patches = self.library_calls.patches() + self.captures.patches()
-        patches += [] if self.capture_only else self.replays.patches()
+        patches += self.replays.patches(replays=not self.capture_only)
         installation.activate(self, hooks, self.runtime, patches)
         self.library_calls.install_later()  # inductor, where the program imported it already
         try:
@@ -193,6 +208,8 @@ class Recorder:
             return  # nothing was installed
         hooks = self.started_hooks
         self.captures.abort_running()
+        if self.host_memory is not None:
+            self.host_memory.stop()  # before the hooks: a storage dying now records nothing
         hooks.stop()
         installation.deactivate()
         self.replays.stop()

@@ -1,7 +1,8 @@
 """Graph replays and lifetimes: ``CUDAGraph.replay()``, ``reset()``, and the object's collection.
 
 While the whole program is recorded (not ``capture_only``), ``CUDAGraph.replay`` and ``reset``
-are wrapped (``patches``), and ``capture_end`` once more, around the capture lifecycle's own
+are wrapped (``patches``; a recording of the captures alone wraps ``reset`` only: lifetimes,
+no replays), and ``capture_end`` once more, around the capture lifecycle's own
 wrapper, to learn which recorder graph id a CUDAGraph object holds once its capture has ended
 (``CaptureLifecycle.of_graph``). ``replay`` is how PyTorch launches every captured graph:
 ``torch.cuda.graph``'s, the forward and backward graphs of ``make_graphed_callables`` (its
@@ -67,13 +68,17 @@ class GraphReplays:
         self.unrecorded = 0  # replays of graphs this recording did not capture
         self.in_capture = 0  # replays into a capturing stream
 
-    def patches(self) -> list[MethodPatch]:
+    def patches(self, replays: bool = True) -> list[MethodPatch]:
+        """The wrappers to install; without ``replays`` (a recording of the captures alone) the
+        graphs' lifetimes still are: a free is judged against the life of the graphs that
+        captured its block, and without their ends every input freed later would look freed
+        under a live graph."""
         graph_class = self._rec.runtime.graph_class
-        return [
+        lifetimes = [
             MethodPatch(graph_class, "capture_end", _wrap_capture_end),
-            MethodPatch(graph_class, "replay", _wrap_replay),
             MethodPatch(graph_class, "reset", _wrap_reset),
         ]
+        return [*lifetimes, MethodPatch(graph_class, "replay", _wrap_replay)] if replays else lifetimes
 
     def graph_of(self, cuda_graph: Any) -> int | None:
         """The recorder's graph id of what a CUDAGraph object holds, if this recording captured it."""

@@ -31,6 +31,10 @@ def trace_header(recorder: Recorder) -> dict[str, Any]:
     header["allocations_dropped"] = recorder.dropped_allocations
     header["kernel_nodes"] = asdict(recorder.kernel_stats)
     header["app_pools"] = recorder.app_pools.count
+    # 1.5: pinned host memory recorded (the Python hooks, the whole program); false: not looked at
+    header["host_memory"] = recorder.host_memory is not None
+    header["index_ops"] = recorder.log.index_ops
+    header["views"] = recorder.log.views
     if not recorder.capture_only:
         header["replays_unrecorded"] = recorder.replays.unrecorded
         header["replays_in_capture"] = recorder.replays.in_capture

@@ -27,6 +27,7 @@ Site = str | Sequence[str]  # "file.py:LINE in func", or such frames innermost f
 
 _STREAM_BASE = 0x5000
 _ADDR_BASE = 0x7F00_0000_0000
+_HOST_BASE = 0x2000_0000_0000  # pinned host memory: another part of the one (UVA) address space
 _ALIGN = 512
 
 
@@ -55,6 +56,7 @@ class TraceBuilder:
         self._events_ids = itertools.count(1)
         self._graphs = itertools.count(1)
         self._next_addr = _ADDR_BASE
+        self._next_host = _HOST_BASE
         self._stacks: dict[str, int] = {}
         self._block_stream: dict[int, int] = {}
 
@@ -167,6 +169,58 @@ class TraceBuilder:
         self.emit("pool_free", addr=addr, stream=stream, device=0, name=name, stack=self._stack(at))
         self.header["app_pools"] = self.header.get("app_pools", 0) + 1
 
+    # -- pinned host memory (1.5) ---------------------------------------------------------
+    def host_alloc(self, size: int, stream: int, addr: int | None = None, at: Site | None = None) -> int:
+        """Pinned host memory of ``size`` bytes, ``stream`` current (capturing: allocated inside
+        that capture); a fresh host address unless ``addr`` reuses one."""
+        if addr is None:
+            addr = self._next_host
+            self._next_host += -(-size // _ALIGN) * _ALIGN + _ALIGN
+        self.emit("host_alloc", addr=addr, size=size, stream=stream, device=0, stack=self._stack(at))
+        self.header["host_memory"] = True
+        return addr
+
+    def host_free(self, addr: int, at: Site | None = None) -> None:
+        self.emit("host_free", addr=addr, stack=self._stack(at))
+
+    def host_op(
+        self,
+        name: str,
+        reads: Sequence[dict[str, Any]] = (),
+        writes: Sequence[dict[str, Any]] = (),
+        at: Site | None = None,
+    ) -> int:
+        """An op the host ran on pinned memory (``pinned.fill_(x)``, ``pinned[i].item()``)."""
+        self.header["host_memory"] = True
+        return self.emit("host_op", op=name, reads=list(reads), writes=list(writes), stack=self._stack(at))["seq"]
+
+    def copy(
+        self,
+        stream: int,
+        *,
+        device_reads: Sequence[dict[str, Any]] = (),
+        device_writes: Sequence[dict[str, Any]] = (),
+        host_reads: Sequence[dict[str, Any]] = (),
+        host_writes: Sequence[dict[str, Any]] = (),
+        blocking: bool = False,
+        at: Site | None = None,
+    ) -> int:
+        """A copy between pinned host memory and the device on ``stream`` (``aten::copy_``):
+        H2D reads host bytes, D2H writes them; ``blocking``: without ``non_blocking``."""
+        self.header["host_memory"] = True
+        return self.emit(
+            "op",
+            op="aten::copy_",
+            stream=stream,
+            device=0,
+            reads=list(device_reads),
+            writes=list(device_writes),
+            host_reads=list(host_reads) or None,
+            host_writes=list(host_writes) or None,
+            host_blocking=True if blocking else None,
+            stack=self._stack(at),
+        )["seq"]
+
     def record_stream(self, addr: int, stream: int, at: Site | None = None) -> None:
         self.emit("record_stream", addr=addr, stream=stream, device=0, stack=self._stack(at))
 
@@ -200,9 +254,13 @@ class TraceBuilder:
         writes: Sequence[dict[str, Any]] = (),
         at: Site | None = None,
         index: Sequence[dict[str, Any]] = (),
+        tensors: Sequence[int] = (),
     ) -> int:
         """An op on ``stream``; returns its seq. ``index``: of the reads, those that pick where
-        an op that writes through an index writes (1.2)."""
+        an op that writes through an index writes (1.2); ``tensors``: the identity behind each
+        read of graph memory, 0 for other reads (1.5)."""
+        if index:
+            self.header["index_ops"] = self.header.get("index_ops", 0) + 1
         return self.emit(
             "op",
             op=name,
@@ -211,7 +269,23 @@ class TraceBuilder:
             reads=list(reads),
             writes=list(writes),
             index=list(index) or None,
+            tensors=list(tensors) or None,
             stack=self._stack(at),
+        )["seq"]
+
+    def make_view(
+        self,
+        tensor: int,
+        rng: dict[str, Any],
+        stream: int,
+        op: str = "aten::slice.Tensor",
+        base: int | None = None,
+        at: Site | None = None,
+    ) -> int:
+        """An eager view op made tensor ``tensor`` (an identity) over graph memory (1.5)."""
+        self.header["views"] = self.header.get("views", 0) + 1
+        return self.emit(
+            "view", tensor=tensor, op=op, ranges=[rng], base=base, stream=stream, device=0, stack=self._stack(at)
         )["seq"]
 
     # -- the execution view (1.1) ------------------------------------------------------

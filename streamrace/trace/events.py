@@ -1,4 +1,4 @@
-"""Trace format 1.4: the limits, and the validation of one event against the declared kinds.
+"""Trace format 1.5: the limits, and the validation of one event against the declared kinds.
 
 The trace is the contract between the recorder (GPU side) and the analysis (CPU only). The
 event kinds and their fields are declared once, in kinds.py; this module says what a
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 FORMAT_NAME = "streamrace-trace"
 FORMAT_VERSION = 1  # the major version: a reader refuses a major it does not know
-FORMAT_MINOR = 4  # additive changes within the major (docs/trace-format.md, versioning)
+FORMAT_MINOR = 5  # additive changes within the major (docs/trace-format.md, versioning)
 
 # Limits, checked here so that every engine can hold what it is given (docs/trace-format.md).
 INT64_MAX = (1 << 63) - 1
@@ -449,6 +449,12 @@ _HEADER_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "generated_code": (_is_str_list, "a list of strings"),
     # 1.4: the pool annotations the recording made (streamrace.annotate); 0: no pool check needed
     "app_pools": (lambda v: _is_int64(v) and v >= 0, "a non-negative integer"),
+    # 1.5: whether pinned host memory was recorded (host_alloc, host_free, host_op, an op's host ranges)
+    "host_memory": (lambda v: isinstance(v, bool), "true or false"),
+    # 1.4: ops that write through an index (an op event's index); 0: no padded-scatter check needed
+    "index_ops": (lambda v: _is_int64(v) and v >= 0, "a non-negative integer"),
+    # 1.5: the view events the recording made; 0: no static-output check needed
+    "views": (lambda v: _is_int64(v) and v >= 0, "a non-negative integer"),
     # a .partial file's provisional header: the recording never finished (the incomplete note)
     "incomplete": (lambda v: isinstance(v, bool), "true or false"),
 }

@@ -252,10 +252,10 @@ class _Checker:
         breaks: a graph is replayed, reset or destroyed only once its capture has ended, and
         never again once it is gone. A graph the trace never captured is the engine's to count
         (a replay of it gets the replays-unknown-graph note)."""
-        if self.captures_only:
+        if self.captures_only and kind == "replay":
             raise EventInvalid(
-                f"'{kind}' event in a trace whose header says recording 'captures' (the captures alone: no replay, "
-                "reset or destroy)"
+                "'replay' event in a trace whose header says recording 'captures' (the captures alone and the "
+                "graphs' lifetimes: no replay)"
             )
         if graph in self.open_graphs:
             raise EventInvalid(f"{kind} of graph {graph} before its capture ends")

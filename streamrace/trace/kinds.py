@@ -135,12 +135,20 @@ EVENT_KINDS: tuple[EventKind, ...] = (
             optional("nodes", INTS),
             optional("inferred", BOOL),
             optional("index", RANGES, added="1.2"),
+            optional("tensors", INTS, added="1.5"),
+            optional("host_reads", RANGES, added="1.5"),
+            optional("host_writes", RANGES, added="1.5"),
+            optional("host_blocking", BOOL, added="1.5"),
         ),
         (
             'an operator (`"aten::mm"`, `"aten::mm.out"`) ran (or was captured) on `stream`, reading and '
             "writing those bytes; `nodes`: ids of the graph nodes it created; `inferred`: the read/write "
             "split was guessed (unknown directions count as writes); `index` (1.2): of an op that writes "
-            "through an index (below), the ranges of its index operands"
+            "through an index (below), the ranges of its index operands; `tensors` (1.5): of an eager op that "
+            "reads memory a captured op wrote, the identity of the tensor behind each of its `reads`, in order "
+            "(0: a read of other memory); `host_reads`, `host_writes` (1.5): the pinned host bytes it copies "
+            "from and to (an H2D source, a D2H destination); `host_blocking` (1.5): the host waited for it (a "
+            "copy without `non_blocking`)"
         ),
     ),
     EventKind(
@@ -248,6 +256,24 @@ EVENT_KINDS: tuple[EventKind, ...] = (
         added="1.3",
     ),
     EventKind(
+        "view",
+        (
+            required("tensor", POS),
+            required("op", STR),
+            required("ranges", RANGES),
+            optional("base", NONNEG),
+            optional("stream", NONNEG),
+            optional("device", NONNEG),
+            optional("stack", NONNEG),
+        ),
+        (
+            "an eager view op (`op`: `aten::detach`, `aten::slice.Tensor`) made the tensor `tensor` (an "
+            "identity: the address of its TensorImpl) over memory a captured op wrote; `ranges`: its bytes "
+            "(one range); `base`: the identity of the tensor it views"
+        ),
+        added="1.5",
+    ),
+    EventKind(
         "pool_alloc",
         (
             required("addr", NONNEG),
@@ -279,6 +305,41 @@ EVENT_KINDS: tuple[EventKind, ...] = (
         ),
         added="1.4",
     ),
+    EventKind(
+        "host_alloc",
+        (
+            required("addr", NONNEG),
+            required("size", POS),
+            required("stream", NONNEG),
+            optional("device", NONNEG),
+            optional("stack", NONNEG),
+        ),
+        (
+            "pinned host memory `[addr, addr+size)` (the host caching allocator's) was first seen, given to a "
+            "tensor while `stream` was current (a capturing stream: allocated inside that capture)"
+        ),
+        added="1.5",
+    ),
+    EventKind(
+        "host_free",
+        (required("addr", NONNEG), optional("stack", NONNEG)),
+        "the pinned host memory at `addr` went back to the host caching allocator (its storage died)",
+        added="1.5",
+    ),
+    EventKind(
+        "host_op",
+        (
+            required("op", STR),
+            required("reads", RANGES),
+            required("writes", RANGES),
+            optional("stack", NONNEG),
+        ),
+        (
+            "an operator ran on the host (CPU), reading and writing those bytes of pinned host memory "
+            "(`fill_`, `copy_`, indexing, `item`)"
+        ),
+        added="1.5",
+    ),
 )
 
 # The analysis reads these on any event that has them, whatever its kind, so they are held
@@ -287,7 +348,11 @@ COMMON_FIELDS: dict[str, str] = {"stream": NONNEG, "device": NONNEG, "stack": NO
 
 # Kinds that name a block of memory: kind -> (address field, size field); the block ends
 # below 2^62, like every range.
-BLOCK_ENDS: dict[str, tuple[str, str]] = {"alloc": ("addr", "size"), "pool_alloc": ("addr", "size")}
+BLOCK_ENDS: dict[str, tuple[str, str]] = {
+    "alloc": ("addr", "size"),
+    "pool_alloc": ("addr", "size"),
+    "host_alloc": ("addr", "size"),
+}
 
 # The fields of a byte range (events.validate_range): contiguous {addr, nbytes} or strided
 # {addr, shape, stride, itemsize}.

@@ -124,6 +124,10 @@ class OpEvent(_OpEventRequired, total=False):
     nodes: list[int] | None
     inferred: bool | None
     index: list[ByteRange] | None  # since 1.2
+    tensors: list[int] | None  # since 1.5
+    host_reads: list[ByteRange] | None  # since 1.5
+    host_writes: list[ByteRange] | None  # since 1.5
+    host_blocking: bool | None  # since 1.5
 
 
 class _EventCreateEventRequired(TypedDict):
@@ -304,6 +308,23 @@ class LibraryCallEvent(_LibraryCallEventRequired, total=False):
     """``library_call`` (since 1.3)."""
 
 
+class _ViewEventRequired(TypedDict):
+    seq: int
+    ev: Literal["view"]
+    tensor: int
+    op: str
+    ranges: list[ByteRange]
+
+
+class ViewEvent(_ViewEventRequired, total=False):
+    """``view`` (since 1.5)."""
+
+    base: int | None
+    stream: int | None
+    device: int | None
+    stack: int | None
+
+
 class _PoolAllocEventRequired(TypedDict):
     seq: int
     ev: Literal["pool_alloc"]
@@ -335,6 +356,47 @@ class PoolFreeEvent(_PoolFreeEventRequired, total=False):
     stack: int | None
 
 
+class _HostAllocEventRequired(TypedDict):
+    seq: int
+    ev: Literal["host_alloc"]
+    addr: int
+    size: int
+    stream: int
+
+
+class HostAllocEvent(_HostAllocEventRequired, total=False):
+    """``host_alloc`` (since 1.5)."""
+
+    device: int | None
+    stack: int | None
+
+
+class _HostFreeEventRequired(TypedDict):
+    seq: int
+    ev: Literal["host_free"]
+    addr: int
+
+
+class HostFreeEvent(_HostFreeEventRequired, total=False):
+    """``host_free`` (since 1.5)."""
+
+    stack: int | None
+
+
+class _HostOpEventRequired(TypedDict):
+    seq: int
+    ev: Literal["host_op"]
+    op: str
+    reads: list[ByteRange]
+    writes: list[ByteRange]
+
+
+class HostOpEvent(_HostOpEventRequired, total=False):
+    """``host_op`` (since 1.5)."""
+
+    stack: int | None
+
+
 Event = (
     StreamEvent
     | CaptureBeginEvent
@@ -358,8 +420,12 @@ Event = (
     | GraphDestroyEvent
     | RecorderErrorEvent
     | LibraryCallEvent
+    | ViewEvent
     | PoolAllocEvent
     | PoolFreeEvent
+    | HostAllocEvent
+    | HostFreeEvent
+    | HostOpEvent
 )
 
 KIND_RECORDS: dict[str, type] = {
@@ -385,6 +451,10 @@ KIND_RECORDS: dict[str, type] = {
     "graph_destroy": GraphDestroyEvent,
     "recorder_error": RecorderErrorEvent,
     "library_call": LibraryCallEvent,
+    "view": ViewEvent,
     "pool_alloc": PoolAllocEvent,
     "pool_free": PoolFreeEvent,
+    "host_alloc": HostAllocEvent,
+    "host_free": HostFreeEvent,
+    "host_op": HostOpEvent,
 }

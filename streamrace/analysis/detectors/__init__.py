@@ -17,13 +17,18 @@ from streamrace.analysis.core import MIRRORS
 from streamrace.analysis.dedup import deduplicate
 from streamrace.analysis.describe import Describer, Suggestion
 from streamrace.analysis.detectors import (
+    capture_allocation_escaped,
     data_race,
     graph_input_freed,
+    graph_pinned_freed,
     model_disagreement,
     padded_scatter,
+    pinned_read_before_copy,
+    pinned_write_during_copy,
     pool_unsafe_free,
     record_stream_noop,
     stale_read,
+    stale_static_output,
     unsafe_free,
 )
 from streamrace.analysis.detectors.detector import Detector, EngineResults, SarifRule, Severity, TracePass
@@ -37,6 +42,11 @@ DETECTORS: tuple[Detector[Any], ...] = (
     record_stream_noop.DETECTOR,
     padded_scatter.DETECTOR,
     pool_unsafe_free.DETECTOR,
+    pinned_write_during_copy.DETECTOR,
+    pinned_read_before_copy.DETECTOR,
+    graph_pinned_freed.DETECTOR,
+    stale_static_output.DETECTOR,
+    capture_allocation_escaped.DETECTOR,
     model_disagreement.DETECTOR,
 )
 
@@ -48,6 +58,11 @@ RECORD_STREAM_NOOP = record_stream_noop.KIND
 MODEL_DISAGREEMENT = model_disagreement.KIND
 PADDED_SCATTER = padded_scatter.KIND
 POOL_UNSAFE_FREE = pool_unsafe_free.KIND
+PINNED_WRITE_DURING_COPY = pinned_write_during_copy.KIND
+PINNED_READ_BEFORE_COPY = pinned_read_before_copy.KIND
+GRAPH_PINNED_FREED = graph_pinned_freed.KIND
+STALE_STATIC_OUTPUT = stale_static_output.KIND
+CAPTURE_ALLOCATION_ESCAPED = capture_allocation_escaped.KIND
 
 KINDS: tuple[str, ...] = tuple(d.kind for d in DETECTORS)
 
@@ -122,6 +137,7 @@ def suggestion(finding: Finding) -> Suggestion | None:
 
 
 __all__ = [
+    "CAPTURE_ALLOCATION_ESCAPED",
     "DATA_RACE",
     "DETECTORS",
     "GRAPH_INPUT_FREED",
@@ -131,6 +147,7 @@ __all__ = [
     "POOL_UNSAFE_FREE",
     "RECORD_STREAM_NOOP",
     "STALE_READ",
+    "STALE_STATIC_OUTPUT",
     "UNSAFE_FREE",
     "Detector",
     "EngineResults",

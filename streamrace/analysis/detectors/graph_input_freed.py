@@ -3,8 +3,9 @@ writes at every replay, is freed while the graph can still be replayed (docs/fin
 rule is docs/analysis.md §8.5; HAZARDS.md X5). Its block goes back to the allocator and the
 next allocation of that size takes it, so the graph's replays touch another tensor's memory.
 Reported at the free, whether or not a replay followed yet (latent): it is enough that the
-graph was replayed after the free, or was still alive when the trace ended. The engines detect
-it as a ``GraphInputFreed``."""
+graph was replayed after the free, or was still alive when the trace ended. The block's next
+owner (the allocation that took it while the graph lived) is named, and its first access is
+``allocation.reused_by``. The engines detect it as a ``GraphInputFreed``."""
 
 from __future__ import annotations
 
@@ -50,6 +51,9 @@ class GraphInputFreedDetector(Detector[GraphInputFreed]):
             f"while graph {graph} still {uses} it: {what(use)}{node} was captured with its address, and "
             "the allocator can hand the block to the next allocation"
         )
+        if freed.reused is not None:
+            owner_site = describer.site(freed.reused.alloc)[1]
+            message += f"; it went to the tensor allocated{f' at {owner_site}' if owner_site else ''}, its next owner"
         if freed.replay is not None:
             replay_site = describer.site(freed.replay)[1]
             message += f"; graph {graph} is replayed after the free{f' at {replay_site}' if replay_site else ''}"
@@ -61,6 +65,9 @@ class GraphInputFreedDetector(Detector[GraphInputFreed]):
         named = describer.tensor(lifetime)  # one name in both halves of the fix, where the source has one
         tensor, which = tensor_code(describer, lifetime, named[1] if named is not None else None)
         keep = f"`{tensor}`" if named is not None else "the tensor"
+        reuse = None
+        if freed.reused is not None and freed.reuser is not None:
+            reuse = (describer.access(freed.reuser), freed.reused)
         return Finding(
             kind=KIND,
             hazard=None,
@@ -73,7 +80,7 @@ class GraphInputFreedDetector(Detector[GraphInputFreed]):
             ),
             aliasing=freed.clobbered is not None,
             graph=graph,
-            allocation=describer.allocation(lifetime),
+            allocation=describer.allocation(lifetime, reuse),
             count=freed.count,
         )
 

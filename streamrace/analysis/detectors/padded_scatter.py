@@ -84,8 +84,10 @@ class PaddedScatterDetector(Detector[PaddedScatter]):
 
     def trace_pass(self, header: Mapping[str, Any]) -> TracePass | None:
         """Index operands are in format 1.2 traces; a recording of the captures alone has no
-        eager refreshes to check."""
-        if (header.get("minor") or 0) < 2 or header.get("recording") == "captures":
+        eager refreshes to check; a recording that saw no op write through an index says so
+        (``index_ops: 0``), and then the check, which would cost a trace of eager work a pass
+        over every event, is not run. A trace that does not say (made by hand) gets it."""
+        if (header.get("minor") or 0) < 2 or header.get("recording") == "captures" or header.get("index_ops") == 0:
             return None
         return PaddedIndexPass()
 
