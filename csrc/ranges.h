@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -63,6 +64,7 @@ struct ByteRange {
     i64 base = 0, lo = 0, hi = 0;
     i64 run = 0;    // length of each contiguous run; 0 for an empty range
     i64 nruns = 0;  // number of runs, saturated just above MAX_RUNS (only compared with it)
+    i64 step = 0;   // every run starts at base plus a multiple of this (0: dense, one run)
     std::vector<Dim> dims;  // byte stride ascending, each stride > run
 
     ByteRange() = default;
@@ -80,6 +82,7 @@ struct ByteRange {
             hi = end;
             nruns = count;
         }
+        for (const Dim& d : dims) step = std::gcd(step, d.s);
         if (run && (lo < 0 || hi >= LIMIT)) too_large();  // an empty range holds no byte, anywhere
     }
     bool empty() const { return run == 0; }
@@ -212,6 +215,16 @@ inline bool same_strides(const ByteRange& a, const ByteRange& b) {
     return true;
 }
 
+// Python's modulo for a positive m.
+inline i64 floormod(i64 a, i64 m) { return ((a % m) + m) % m; }
+
+// ranges.py overlaps' residue test: a and b lie in different residues modulo the gcd of their steps,
+// so they share no byte.
+inline bool apart_modulo(const ByteRange& a, const ByteRange& b) {
+    const i64 m = a.step == b.step ? a.step : std::gcd(a.step, b.step);
+    return m > a.run && m > b.run && floormod(b.base - a.base, m) >= a.run && floormod(a.base - b.base, m) >= b.run;
+}
+
 // overlaps(a, b, within) of ranges.py; within = [w0, w1) when has_within.
 inline Overlap overlaps(const ByteRange& a, const ByteRange& b, bool has_within = false, i64 w0 = 0, i64 w1 = 0) {
     i64 lo = std::max(a.lo, b.lo), hi = std::min(a.hi, b.hi);
@@ -220,6 +233,7 @@ inline Overlap overlaps(const ByteRange& a, const ByteRange& b, bool has_within 
         hi = std::min(hi, w1);
     }
     if (a.run == 0 || b.run == 0 || lo >= hi) return NONE;
+    if ((a.step != 0 || b.step != 0) && apart_modulo(a, b)) return NONE;
     if (!has_within || (w0 <= std::min(a.lo, b.lo) && std::max(a.hi, b.hi) <= w1)) {
         if (a.dense() && b.dense()) return EXACT;
         if (!a.dims.empty() && same_strides(a, b)) {

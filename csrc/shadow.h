@@ -9,12 +9,17 @@
 // inside it), and neither result depends on the order accesses are met in. Here an access
 // sits in one bucket of the finest level whose granule is at least its span, keyed by its
 // start granule, so a lookup meets a handful of accesses of its own size class instead of
-// every access in a 2 MiB granule.
+// every access in a 2 MiB granule. Within a bucket, a lattice whose runs are shorter than its
+// step (the gcd of its strides) sits in its step's lane by the residue of its base, so a lookup
+// meets only the residues that may share a byte with it (shadow.py's _Bucket, and ranges.h's
+// apart_modulo): interleaved strided writes, whose spans all overlap, were quadratic.
 #pragma once
 
 #include <algorithm>
 
 #include <climits>
+#include <map>
+#include <memory>
 #include <set>
 #include <utility>
 #include <vector>
@@ -33,8 +38,12 @@ class ShadowMemory {
 
     ~ShadowMemory() {
         for (auto& level : levels_)
-            level.buckets.each([](std::vector<Rec*>& bucket) {
-                for (Rec* r : bucket) release(r);
+            level.buckets.each([](Bucket& bucket) {
+                for (Rec* r : bucket.plain) release(r);
+                if (bucket.lanes)
+                    for (auto& lane : *bucket.lanes)
+                        for (auto& [residue, recs] : lane.at)
+                            for (Rec* r : recs) release(r);
             });
     }
 
@@ -54,12 +63,12 @@ class ShadowMemory {
             if (last < *index.keys.begin() || *index.keys.rbegin() < first) continue;  // all elsewhere
             if (last - first < DIRECT_LOOKUPS) {
                 for (i64 g = first; g <= last; ++g) {
-                    std::vector<Rec*>* bucket = index.buckets.find(g);
-                    if (bucket != nullptr && scan(*bucket, rec, clock, host, racer, how)) emptied_.push_back({level, g});
+                    Bucket* bucket = index.buckets.find(g);
+                    if (bucket != nullptr && visit(*bucket, rec, clock, host, racer, how)) emptied_.push_back({level, g});
                 }
             } else {  // a wide access: visit only the granules that exist in its span
                 for (auto key = index.keys.lower_bound(first); key != index.keys.end() && *key <= last; ++key) {
-                    if (scan(*index.buckets.find(*key), rec, clock, host, racer, how)) emptied_.push_back({level, *key});
+                    if (visit(*index.buckets.find(*key), rec, clock, host, racer, how)) emptied_.push_back({level, *key});
                 }
             }
         }
@@ -75,14 +84,14 @@ class ShadowMemory {
         Level& index = levels_[level];
         auto [bucket, added] = index.buckets.try_emplace(key);
         if (added) index.keys.insert(key);
-        bucket->push_back(rec);
+        bucket->add(rec);
         ++size_;
         used_ |= 1u << level;
         // The buckets the check before left empty go now, but for the one rec went to: in a
         // loop, rec has usually just forgotten its previous iteration, the bucket's only access.
         for (const auto& [at, g] : emptied_) {
             Level& emptied = levels_[at];
-            std::vector<Rec*>* e = emptied.buckets.find(g);
+            Bucket* e = emptied.buckets.find(g);
             if (e != nullptr && e->empty()) {
                 emptied.drop(g);
                 if (emptied.buckets.empty()) used_ &= ~(1u << at);
@@ -92,6 +101,87 @@ class ShadowMemory {
     }
 
    private:
+    // The lattices of one step in one bucket, by the residue of their base modulo the step.
+    struct Lane {
+        i64 step = 0;
+        i64 widest = 0;  // the longest run any access of the lane had: how far back a residue reaches
+        std::map<i64, std::vector<Rec*>> at;
+    };
+
+    // The accesses of one granule of one level: the lattices whose runs are shorter than their
+    // step in lanes, every other access in plain (met by every lookup of the granule).
+    // A bucket is split into lanes only once plain holds LANES_FROM accesses: a short list is
+    // cheaper to scan than to index.
+    static constexpr size_t LANES_FROM = 32;
+    struct Bucket {
+        std::vector<Rec*> plain;
+        // Once split: a handful of steps a bucket, so a vector; behind a pointer, so that an
+        // unsplit bucket stays small in the open-addressing table.
+        std::unique_ptr<std::vector<Lane>> lanes;
+
+        bool empty() const { return plain.empty() && (!lanes || lanes->empty()); }
+        void clear() {
+            plain.clear();
+            lanes.reset();
+        }
+        void swap(Bucket& o) {
+            plain.swap(o.plain);
+            lanes.swap(o.lanes);
+        }
+        void add(Rec* rec) {
+            const ByteRange& rng = rec->rng;
+            if (!lanes || rng.step == 0 || rng.run >= rng.step) {
+                plain.push_back(rec);
+                if (!lanes && plain.size() >= LANES_FROM) {
+                    lanes = std::make_unique<std::vector<Lane>>();
+                    std::vector<Rec*> all;
+                    all.swap(plain);
+                    for (Rec* r : all) add(r);
+                }
+                return;
+            }
+            auto lane = std::find_if(lanes->begin(), lanes->end(), [&](const Lane& l) { return l.step == rng.step; });
+            if (lane == lanes->end()) lane = lanes->insert(lanes->end(), Lane{rng.step, 0, {}});
+            lane->at[floormod(rng.base, rng.step)].push_back(rec);
+            lane->widest = std::max(lane->widest, rng.run);
+        }
+    };
+
+    // Checks one bucket (scan, below, for each of its lists that may share a byte with rec). True
+    // when it is left empty.
+    bool visit(Bucket& bucket, const Rec& rec, const VectorClock& clock, const VectorClock& host, Rec*& racer,
+               Overlap& how) {
+        if (!bucket.plain.empty()) scan(bucket.plain, rec, clock, host, racer, how);
+        if (!bucket.lanes) return bucket.plain.empty();
+        std::vector<Lane>& lanes = *bucket.lanes;
+        const ByteRange& rng = rec.rng;
+        for (size_t k = 0; k < lanes.size();) {
+            Lane& lane = lanes[k];
+            const i64 step = lane.step;
+            const i64 reach = lane.widest + rng.run - 1;  // r meets rng's residues iff r is in (a - widest, a + run)
+            auto sweep = [&](std::map<i64, std::vector<Rec*>>::iterator it, i64 end) {
+                while (it != lane.at.end() && it->first < end) {
+                    if (scan(it->second, rec, clock, host, racer, how))
+                        it = lane.at.erase(it);
+                    else
+                        ++it;
+                }
+            };
+            if (rng.step % step != 0 || rng.run >= step || reach >= step) {  // a dense range's step is 0
+                sweep(lane.at.begin(), LLONG_MAX);
+            } else {
+                const i64 first = floormod(rng.base - lane.widest + 1, step), end = first + reach;
+                sweep(lane.at.lower_bound(first), end);
+                if (end > step) sweep(lane.at.begin(), end - step);
+            }
+            if (lane.at.empty())
+                lanes.erase(lanes.begin() + k);
+            else
+                ++k;
+        }
+        return bucket.empty();
+    }
+
     // The allocator ordered old before rec (shadow.py's allocator_waited): every block old
     // touched was freed after it, with its stream named by record_stream, and rec reaches
     // them only through later allocations. The caching allocator hands such a block out
@@ -149,23 +239,23 @@ class ShadowMemory {
 
         bool empty() const { return size_ == 0; }
 
-        std::vector<Rec*>* find(i64 key) {
+        Bucket* find(i64 key) {
             if (size_ == 0) return nullptr;
             for (size_t i = home(key);; i = (i + 1) & mask_) {
-                if (slots_[i].key == key) return &slots_[i].recs;
+                if (slots_[i].key == key) return &slots_[i].bucket;
                 if (slots_[i].key == NO_KEY) return nullptr;
             }
         }
 
         // The key's bucket, and whether it was added (empty).
-        std::pair<std::vector<Rec*>*, bool> try_emplace(i64 key) {
+        std::pair<Bucket*, bool> try_emplace(i64 key) {
             if (2 * (size_ + 1) > slots_.size()) grow();
             size_t i = home(key);
             for (; slots_[i].key != NO_KEY; i = (i + 1) & mask_)
-                if (slots_[i].key == key) return {&slots_[i].recs, false};
+                if (slots_[i].key == key) return {&slots_[i].bucket, false};
             slots_[i].key = key;
             ++size_;
-            return {&slots_[i].recs, true};
+            return {&slots_[i].bucket, true};
         }
 
         // Removes the key's bucket, if any; later slots of its run move back into the hole.
@@ -179,25 +269,25 @@ class ShadowMemory {
                 // Slot j may fill the hole unless its home lies cyclically in (hole, j].
                 if (hole <= j ? (want <= hole || want > j) : (want <= hole && want > j)) {
                     slots_[hole].key = slots_[j].key;
-                    slots_[hole].recs.swap(slots_[j].recs);
+                    slots_[hole].bucket.swap(slots_[j].bucket);
                     hole = j;
                 }
             }
             slots_[hole].key = NO_KEY;
-            slots_[hole].recs.clear();
+            slots_[hole].bucket.clear();
             --size_;
         }
 
         template <class Visit>
         void each(Visit&& visit) {
             for (Slot& slot : slots_)
-                if (slot.key != NO_KEY) visit(slot.recs);
+                if (slot.key != NO_KEY) visit(slot.bucket);
         }
 
        private:
         struct Slot {
             i64 key = NO_KEY;
-            std::vector<Rec*> recs;
+            Bucket bucket;
         };
         size_t home(i64 key) const { return size_t((unsigned long long)key * 0x9E3779B97F4A7C15ull >> shift_); }
         void grow() {
@@ -209,7 +299,7 @@ class ShadowMemory {
             shift_ = 64 - __builtin_ctzll(capacity);
             size_ = 0;
             for (Slot& slot : old)
-                if (slot.key != NO_KEY) try_emplace(slot.key).first->swap(slot.recs);
+                if (slot.key != NO_KEY) try_emplace(slot.key).first->swap(slot.bucket);
         }
         std::vector<Slot> slots_;
         size_t size_ = 0, mask_ = 0;

@@ -90,8 +90,10 @@ def view(draw: st.DrawFn, addr: int, size: int) -> dict:
     if draw(st.booleans()):
         start = draw(st.integers(0, size - 1))
         return TraceBuilder.span(addr + start, draw(st.integers(0, size - start)))
-    if draw(st.integers(0, 7)) == 0:  # more runs than MAX_RUNS on both sides: assumed to overlap
-        return TraceBuilder.view(addr, [70_000], [draw(st.integers(2, 3))], 1)
+    if draw(st.integers(0, 7)) == 0:  # more runs than MAX_RUNS on both sides: assumed to overlap,
+        # unless they lie in different residues of their steps' common divisor
+        stride = draw(st.sampled_from([2, 3, 4, 6]))
+        return TraceBuilder.view(addr, [70_000], [stride], 1, offset=draw(st.integers(0, 3)))
     dims = draw(st.integers(0, 3))
     if draw(st.integers(0, 7)) == 0:  # long lattices: searches near (or over) their budget
         shape = [draw(st.integers(200, 5_000)), draw(st.integers(1, 300))][: max(dims, 1)]

@@ -60,22 +60,31 @@ def test_versions_are_the_ones_the_code_writes() -> None:
     assert re.findall(r"\(trace format ([0-9.]+);", _text("docs/cli.md")) == [version]
 
 
-def _run_options() -> set[str]:
+def _options(command: str) -> list[list[str]]:
+    """Each option of ``streamrace COMMAND --help`` as its spellings (``["-o", "--output"]``)."""
     parser = build_parser()
     (commands,) = [a for a in parser._actions if a.dest == "command"]
-    run = commands.choices["run"]  # type: ignore[attr-defined]
+    sub = commands.choices[command]  # type: ignore[attr-defined]
     hidden = {"--eager-ops", "--debug", "--help"}  # accepted, or on every command
-    return {o for a in run._actions for o in a.option_strings if o.startswith("--")} - hidden
+    return [a.option_strings for a in sub._actions if a.option_strings and not hidden & set(a.option_strings)]
 
 
-@pytest.mark.parametrize("name", ["docs/recording.md", "docs/cli.md"])
-def test_the_run_synopsis_has_every_flag_and_exit_code(name: str) -> None:
-    synopsis = re.search(r"```\nstreamrace run .*?```", _text(name), re.S)
+@pytest.mark.parametrize(
+    ("name", "command"),
+    [("docs/recording.md", "run"), *[("docs/cli.md", command) for command in ("run", "analyze", "diff", "env")]],
+)
+def test_each_synopsis_has_every_flag_of_its_help(name: str, command: str) -> None:
+    """Every option of ``COMMAND --help``, in one of its spellings, is in the doc's synopsis."""
+    synopsis = re.search(rf"```\n(?:eval \"\$\()?streamrace {command} .*?```", _text(name), re.S)
     assert synopsis, name
-    missing = {o for o in _run_options() if o not in synopsis.group(0)} - {"--output", "--source-root"}
-    assert not missing, f"{name}'s run synopsis lacks {sorted(missing)}"
-    if name == "docs/recording.md":
-        assert "**5 when nothing was recorded**" in " ".join(_text(name).split())
+    shown = set(re.findall(r"\[(-[-\w]+)", synopsis.group(0)))
+    missing = [spellings[-1] for spellings in _options(command) if not shown & set(spellings)]
+    assert _options(command) and not missing, f"{name}'s {command} synopsis lacks {missing}"
+
+
+def test_recording_tells_runs_own_exit_codes() -> None:
+    text = " ".join(_text("docs/recording.md").split())
+    assert "**5 when nothing was recorded**" in text and "**3 when the program itself failed**" in text
 
 
 def test_stack_paths_are_described_as_the_recorder_writes_them() -> None:

@@ -251,35 +251,55 @@ def _column_slices(tb: TraceBuilder, count: int) -> None:
         tb.op("aten::copy_", main if i % 2 else side, writes=[view], at="m.py:2")
 
 
+def _replayed_column_slices(tb: TraceBuilder, count: int) -> None:
+    """A graph of ``count`` column-slice writes on one stream, replayed 20 times: each replay's
+    writes are checked against the last replay's, whose spans all overlap theirs."""
+    main = tb.stream("main")
+    x = tb.alloc(count * 4096, main, at="m.py:1")
+    with tb.capture(main) as graph:
+        for i in range(count):
+            view = tb.view(x, [64, 16], [count * 16, 1], offset=i * 16)
+            tb.op("aten::copy_", main, writes=[view], at="m.py:2")
+    for _ in range(20):
+        tb.replay(graph, main, at="m.py:3")
+
+
 LARGE = {
     "10k eager ops": (_many_small_eager_ops, 10_000),
     "one op of 20k ranges": (_one_op_of_many_ranges, 20_000),
     "2,000 strided ops": (_column_slices, 2_000),
+    "2,000-op capture replayed": (_replayed_column_slices, 2_000),
 }
 
 
-@pytest.mark.parametrize("shape", ["10k eager ops", "one op of 20k ranges"])
+@pytest.mark.parametrize("shape", LARGE)
 def test_an_access_meets_only_the_earlier_accesses_near_it(shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The Python engine's shadow memory: each access meets a bounded number of earlier ones
-    (the earlier ones it is checked against are counted), not every access of its 2 MiB."""
+    (the earlier ones it is checked against are counted), not every access of its 2 MiB, nor,
+    for strided views, every access whose span meets its own."""
     from streamrace.analysis import shadow
     from streamrace.analysis.engine import Engine
 
-    met = [0]
-    ordered_before = shadow.ordered_before
+    met, checks = [0], [0]
+    ordered_before, check = shadow.ordered_before, shadow.ShadowMemory.check
 
     def counted(*args: object) -> bool:
         met[0] += 1
         return ordered_before(*args)  # type: ignore[arg-type]
 
+    def counted_check(self: shadow.ShadowMemory, *args: object) -> object:
+        checks[0] += 1
+        return check(self, *args)  # type: ignore[arg-type]
+
     monkeypatch.setattr(shadow, "ordered_before", counted)
+    monkeypatch.setattr(shadow.ShadowMemory, "check", counted_check)
     build, count = LARGE[shape]
     tb = TraceBuilder()
     build(tb, count)
     engine = Engine()
     engine.run(tb.events)
-    assert engine.accesses == count * (2 if shape == "one op of 20k ranges" else 1)
-    assert met[0] <= 4 * engine.accesses  # before: about accesses**2 / 2
+    assert checks[0] == count * (2 if shape == "one op of 20k ranges" else 21 if "replayed" in shape else 1)
+    assert met[0] <= 4 * checks[0]  # before: about checks**2 / 2
 
 
 @pytest.mark.parametrize("shape", LARGE)
@@ -295,7 +315,8 @@ def test_large_shapes_get_the_same_report_from_both_engines_under_the_memory_lim
         assert done.returncode in (0, 1) and done.stderr == "", done.stderr[-2000:]
         reports[engine] = done.stdout
     assert len(set(reports.values())) == 1
-    assert json.loads(reports["python"])["summary"]["accesses"] == (2 * count if "ranges" in shape else count)
+    expected = 2 * count if "ranges" in shape else count
+    assert json.loads(reports["python"])["summary"]["accesses"] == expected
 
 
 # -- enormous names in the reports for people ----------------------------------------------------
@@ -344,17 +365,39 @@ def test_an_enormous_name_of_short_words_is_cut_too(tmp_path: Path, fmt: str) ->
 
 
 # -- deep stacks ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("depth", ["1000000", "all"])
-def test_a_deep_stack_shows_at_most_the_frame_limit(tmp_path: Path, depth: str) -> None:
-    """Stacks of 200,000 frames with --stack-depth 1000000 (or all): 1,000 frames shown, the
-    rest counted; before, each frame's call chain was a copy of all its callers (n**2 / 2)."""
-    from streamrace.report.text import MAX_STACK_DEPTH
-
-    frames = 200_000
+def _deep(frames: int) -> TraceBuilder:
+    """The one-race trace with each stack ``frames`` frames deeper."""
     tb = _race()
     for event in tb.events:
         if event["ev"] == "stack":
             event["frames"] += [[f"f{i % 97}.py", i + 1, f"fn{i}"] for i in range(frames)]
+    return tb
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_stack_of_more_frames_than_the_limit_is_refused(engine: str, tmp_path: Path) -> None:
+    """A million-frame stack took 14-49 s to report (each report walks it); the reader refuses
+    a stack past MAX_FRAMES, 78 times what the recorder walks, and one at the limit is read."""
+    from streamrace.trace.events import MAX_FRAMES
+
+    path = tmp_path / "deep.jsonl"
+    _deep(1_000_000).write(str(path))
+    line = assert_refused(streamrace(engine, "analyze", path), "deep.jsonl:")
+    assert line.endswith(f"field 'frames' holds more than {MAX_FRAMES:,} frames (the limit of this streamrace)")
+    _deep(MAX_FRAMES - 1).write(str(path))
+    assert streamrace(engine, "analyze", "--format", "json", path).returncode == 1
+
+
+@pytest.mark.parametrize("depth", ["1000000", "all"])
+def test_a_deep_stack_shows_at_most_the_frame_limit(tmp_path: Path, depth: str) -> None:
+    """Stacks of the most frames a trace may hold with --stack-depth 1000000 (or all): 1,000
+    frames shown, the rest counted; before, each frame's call chain was a copy of all its
+    callers (n**2 / 2)."""
+    from streamrace.report.text import MAX_STACK_DEPTH
+    from streamrace.trace.events import MAX_FRAMES
+
+    frames = MAX_FRAMES - 1
+    tb = _deep(frames)
     path = tmp_path / "deep.jsonl"
     tb.write(str(path))
     done = streamrace("python", "analyze", "--stack-depth", depth, path)

@@ -112,6 +112,20 @@ def test_huge_lattices_of_different_steps_are_approximate():
     assert overlaps(a, c) is Overlap.NONE
 
 
+def test_huge_lattices_in_different_residues_share_no_byte():
+    """Steps 4 and 6 meet modulo 2: bytes at even and at odd addresses never meet, however many
+    runs each has; at the same residue the overlap stays assumed."""
+    a = normalize({"addr": BASE, "shape": [MAX_RUNS + 1], "stride": [4], "itemsize": 1})
+    odd = normalize({"addr": BASE + 1, "shape": [MAX_RUNS + 1], "stride": [6], "itemsize": 1})
+    even = normalize({"addr": BASE + 2, "shape": [MAX_RUNS + 1], "stride": [6], "itemsize": 1})
+    assert overlaps(a, odd) is Overlap.NONE
+    assert overlaps(a, even) is Overlap.APPROXIMATE
+    # A dense byte at an odd address, and an odd-residue view of two dims (steps 8 and 12).
+    assert overlaps(a, interval(BASE + (1 << 20) + 1, 1)) is Overlap.NONE
+    two_dims = normalize({"addr": BASE + 3, "shape": [MAX_RUNS + 1, 2], "stride": [8, 12], "itemsize": 1})
+    assert overlaps(two_dims, even) is Overlap.NONE
+
+
 def test_overlap_within_an_interval():
     a, b = normalize(span(BASE, 64)), normalize(view(BASE, [8], [2]))  # b: floats 0, 2, 4, ...
     assert overlaps(a, b, within=(BASE + 4, BASE + 8)) is Overlap.NONE  # float 1 is not in b

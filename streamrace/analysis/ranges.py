@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import IntEnum
+from math import gcd
 from typing import Any
 
 from streamrace.errors import TraceLimitError
@@ -45,7 +46,7 @@ class Overlap(IntEnum):
 class ByteRange:
     """A canonical byte range; immutable by convention (shared by the shadow and findings)."""
 
-    __slots__ = ("base", "dims", "hi", "lo", "nruns", "run")
+    __slots__ = ("base", "dims", "hi", "lo", "nruns", "run", "step")
 
     def __init__(self, base: int, dims: tuple[tuple[int, int], ...], run: int) -> None:
         self.base = base
@@ -59,6 +60,8 @@ class ByteRange:
         for n, _ in dims:
             nruns *= n
         self.nruns = nruns if run else 0
+        # Every run starts at base plus a multiple of this (0: dense, one run).
+        self.step = gcd(*(s for _, s in dims))
 
     @property
     def empty(self) -> bool:
@@ -229,14 +232,23 @@ def _runs_meet(small: ByteRange, big: ByteRange, lo: int, hi: int) -> bool | Non
 def overlaps(a: ByteRange, b: ByteRange, within: tuple[int, int] | None = None) -> Overlap:
     """Whether ``a`` and ``b`` share a byte (inside ``within = [lo, hi)`` when given).
 
-    Exact in the cases of docs/analysis.md §3 (disjoint spans, both dense, one lattice, at
-    most MAX_RUNS runs on one side); otherwise Overlap.APPROXIMATE, a conservative yes.
+    Exact in the cases of docs/analysis.md §3 (disjoint spans, both dense, apart modulo their
+    steps, one lattice, at most MAX_RUNS runs on one side); otherwise Overlap.APPROXIMATE, a
+    conservative yes.
     """
     lo, hi = max(a.lo, b.lo), min(a.hi, b.hi)
     if within is not None:
         lo, hi = max(lo, within[0]), min(hi, within[1])
     if a.run == 0 or b.run == 0 or lo >= hi:
         return Overlap.NONE
+    if a.step or b.step:
+        # Apart modulo their steps: each one's bytes are its base plus a multiple of its step
+        # plus less than its run, so modulo a divisor m of both steps they lie in
+        # [base, base + run); two such windows miss each other iff each starts at least the
+        # other's run after it. Then no byte is shared, whatever the spans and run counts.
+        m = gcd(a.step, b.step)
+        if m > a.run and m > b.run and (b.base - a.base) % m >= a.run and (a.base - b.base) % m >= b.run:
+            return Overlap.NONE
     if within is None or (within[0] <= min(a.lo, b.lo) and max(a.hi, b.hi) <= within[1]):
         if a.dense and b.dense:
             return Overlap.EXACT

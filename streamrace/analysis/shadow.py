@@ -24,6 +24,8 @@ LEVEL_STEP = 4
 LEVELS = 14
 # Above this many granules a lookup walks the level's sorted keys instead of probing each one.
 _DIRECT_LOOKUPS = 8
+# A bucket of this many accesses keeps its strided ones by residue (_Bucket).
+LANES_FROM = 32
 
 
 def level_bits(level: int) -> int:
@@ -72,6 +74,85 @@ def allocator_waited(old: AccessRecord, new: AccessRecord) -> bool:
     return True
 
 
+class _Bucket:
+    """The accesses of one granule of one level, split by what can share a byte with what.
+
+    A lattice whose runs are shorter than the greatest common divisor of its strides (its
+    step) holds bytes of a few residues modulo that step only: its lane, by the residue of its
+    base. Another range can share a byte with it only where their residues meet (else
+    ranges.overlaps finds them apart modulo their steps), so a lookup visits only the lane's
+    residues near its own: the column slices of one matrix, whose spans all overlap, each meet
+    only their own column. Every other access (dense, or a lattice that fills its step) is in
+    ``plain``, met by every lookup of the granule. A bucket is split into lanes only once
+    ``plain`` holds LANES_FROM accesses: a short list is cheaper to scan than to index."""
+
+    __slots__ = ("lanes", "plain")
+
+    def __init__(self) -> None:
+        self.plain: list[AccessRecord] = []
+        self.lanes: dict[int, _Lane] | None = None
+
+    def add(self, rec: AccessRecord) -> None:
+        rng = rec.rng
+        step = rng.step
+        lanes = self.lanes
+        if lanes is None or step == 0 or rng.run >= step:
+            plain = self.plain
+            plain.append(rec)
+            if lanes is None and len(plain) >= LANES_FROM:
+                self.plain, self.lanes = [], {}
+                for old in plain:
+                    self.add(old)
+            return
+        lane = lanes.get(step)
+        if lane is None:
+            lane = lanes[step] = _Lane(step)
+        lane.add(rec)
+
+
+class _Lane:
+    """The lattices of one step in one bucket, by the residue of their base modulo the step."""
+
+    __slots__ = ("at", "residues", "step", "widest")
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self.at: dict[int, list[AccessRecord]] = {}
+        self.residues: list[int] = []  # the keys of ``at``, sorted
+        self.widest = 0  # the longest run any access of the lane had: how far back a residue reaches
+
+    def add(self, rec: AccessRecord) -> None:
+        residue = rec.rng.base % self.step
+        here = self.at.get(residue)
+        if here is None:
+            self.at[residue] = [rec]
+            insort(self.residues, residue)
+        else:
+            here.append(rec)
+        self.widest = max(self.widest, rec.rng.run)
+
+    def near(self, rng: ByteRange) -> list[int]:
+        """The residues whose accesses may share a byte with ``rng``: all of them unless the
+        bytes of ``rng`` lie in a few residues modulo the step (it is dense, or its own step
+        is a multiple of this one), and then those that meet them."""
+        step = self.step
+        if rng.step % step or rng.run >= step:  # a dense range's step is 0
+            return list(self.residues)
+        reach = self.widest + rng.run - 1  # a residue r meets rng's iff r lies in (a - widest, a + run)
+        if reach >= step:
+            return list(self.residues)
+        first = (rng.base - self.widest + 1) % step
+        end = first + reach
+        keys = self.residues
+        if end <= step:
+            return keys[bisect_left(keys, first) : bisect_left(keys, end)]
+        return keys[bisect_left(keys, first) :] + keys[: bisect_left(keys, end - step)]
+
+    def drop(self, residue: int) -> None:
+        del self.at[residue]
+        del self.residues[bisect_left(self.residues, residue)]
+
+
 class ShadowMemory:
     """Earlier accesses of one (domain, device).
 
@@ -79,11 +160,13 @@ class ShadowMemory:
     by its start granule (csrc/shadow.h's index, level for level), so a lookup meets a handful
     of accesses of its own size class. One 2 MiB granule per bucket, as before, made a lookup
     scan every earlier access near it: thousands of small eager accesses to one block, or one
-    op of thousands of ranges, were quadratic. The decisions do not depend on the order
-    accesses are met in: every earlier access whose span meets the new one is met, once."""
+    op of thousands of ranges, were quadratic. Within a bucket, strided accesses are kept by
+    residue (``_Bucket``): interleaved strided writes, whose spans all overlap, were quadratic
+    too. The decisions do not depend on the order accesses are met in: every earlier access
+    that may share a byte with the new one is met, once."""
 
     def __init__(self) -> None:
-        self._levels: list[dict[int, list[AccessRecord]]] = [{} for _ in range(LEVELS)]
+        self._levels: list[dict[int, _Bucket]] = [{} for _ in range(LEVELS)]
         self._keys: list[list[int]] = [[] for _ in range(LEVELS)]  # each level's granules, sorted
         self._size = 0
 
@@ -118,7 +201,18 @@ class ShadowMemory:
             else:  # a wide access: visit only the granules that exist in its span
                 granules = keys[bisect_left(keys, first) : bisect_right(keys, last)]
             for g in granules:
-                if self._scan(buckets[g], new, clock, host, found, how):
+                bucket = buckets[g]
+                if bucket.plain:
+                    self._scan(bucket.plain, new, clock, host, found, how)
+                lanes = bucket.lanes
+                if lanes:
+                    for step, lane in list(lanes.items()):
+                        for residue in lane.near(rng):
+                            if self._scan(lane.at[residue], new, clock, host, found, how):
+                                lane.drop(residue)
+                        if not lane.at:
+                            del lanes[step]
+                if not bucket.plain and not bucket.lanes:
                     del buckets[g]
                     del keys[bisect_left(keys, g)]
         return found[0], how[0]
@@ -168,8 +262,10 @@ class ShadowMemory:
         buckets = self._levels[level]
         bucket = buckets.get(key)
         if bucket is None:
-            buckets[key] = [rec]
+            bucket = buckets[key] = _Bucket()
             insort(self._keys[level], key)
+        if bucket.lanes is None and len(bucket.plain) + 1 < LANES_FROM:
+            bucket.plain.append(rec)  # _Bucket.add's first case, inline: most buckets are short
         else:
-            bucket.append(rec)
+            bucket.add(rec)
         self._size += 1

@@ -57,6 +57,9 @@ MAX_STREAMS = 4096  # distinct streams in one trace; the engines' clocks are per
 # with no end (a file of NUL bytes, /dev/zero, a gzip bomb) costs this much memory and no more;
 # the largest line a recorder writes (a captured graph's read-back, a deep stack) is far shorter.
 MAX_LINE_BYTES = 64 << 20
+# The most frames one stack may hold. The recorder walks at most 128 (record/recorder.py); a
+# stack of millions, which every report walks, took tens of seconds to report.
+MAX_FRAMES = 10_000
 
 # ev -> (required fields, optional fields), from the declaration (kinds.py). Every event also
 # carries "seq" and "ev".
@@ -235,6 +238,8 @@ def _check_field(name: str, kind: str, value: Any) -> None:
             except EventInvalid as exc:
                 raise EventInvalid(f"field '{name}': {exc}") from None
     elif kind == FRAMES:
+        if isinstance(value, list) and len(value) > MAX_FRAMES:
+            raise EventInvalid(f"field '{name}' holds more than {MAX_FRAMES:,} frames (the limit of this streamrace)")
         ok = isinstance(value, list) and all(
             isinstance(f, list) and len(f) == 3 and isinstance(f[0], str) and _is_int(f[1]) and isinstance(f[2], str)
             for f in value
@@ -331,7 +336,7 @@ def _fast_strided(addr: int, rng: dict[str, Any]) -> bool:
 
 
 def _fast_frames(value: Any) -> bool:
-    if type(value) is not list:
+    if type(value) is not list or len(value) > MAX_FRAMES:
         return False
     for frame in value:
         if type(frame) is not list or len(frame) != 3:
