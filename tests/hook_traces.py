@@ -15,14 +15,23 @@ def canonical(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     labels: dict[str, dict[int, Any]] = {"addr": {}, "stream": {}, "event": {}, "tensor": {}}
     labels["base"] = labels["tensor"]  # a view's base is a tensor identity too (format 1.5)
     tensors = labels["tensor"]
+    # Numbered by a count of their own, not by the table's size: a reused identity relabelled
+    # in place must not shift the numbers of the identities seen after it.
+    counts = {id(table): 0 for table in labels.values()}
     created = made = 0
+
+    def label(table: dict[int, Any], value: int) -> Any:
+        if value not in table:
+            table[value] = counts[id(table)]
+            counts[id(table)] += 1
+        return table[value]
 
     def walk(value: Any) -> Any:
         if isinstance(value, dict):
             return {
-                k: labels[k].setdefault(v, len(labels[k]))
+                k: label(labels[k], v)
                 if k in labels and isinstance(v, int)
-                else [tensors.setdefault(t, len(tensors)) if t else None for t in v]
+                else [label(tensors, t) if t else None for t in v]
                 if k == "tensors"
                 else walk(v)
                 for k, v in value.items()

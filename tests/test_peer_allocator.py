@@ -515,15 +515,23 @@ def test_hazard_kinds(mode, kinds, hazard):
 
 @pytest.mark.parametrize("runs, approximate", [(70_000, True), (1_000, False)])
 def test_many_runs_on_two_lattices(runs, approximate):
-    # x[::2] against x[1::4]: disjoint. Exact while one side has at most 65,536 contiguous
-    # runs; beyond that on both sides (and on different lattices) streamrace assumes an
+    # x[::3] against the elements 6r+1 and 6r+5: disjoint (one holds the multiples of 3, the other
+    # none), but on different lattices whose steps share only the element size, so no residue
+    # separates them (x[::2] vs x[1::4] would be decided exactly modulo 8 bytes). Exact while one
+    # side has at most 65,536 contiguous runs; beyond that on both sides streamrace assumes an
     # overlap and says so.
-    races = race_between("eager", V(BASE, [runs], [2]), V(BASE, [runs], [4], offset=1))
+    races = race_between("eager", V(BASE, [2 * runs], [3]), V(BASE, [runs, 2], [6, 4], offset=1))
     if approximate:
         (f,) = races
         assert any(a.range.get("approximate") is True for a in f.accesses)
     else:
         assert races == []
+
+
+def test_interleaved_strides_far_beyond_the_run_limit_are_decided_by_residue():
+    # x[::2] vs x[1::4] with 70,000 runs each: modulo the steps' common divisor (8 bytes) one
+    # holds bytes 0-3, the other bytes 4-7, so no byte is shared and nothing is assumed.
+    assert race_between("eager", V(BASE, [70_000], [2]), V(BASE, [70_000], [4], offset=1)) == []
 
 
 # -- dedup -------------------------------------------------------------------------------
