@@ -109,6 +109,7 @@ class HappensBefore {
     i64 domain(unsigned stream) const { return stream < graph_of_.size() ? graph_of_[stream] : EAGER; }
 
     void capture_begin(i64 graph, unsigned stream) {
+        graph_events_.erase(graph);  // a graph id captured again is a new graph
         clocks_[graph].clear();
         members_[graph].clear();
         enter(graph, stream);
@@ -187,6 +188,31 @@ class HappensBefore {
 
     void forget(i64 event) { snapshots_.erase(event); }
 
+    // The graph event of `graph`: the events its event record and wait nodes name (format
+    // 1.6), which each replay of it records and waits on (graph_read in clocks.py).
+    void graph_read(i64 graph, std::vector<i64> records, std::vector<i64> waits) {
+        if (records.empty() && waits.empty()) {
+            graph_events_.erase(graph);
+        } else {
+            graph_events_[graph] = {std::move(records), std::move(waits)};
+        }
+    }
+
+    // Before a replay on eager stream: it waits on each event its wait nodes name, as of its
+    // launch (a replay is one op: all of it is ordered after them).
+    void replay_waits(i64 graph, unsigned stream) {
+        auto it = graph_events_.find(graph);
+        if (it == graph_events_.end()) return;
+        for (i64 event : it->second.second) wait(event, stream);
+    }
+
+    // After a replay's op: each event its record nodes name stands for the replay.
+    void replay_records(i64 graph, unsigned stream) {
+        auto it = graph_events_.find(graph);
+        if (it == graph_events_.end()) return;
+        for (i64 event : it->second.first) record(event, stream);
+    }
+
     void stream_sync(unsigned stream) {
         if (domain(stream) == EAGER) host_.join(clock(EAGER, stream));
     }
@@ -223,6 +249,8 @@ class HappensBefore {
     std::vector<i64> graph_of_;              // stream -> the active capture it is a member of, or EAGER
     std::unordered_map<i64, std::unordered_set<unsigned>> members_;
     std::unordered_map<i64, std::pair<i64, VectorClock>> snapshots_;  // event -> (domain, clock)
+    // graph -> (events its record nodes record, events its wait nodes wait on)
+    std::unordered_map<i64, std::pair<std::vector<i64>, std::vector<i64>>> graph_events_;
 };
 
 }  // namespace streamrace

@@ -174,6 +174,29 @@ class Core {
         }
     }
 
+    // A graph event's event record and wait nodes (those naming their event, format 1.6).
+    void graph_read(PyObject* ev) {
+        static PyObject* const type_key = intern("type");
+        PyObject* nodes = need(ev, K.nodes);
+        std::vector<i64> records, waits;
+        py::object iterator = py::reinterpret_steal<py::object>(PyObject_GetIter(nodes));
+        if (!iterator) fail();
+        while (PyObject* raw = PyIter_Next(iterator.ptr())) {
+            py::object node = py::reinterpret_steal<py::object>(raw);
+            PyObject* event = get(node.ptr(), K.event);
+            if (event == nullptr || event == Py_None) continue;
+            PyObject* type = get(node.ptr(), type_key);
+            if (type == nullptr || !PyUnicode_Check(type)) continue;
+            if (PyUnicode_CompareWithASCIIString(type, "eventrecord") == 0) {
+                records.push_back(as_int(event));
+            } else if (PyUnicode_CompareWithASCIIString(type, "waitevent") == 0) {
+                waits.push_back(as_int(event));
+            }
+        }
+        if (PyErr_Occurred()) fail();
+        engine_.hb.graph_read(as_int(need(ev, K.graph)), std::move(records), std::move(waits));
+    }
+
     void feed_event(PyObject* ev) {
         ++events_;
         PyObject* stream_obj = get(ev, K.stream);
@@ -226,6 +249,8 @@ class Core {
         } else if (kind == "replay") {
             i64 graph = as_int(need(ev, K.graph));
             engine_.replay(ev, graph, need_stream(stream_obj, stream), seq_of(ev));
+        } else if (kind == "graph") {
+            graph_read(ev);
         } else if (kind == "graph_reset" || kind == "graph_destroy") {
             engine_.graph_gone(as_int(need(ev, K.graph)));
         } else if (kind == "stream_sync") {

@@ -61,11 +61,12 @@ _PARAM_INFO = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, _
 
 
 class _Node:
-    __slots__ = ("access", "handle", "packed", "type")
+    __slots__ = ("access", "event", "handle", "packed", "type")
 
-    def __init__(self, handle: int, type_name: str, access: NodeAccess, packed: bool = False) -> None:
+    def __init__(self, handle: int, type_name: str, access: NodeAccess, packed: bool = False, event: int = 0) -> None:
         self.handle, self.type, self.access = handle, NODE_TYPES.index(type_name), access
         self.packed = packed  # a kernel whose parameters come in one buffer (``extra``)
+        self.event = event  # an event record or wait node's event
 
 
 class _Graph:
@@ -329,16 +330,23 @@ class FakeCuda:
         self.registries.EventCreationCallbacks.fire_callbacks(event)
         return event
 
-    def record(self, event: int) -> None:
-        """``event.record()`` on the current stream: in a capture, it marks the frontier."""
+    def record(self, event: int, external: bool = False) -> None:
+        """``event.record()`` on the current stream: in a capture, it marks the frontier; an
+        ``Event(external=True)``'s is an event record node of the graph instead."""
         graph = self._capturing.get(self.stream)
-        self._events[event] = (graph, self._frontier[self.stream]) if graph is not None else None
+        if graph is not None and external:
+            self.launch("eventrecord", event=event)
+        else:
+            self._events[event] = (graph, self._frontier[self.stream]) if graph is not None else None
         self.registries.EventRecordCallbacks.fire_callbacks(event, self.stream)
 
-    def wait(self, event: int) -> None:
-        """``stream.wait_event(event)``: an event recorded in a capture joins the stream to it."""
+    def wait(self, event: int, external: bool = False) -> None:
+        """``stream.wait_event(event)``: an event recorded in a capture joins the stream to it;
+        an ``Event(external=True)``'s wait in a capture is an event wait node of the graph."""
         recorded = self._events[event]
-        if recorded is not None:
+        if external and self._capturing.get(self.stream) is not None:
+            self.launch("waitevent", event=event)
+        elif recorded is not None:
             graph, frontier = recorded
             if self._capturing.setdefault(self.stream, graph) != graph:
                 raise RuntimeError("cudaErrorStreamCaptureIsolation: the stream captures into another graph")
@@ -369,6 +377,7 @@ class FakeCuda:
         params: Sequence[Sequence[int]] = (),
         writes: Sequence[dict[str, int]] = (),
         packed: bool = False,
+        event: int = 0,
     ) -> None:
         """A node on the current stream, if it captures (eagerly, the work just runs).
         ``packed``: a kernel launched with its parameters in one buffer (``extra``, its size
@@ -378,7 +387,7 @@ class FakeCuda:
             return
         handle = next(self._handles)
         access = NodeAccess(type_name, name, writes=list(writes), params=[list(p) for p in params])
-        node = self._nodes[handle] = _Node(handle, type_name, access, packed)
+        node = self._nodes[handle] = _Node(handle, type_name, access, packed, event)
         if name is not None:
             self._functions.setdefault(name, next(self._handles))
         g = self._graphs[graph]
@@ -456,6 +465,19 @@ class FakeCuda:
         for i in range(written):
             out[i] = g.nodes[i].handle
         count[0] = written
+        return _SUCCESS
+
+    def _c_record_node_event(self, node, event_out) -> int:
+        return self._node_event(node, "eventrecord", event_out)
+
+    def _c_wait_node_event(self, node, event_out) -> int:
+        return self._node_event(node, "waitevent", event_out)
+
+    def _node_event(self, node, type_name: str, event_out) -> int:
+        found = self._nodes.get(node or 0)
+        if found is None or found.type != NODE_TYPES.index(type_name):
+            return _INVALID_VALUE
+        event_out[0] = found.event
         return _SUCCESS
 
     def _c_node_type(self, node, type_out) -> int:

@@ -497,3 +497,52 @@ def test_both_hook_sets_name_the_values_of_a_static_output_alike():
     # the captured mul, the two reads of views, the kept view after the next replay, the eager x
     assert reads == [None, [kept["tensor"], handed_slice["tensor"]], [kept["tensor"]], [None, inside_slice["tensor"]]]
     assert native.log.views == python.log.views == 4, "the header's views"
+
+
+def external_event_program(fake: FakeCuda, side_waits: bool = True) -> None:
+    """Events made with ``external=True`` (format 1.6): one recorded inside a capture (an event
+    record node: every replay records it), one waited on (an event wait node). The side stream
+    reads the replay's output after waiting on the recorded one; the graph reads what the copy
+    stream wrote after it recorded the other."""
+    with fake.on(MAIN):
+        x, out = fake.alloc(64), fake.alloc(64)
+        ready, done = fake.event(), fake.event()
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        fake.wait(ready, external=True)
+        torch.mul(x, 2.0, out=out)
+        fake.record(done, external=True)
+        graph.capture_end()
+        graph.work = lambda: memcopy(out, x)
+    with fake.on(COPY):
+        x.fill_(3.0)
+        fake.record(ready)
+    with fake.on(MAIN):
+        graph.replay()
+    with fake.on(SIDE):
+        if side_waits:
+            fake.wait(done)
+        torch.add(out, 1.0, out=fake.alloc(64))
+
+
+def test_both_hook_sets_name_the_events_of_a_graphs_event_nodes_alike():
+    (native, _), (python, _) = [record_program(k, external_event_program) for k in KINDS]
+    assert native.errors == [] and python.errors == []
+    events = native.trace_events()
+    difference = first_difference(canonical(events), canonical(python.trace_events()))
+    assert difference is None, difference
+    (graph,) = [e for e in events if e["ev"] == "graph"]
+    named = {n["type"]: n.get("event") for n in graph["nodes"] if n["type"] in ("eventrecord", "waitevent")}
+    created = [e["event"] for e in events if e["ev"] == "event_create"]
+    assert named == {"waitevent": created[0], "eventrecord": created[1]}
+    assert _analyzed(native).findings == []
+
+
+def test_without_the_wait_on_the_recorded_event_the_side_read_races():
+    native, _ = record_program("native", lambda fake: external_event_program(fake, side_waits=False))
+    assert [(f.kind, f.hazard) for f in _analyzed(native).findings] == [("data-race", "RAW")]
+
+
+def _analyzed(recorder: Recorder):
+    events = recorder.trace_events()
+    return analyze(Trace(header={}, events=events, stacks={e["id"]: e["frames"] for e in events if e["ev"] == "stack"}))

@@ -41,6 +41,7 @@ struct Driver {
     using Name = int (*)(const char** name, void* function);
     using Edges = int (*)(void* graph, void** from, void** to, EdgeData* data, size_t* count);
     using ParamInfo = int (*)(void* function, size_t index, size_t* offset, size_t* size);
+    using NodeEvent = int (*)(void* node, void** event);
 
     CaptureInfo capture_info = nullptr;
     GetNodes get_nodes = nullptr;
@@ -49,6 +50,8 @@ struct Driver {
     Name func_name = nullptr;
     Name kernel_name = nullptr;
     Edges edges = nullptr;
+    NodeEvent record_node_event = nullptr;  // cuGraphEventRecordNodeGetEvent
+    NodeEvent wait_node_event = nullptr;    // cuGraphEventWaitNodeGetEvent
     // Optional (CUDA 12.4 drivers on): without them a kernel node's parameters are read in
     // Python (streamrace/record/kernel_params.py).
     ParamInfo func_param_info = nullptr;
@@ -67,6 +70,8 @@ struct Driver {
             d.func_name = reinterpret_cast<Name>(dlsym(lib, "cuFuncGetName"));
             d.kernel_name = reinterpret_cast<Name>(dlsym(lib, "cuKernelGetName"));
             d.edges = reinterpret_cast<Edges>(dlsym(lib, "cuGraphGetEdges_v2"));
+            d.record_node_event = reinterpret_cast<NodeEvent>(dlsym(lib, "cuGraphEventRecordNodeGetEvent"));
+            d.wait_node_event = reinterpret_cast<NodeEvent>(dlsym(lib, "cuGraphEventWaitNodeGetEvent"));
             d.func_param_info = reinterpret_cast<ParamInfo>(dlsym(lib, "cuFuncGetParamInfo"));
             d.kernel_param_info = reinterpret_cast<ParamInfo>(dlsym(lib, "cuKernelGetParamInfo"));
             return d;
@@ -92,6 +97,8 @@ struct Driver {
         d.func_name = reinterpret_cast<Name>(address("cuFuncGetName"));
         d.kernel_name = reinterpret_cast<Name>(address("cuKernelGetName"));
         d.edges = reinterpret_cast<Edges>(address("cuGraphGetEdges_v2"));
+        d.record_node_event = reinterpret_cast<NodeEvent>(address("cuGraphEventRecordNodeGetEvent"));
+        d.wait_node_event = reinterpret_cast<NodeEvent>(address("cuGraphEventWaitNodeGetEvent"));
         auto optional = [&](const char* symbol) {
             auto it = addresses.find(symbol);
             return it == addresses.end() ? nullptr : reinterpret_cast<void*>(it->second);

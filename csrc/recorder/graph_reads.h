@@ -88,6 +88,20 @@ inline int node_type(const Driver& driver, int64_t node) {
     return type;
 }
 
+// CUgraphNodeType values of the nodes that name an event (hook_tables.NODE_TYPES).
+constexpr int kWaitEventNode = 6, kEventRecordNode = 7;
+
+// The event an event record or wait node records or waits on; 0 for any other node, or where
+// the driver cannot tell (GraphReadback.node_event).
+inline int64_t node_event(const Driver& driver, int64_t node, int type) {
+    Driver::NodeEvent query = type == kEventRecordNode ? driver.record_node_event
+                              : type == kWaitEventNode ? driver.wait_node_event
+                                                       : nullptr;
+    void* event = nullptr;
+    if (query == nullptr || query(reinterpret_cast<void*>(node), &event) != 0) return 0;
+    return reinterpret_cast<int64_t>(event);
+}
+
 // The function a kernel node runs: its CUfunction, else its CUkernel (the other null); both
 // null when the driver cannot tell.
 struct KernelFunction {

@@ -128,7 +128,7 @@ class State {
 
     // -- graph reads at a capture's end and at a catch-up (GraphReadback in Python) -----------
     // (node handles, node types, kernel names or None, edges by node id flattened as (from,
-    // to, 1 if programmatic else 0)): graph_readback.GraphColumns, only ints and shared strs,
+    // to, 1 if programmatic else 0), each node's event or 0): graph_readback.GraphColumns, only ints and shared strs,
     // since a capture's end is on the program's clock (the graph event's objects are made
     // later). Node types are made once per recording, kernel names once per function and
     // graph (a module unloaded between two captures may leave its function's address to
@@ -139,7 +139,7 @@ class State {
         std::unordered_map<int64_t, int64_t> index;
         index.reserve(handles.size());
         const auto n = static_cast<Py_ssize_t>(handles.size());
-        py::list handle_list(n), types(n), names(n);
+        py::list handle_list(n), types(n), names(n), events(n);
         for (Py_ssize_t i = 0; i < n; ++i) {
             const int64_t node = handles[static_cast<size_t>(i)];
             index.emplace(node, i);
@@ -151,6 +151,7 @@ class State {
             } else {
                 names[i] = py::none();
             }
+            events[i] = py::int_(streamrace::node_event(driver_, node, type));
         }
         const std::vector<Edge> found = streamrace::graph_edges(driver_, graph);
         py::list edges(static_cast<Py_ssize_t>(3 * found.size()));
@@ -160,7 +161,7 @@ class State {
             edges[k++] = py::int_(index.at(e.to));
             edges[k++] = py::int_(e.programmatic ? 1 : 0);
         }
-        return py::make_tuple(handle_list, types, names, edges);
+        return py::make_tuple(handle_list, types, names, edges, events);
     }
 
     // (function name or None, [words per parameter]) of a kernel node, or None where the

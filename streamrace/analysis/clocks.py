@@ -17,7 +17,7 @@ streams that would copy all of them into the clock of every stream used later.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
 VectorClock = dict[int, int]
 Domain = int | None  # a graph id, or EAGER
@@ -40,6 +40,10 @@ def ordered_before(stream: int, tick: int, clock: Mapping[int, int], host: Mappi
     return tick <= clock.get(stream, 0) or tick <= host.get(stream, 0)
 
 
+def _events_of(nodes: list[Mapping[str, Any]], node_type: str) -> tuple[int, ...]:
+    return tuple(n["event"] for n in nodes if n.get("type") == node_type and n.get("event") is not None)
+
+
 class HappensBefore:
     """Vector clocks of every stream in every domain, event snapshots, and the host clock."""
 
@@ -49,6 +53,10 @@ class HappensBefore:
         self._graph_of: dict[int, int] = {}  # stream -> the active capture it is a member of
         self._members: dict[int, set[int]] = {}  # active capture -> its member streams
         self._snapshots: dict[int, tuple[Domain, VectorClock]] = {}
+        # graph -> (events its event record nodes record, events its event wait nodes wait
+        # on): what each replay of it records and waits on (an Event(external=True)'s record
+        # or wait in the capture), from its graph event.
+        self._graph_events: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         # Eager streams whose clock grew since the last device_sync: the others are in the
         # host clock already, so a device_sync need not join them again.
         self._unsynced: set[int] = set()
@@ -68,6 +76,7 @@ class HappensBefore:
         return frozenset(self._members.get(graph, ()))
 
     def capture_begin(self, graph: int, stream: int) -> None:
+        self._graph_events.pop(graph, None)  # a graph id captured again is a new graph
         self._clocks[graph] = {}
         self._members[graph] = set()
         self._enter(graph, stream)
@@ -149,6 +158,31 @@ class HappensBefore:
     def forget(self, event: int) -> None:
         """``event_create`` / ``event_delete``: the event has no snapshot."""
         self._snapshots.pop(event, None)
+
+    # -- a replay's own event nodes ----------------------------------------------------------
+    def graph_read(self, graph: int, nodes: list[Mapping[str, Any]]) -> None:
+        """The graph event of ``graph``: its event record and wait nodes (format 1.6 names
+        each one's event) are what its replays record and wait on."""
+        records = _events_of(nodes, "eventrecord")
+        waits = _events_of(nodes, "waitevent")
+        if records or waits:
+            self._graph_events[graph] = (records, waits)
+        else:
+            self._graph_events.pop(graph, None)
+
+    def replay_waits(self, graph: int, stream: int) -> None:
+        """Before a replay of ``graph`` on eager ``stream``: it waits on the latest record of
+        each event its wait nodes name, as of its launch. A replay is one op, so all of it is
+        ordered after them (not only the nodes behind the wait)."""
+        for event in self._graph_events.get(graph, ((), ()))[1]:
+            self.wait(event, stream)
+
+    def replay_records(self, graph: int, stream: int) -> None:
+        """After a replay of ``graph`` (its op issued): each event its record nodes name now
+        stands for the replay, as if recorded on ``stream`` right after it (a replay is one op,
+        so for all of it)."""
+        for event in self._graph_events.get(graph, ((), ()))[0]:
+            self.record(event, stream)
 
     # -- host synchronization (eager only) -----------------------------------------------------
     def stream_sync(self, stream: int) -> None:

@@ -202,6 +202,7 @@ class Engine:
             "event_delete": self._forget,
             "event_record": lambda ev: self.hb.record(ev["event"], ev["stream"]),
             "event_wait": lambda ev: self.hb.wait(ev["event"], ev["stream"]),
+            "graph": lambda ev: self.hb.graph_read(ev["graph"], ev["nodes"]),
             "stream_sync": lambda ev: self.hb.stream_sync(ev["stream"]),
             "event_sync": lambda ev: self.hb.event_sync(ev["event"]),
             "device_sync": lambda ev: self.hb.device_sync(),
@@ -394,7 +395,9 @@ class Engine:
         previous = self._replayed.get(graph)
         if previous is not None:
             self.hb.order_after(stream, previous)  # launches of one graph are serialized
+        self.hb.replay_waits(graph, stream)
         domain, clock, tick = self.hb.op(stream)
+        self.hb.replay_records(graph, stream)
         host = self.hb.host_clock(domain)
         self._replayed[graph] = dict(clock)
         for freed in self._inputs_freed.get(graph, ()):

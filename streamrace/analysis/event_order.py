@@ -41,6 +41,9 @@ class EventOrderCheck:
     def _wait(self, ev: Mapping[str, Any]) -> None:
         self._hb.wait(ev["event"], ev["stream"])
 
+    def _graph(self, ev: Mapping[str, Any]) -> None:
+        self._hb.graph_read(ev["graph"], ev["nodes"])
+
     def _forget(self, ev: Mapping[str, Any]) -> None:
         self._hb.forget(ev["event"])
 
@@ -49,6 +52,7 @@ ORDER_HANDLERS: dict[str, Handler] = {
     "stream": EventOrderCheck._stream,
     "event_record": EventOrderCheck._record,
     "event_wait": EventOrderCheck._wait,
+    "graph": EventOrderCheck._graph,
     "event_create": EventOrderCheck._forget,
     "event_delete": EventOrderCheck._forget,
 }

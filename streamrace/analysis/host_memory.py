@@ -165,10 +165,12 @@ class HostMemoryCheck(EventOrderCheck):
             if freed.stands is None:
                 freed.stands = True
                 freed.replay = ev
+        self._hb.replay_waits(graph, stream)
+        _, _, tick = self._hb.op(stream)
+        self._hb.replay_records(graph, stream)
         program = self._programs.get(graph)
         if not program:
             return
-        _, _, tick = self._hb.op(stream)
         for captured in program:
             key = (stream, captured.rng.key(), captured.write)
             self._uses[key] = DeviceUse(stream, tick, captured.op, captured.write, captured.rng, ev)

@@ -38,9 +38,13 @@ _PROGRAMMATIC = 1  # CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
 
 
 # What reading a graph back gives: (node handles, node types, kernel names or None, edges
-# flattened as (from id, to id, 1 if programmatic else 0) triples). Columns of ints and
-# shared strs, made in a capture's end: the graph event's per-node objects wait (GraphRead).
-GraphColumns = tuple[list[int], list[str], list[str | None], list[int]]
+# flattened as (from id, to id, 1 if programmatic else 0) triples, the event of each event
+# record or wait node or 0). Columns of ints and shared strs, made in a capture's end: the
+# graph event's per-node objects wait (GraphRead).
+GraphColumns = tuple[list[int], list[str], list[str | None], list[int], list[int]]
+
+# Node types whose event the graph event names: what every replay records or waits on.
+EVENT_NODE_TYPES = ("eventrecord", "waitevent")
 
 
 @dataclass
@@ -52,14 +56,18 @@ class GraphRead:
     types: list[str]
     names: list[str | None]
     edge_triples: list[int]
+    events: list[int] | None = None  # per node: its event (record and wait nodes), else 0
 
     def nodes(self) -> list[dict[str, Any]]:
-        """Nodes in creation order as {id, type[, name]}."""
+        """Nodes in creation order as {id, type[, name][, event]}."""
         nodes: list[dict[str, Any]] = []
-        for i, (kind, name) in enumerate(zip(self.types, self.names, strict=True)):
+        events = self.events or [0] * len(self.types)
+        for i, (kind, name, event) in enumerate(zip(self.types, self.names, events, strict=True)):
             entry: dict[str, Any] = {"id": i, "type": kind}
             if name:
                 entry["name"] = name
+            if event:
+                entry["event"] = event
             nodes.append(entry)
         return nodes
 
@@ -104,6 +112,8 @@ SIGNATURES: dict[str, tuple[str, list[Any]]] = {
     "func_name": ("cuFuncGetName", [ctypes.POINTER(ctypes.c_char_p), _P]),
     "kernel_name": ("cuKernelGetName", [ctypes.POINTER(ctypes.c_char_p), _P]),
     "edges": ("cuGraphGetEdges_v2", [_P, _P, _P, _P, _SIZE]),
+    "record_node_event": ("cuGraphEventRecordNodeGetEvent", [_P, ctypes.POINTER(_P)]),
+    "wait_node_event": ("cuGraphEventWaitNodeGetEvent", [_P, ctypes.POINTER(_P)]),
 }
 
 
@@ -123,6 +133,8 @@ class Driver:
     func_name: Callable[..., int]
     kernel_name: Callable[..., int]
     edges: Callable[..., int]
+    record_node_event: Callable[..., int]
+    wait_node_event: Callable[..., int]
 
     def __init__(self, functions: dict[str, Any], addresses: dict[str, int] | None) -> None:
         for attribute, fn in functions.items():
@@ -237,6 +249,15 @@ class GraphReadback:
             return None
         return name.value.decode(errors="replace")[:MAX_KERNEL_NAME]
 
+    def node_event(self, node: int, kind: str) -> int:
+        """The event an event record or wait node records or waits on (0: none, or another
+        kind of node)."""
+        if kind not in EVENT_NODE_TYPES:
+            return 0
+        query = self._cuda.record_node_event if kind == "eventrecord" else self._cuda.wait_node_event
+        event = _P()
+        return (event.value or 0) if query(node, ctypes.byref(event)) == 0 else 0
+
     def describe_nodes(self, handles: list[int]) -> list[tuple[str, str | None]]:
         """(type, kernel name or None) of each node (the native hooks do the same in C++)."""
         return [
@@ -275,4 +296,5 @@ class GraphReadback:
             for k in range(count.value):
                 # A NULL handle reads as None; node_handles lists it as 0.
                 triples += (index[sources[k] or 0], index[targets[k] or 0], int(data[k].type == _PROGRAMMATIC))
-        return handles, types, names, triples
+        events = [self.node_event(node, kind) for node, kind in zip(handles, types, strict=True)]
+        return handles, types, names, triples, events

@@ -131,6 +131,12 @@ class TraceBuilder:
         yield graph
         self.emit("capture_end", graph=graph)
 
+    def read_back(self, graph: int, nodes: Sequence[dict[str, Any]], edges: Sequence[Sequence[Any]] = ()) -> None:
+        """The graph event of ``graph`` (after its capture_end): nodes as ``{"type": ...}``
+        (``event`` on an event record or wait node), numbered here in order."""
+        numbered = [{"id": i, **n} for i, n in enumerate(nodes)]
+        self.emit("graph", graph=graph, nodes=numbered, edges=[list(e) for e in edges])
+
     # -- memory --------------------------------------------------------------------------
     def alloc(
         self,

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 FORMAT_NAME = "streamrace-trace"
 FORMAT_VERSION = 1  # the major version: a reader refuses a major it does not know
-FORMAT_MINOR = 5  # additive changes within the major (docs/trace-format.md, versioning)
+FORMAT_MINOR = 6  # additive changes within the major (docs/trace-format.md, versioning)
 
 # Limits, checked here so that every engine can hold what it is given (docs/trace-format.md).
 INT64_MAX = (1 << 63) - 1
@@ -169,6 +169,9 @@ def _check_nodes(name: str, value: Any) -> None:
             raise EventInvalid(f"field '{name}': node {node['id']} has an 'op' that is not a seq (integer >= 0)")
         if label is not None and not isinstance(label, str):
             raise EventInvalid(f"field '{name}': node {node['id']} has a 'name' that is not a string")
+        event = node.get("event")
+        if event is not None and not (_is_int64(event) and event >= 0):
+            raise EventInvalid(f"field '{name}': node {node['id']} has an 'event' that is not an event (integer >= 0)")
 
 
 def _check_edges(name: str, value: Any) -> None:
