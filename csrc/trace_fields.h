@@ -31,6 +31,7 @@
     X(frames) \
     X(edges) \
     X(node) \
+    X(host_ranges) \
     X(message) \
     X(where) \
     X(call) \

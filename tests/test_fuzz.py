@@ -70,6 +70,16 @@ def test_the_fuzzer_knows_pinned_host_memory() -> None:
     assert sum(m.seed.startswith("pinned memory") for m in mutants(400, 5)) > 0
 
 
+def test_the_fuzzer_knows_graph_event_nodes_and_polling_kernels() -> None:
+    """Seeds whose graph nodes name events and whose kernels point into host memory (format
+    1.6), so mutants of them are judged."""
+    seeds = seed_traces()
+    signalled = "\n".join(seeds["event nodes: signalled_copy"])
+    for needle in ('"eventrecord"', '"waitevent"', '"host_ranges"'):
+        assert needle in signalled, needle
+    assert sum(m.seed.startswith("event nodes") for m in mutants(600, 5)) > 0
+
+
 def test_the_inputs_are_the_same_for_the_same_seed_and_differ_from_their_seeds() -> None:
     first, again = mutants(60, 3), mutants(60, 3)
     assert [m.data for m in first] == [m.data for m in again]

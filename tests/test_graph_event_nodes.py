@@ -114,32 +114,57 @@ def test_a_wait_node_waits_on_the_record_current_at_each_launch(engine):
     assert [(f.kind, f.hazard) for f in analyze(b.trace()).findings] == [(DATA_RACE, "RAW")]
 
 
-def _signalled_copy(synchronized: bool = True):
-    """PyTorch's test_graph_external_wait_and_record: one graph records ``start`` (external);
-    another waits on it, copies ``x`` into pinned ``x_cpu`` (D2H, non_blocking) and records
-    ``end`` (external). Both replayed on their own streams; the host synchronizes ``end`` and
-    reads ``x_cpu``. ``synchronized=False``: the host reads without ``end.synchronize()``."""
+def _signalled_copy(
+    synchronized: bool = True, early_read: bool = False, signals: bool = True, polls: bool = True, gated: bool = True
+):
+    """PyTorch's test_graph_external_wait_and_record: one graph spins on pinned ``flag`` (a
+    custom kernel, ``host_ranges`` 1.6: ``polls``) and records ``start`` (external); another
+    waits on it (``gated``), copies ``x`` into pinned ``x_cpu`` (D2H, non_blocking) and records
+    ``end`` (external). Both replayed on their own streams; the host reads ``x_cpu`` before the
+    copy can run (``early_read``), sets ``flag`` (``signals``), synchronizes ``end``
+    (``synchronized``) and reads ``x_cpu``."""
     b = TraceBuilder()
     main, signal, work = b.stream("main"), b.stream("signalling"), b.stream("work")
     x = b.alloc(16, main, at="test_cuda.py:2 in test")
     x_cpu = b.host_alloc(16, main, at="test_cuda.py:3 in test")
+    flag = b.host_alloc(4, main, at="test_cuda.py:4 in test")
     start, end = b.event(), b.event()
     with b.capture(main) as signalling:
-        b.emit("kernel", graph=signalling, node=0, name="wait_for_cpu", reads=[], writes=[], stream=main)
+        spin = {"host_ranges": [b.span(flag, 4)]} if polls else {}
+        b.emit("kernel", graph=signalling, node=0, name="wait_for_cpu", reads=[], writes=[], stream=main, **spin)
         b.record(start, main, at="test_cuda.py:8 in test")
     b.read_back(signalling, [{"type": "kernel"}, {"type": "eventrecord", "event": start}], [(0, 1)])
     with b.capture(main) as working:
-        b.wait(start, main, at="test_cuda.py:12 in test")
+        if gated:
+            b.wait(start, main, at="test_cuda.py:12 in test")
         b.copy(main, device_reads=[b.span(x, 16)], host_writes=[b.span(x_cpu, 16)], at="test_cuda.py:13 in test")
         b.record(end, main, at="test_cuda.py:14 in test")
-    nodes = [{"type": "waitevent", "event": start}, {"type": "memcpy"}, {"type": "eventrecord", "event": end}]
-    b.read_back(working, nodes, [(0, 1), (1, 2)])
+    nodes = [{"type": "memcpy"}, {"type": "eventrecord", "event": end}]
+    b.read_back(working, [{"type": "waitevent", "event": start}, *nodes] if gated else nodes)
     b.replay(signalling, signal, at="test_cuda.py:20 in test")
     b.replay(working, work, at="test_cuda.py:23 in test")
+    if early_read:  # "Copy cannot occur until start_event is recorded"
+        b.host_op("aten::eq", reads=[b.span(x_cpu, 16)], at="test_cuda.py:30 in test")
+    if signals:
+        b.host_op("aten::fill_", writes=[b.span(flag, 4)], at="test_cuda.py:35 in test")
     if synchronized:
         b.event_sync(end)
     b.host_op("aten::eq", reads=[b.span(x_cpu, 16)], at="test_cuda.py:40 in test")
     return b.trace()
+
+
+# Seeds of the trace fuzzer (trace_fuzz.py): each ordering and a twin without it.
+EVENT_NODE_PROGRAMS = {
+    "external_record": _external_record,
+    "external_record_unwaited": lambda: _external_record(waits=False),
+    "external_wait": _external_wait,
+    "signalled_copy": lambda: _signalled_copy(early_read=True),
+    "signalled_copy_never_signalled": lambda: _signalled_copy(early_read=True, signals=False, synchronized=False),
+}
+
+
+def _lines(trace) -> list[tuple[str, str]]:
+    return [(f.kind, f.accesses[1].location) for f in analyze(trace).findings]
 
 
 def test_the_host_knows_a_replay_done_once_its_external_event_is_synchronized(engine):
@@ -147,7 +172,32 @@ def test_the_host_knows_a_replay_done_once_its_external_event_is_synchronized(en
 
 
 def test_the_host_reading_before_that_is_still_found(engine):
-    assert _kinds(_signalled_copy(synchronized=False)) == [PINNED_READ_BEFORE_COPY]
+    assert _lines(_signalled_copy(synchronized=False)) == [(PINNED_READ_BEFORE_COPY, "test_cuda.py:40")]
+
+
+def test_a_read_before_the_host_sets_the_flag_the_copy_waits_behind_is_ordered(engine):
+    """The copy is ordered after the spinning kernel, which cannot end before the host's
+    write of its flag: the host's read before that write comes before the copy."""
+    assert _kinds(_signalled_copy(early_read=True)) == []
+
+
+@pytest.mark.parametrize(
+    "twin",
+    [
+        {"signals": False, "synchronized": False},  # nothing releases the kernel
+        {"polls": False},  # a 1.5 recorder: no kernel is known to poll host bytes
+        {"gated": False},  # the copy is not ordered after the kernel
+    ],
+    ids=["never-signalled", "kernel-unseen", "copy-not-behind-kernel"],
+)
+def test_the_early_read_stays_a_finding_without_each_link_of_that_order(engine, twin):
+    assert (PINNED_READ_BEFORE_COPY, "test_cuda.py:30") in _lines(_signalled_copy(early_read=True, **twin))
+
+
+def test_a_host_write_of_a_polled_flag_is_no_finding(engine):
+    """The kernel only points at the flag (direction unknown): the host setting it is the
+    protocol, not a write during a copy."""
+    assert _kinds(_signalled_copy(synchronized=True)) == []
 
 
 def test_a_graph_captured_again_forgets_the_old_event_nodes(engine):

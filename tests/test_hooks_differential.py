@@ -546,3 +546,57 @@ def test_without_the_wait_on_the_recorded_event_the_side_read_races():
 def _analyzed(recorder: Recorder):
     events = recorder.trace_events()
     return analyze(Trace(header={}, events=events, stacks={e["id"]: e["frames"] for e in events if e["ev"] == "stack"}))
+
+
+def signalled_copy_program(fake: FakeCuda) -> None:
+    """PyTorch's test_graph_external_wait_and_record in miniature: a graph's custom kernel holds
+    a pointer to a pinned flag it spins on and records an external event; a second graph waits
+    on it and copies into pinned memory. The host reads that memory before it sets the flag,
+    and again after synchronizing the second graph's external event."""
+    with fake.on(MAIN):
+        dev, x_cpu, flag, probe = fake.alloc(), fake.pinned(16), fake.pinned(4), fake.pinned(16)
+        flag.fill_(0.0)
+        probe.fill_(0.0)
+        start, end = fake.event(), fake.event()
+        signalling = FakeGraph(fake)
+        signalling.capture_begin()
+        fake.launch("kernel", "wait_for_cpu", params=[[flag.data_ptr()]])
+        fake.record(start, external=True)
+        signalling.capture_end()
+        working = FakeGraph(fake)
+        working.capture_begin()
+        fake.wait(start, external=True)
+        x_cpu.copy_(dev[:16], non_blocking=True)
+        fake.record(end, external=True)
+        working.capture_end()
+        signalling.work = working.work = lambda: None
+    with fake.on(SIDE):
+        signalling.replay()
+    with fake.on(COPY):
+        working.replay()
+    with fake.on(MAIN):
+        probe.copy_(x_cpu)  # before the flag is set: the copy cannot have started
+        flag.fill_(1.0)
+        fake.synchronize(end)
+        probe.copy_(x_cpu)
+
+
+def test_both_hook_sets_see_the_pinned_flag_a_graph_kernel_polls_alike():
+    (native, _), (python, _) = [record_program(k, signalled_copy_program) for k in KINDS]
+    assert native.errors == [] and python.errors == []
+    events = native.trace_events()
+    difference = first_difference(canonical(events), canonical(python.trace_events()))
+    assert difference is None, difference
+    (spin,) = [e for e in events if e["ev"] == "kernel" and e["name"] == "wait_for_cpu"]
+    (flag,) = [e for e in events if e["ev"] == "host_alloc" and e["size"] == 16]
+    assert [r["addr"] for r in spin["host_ranges"]] == [flag["addr"]]
+    assert _host_findings(events) == []
+    # Without the flag's write nothing releases the kernel: the early read stands.
+    sets_flag = [e for e in events if e["ev"] == "host_op" and e["writes"] and e["writes"][0]["addr"] == flag["addr"]]
+    unsignalled = [e for e in events if e not in sets_flag]
+    assert _host_findings(unsignalled) == ["pinned-read-before-copy"]
+
+
+def _host_findings(events: list[dict[str, Any]]) -> list[str]:
+    stacks = {e["id"]: e["frames"] for e in events if e["ev"] == "stack"}
+    return [f.kind for f in analyze(Trace(header={"minor": 6}, events=events, stacks=stacks)).findings]

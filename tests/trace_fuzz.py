@@ -71,6 +71,12 @@ def seed_traces() -> dict[str, list[str]]:
     for name, made in sorted(STALE_PROGRAMS.items()):
         trace = made().trace()
         seeds[f"static outputs: {name}"] = [_dumps(trace.header), *map(_dumps, trace.events)]
+
+    from test_graph_event_nodes import EVENT_NODE_PROGRAMS  # graphs' event nodes, polling kernels (1.6)
+
+    for name, made in sorted(EVENT_NODE_PROGRAMS.items()):
+        trace = made()
+        seeds[f"event nodes: {name}"] = [_dumps(trace.header), *map(_dumps, trace.events)]
     return seeds
 
 

@@ -57,6 +57,7 @@ class _Captured:
     rng: ByteRange
     write: bool
     op: Mapping[str, Any]
+    polls: bool = False  # a kernel's pointer into host bytes (``host_ranges``), not a copy
 
 
 class HostMemoryCheck(EventOrderCheck):
@@ -72,9 +73,19 @@ class HostMemoryCheck(EventOrderCheck):
         self._freed: dict[int, list[GraphPinnedFreed]] = {}  # graph -> frees of its pinned inputs
         self._host_found: dict[tuple[Any, ...], PinnedWriteDuringCopy | PinnedReadBeforeCopy] = {}
         self._graph_found: list[GraphPinnedFreed] = []
+        # Replayed kernels that point into host bytes, not yet known done: each may be
+        # polling a flag there that a later host write sets.
+        self._polling: list[DeviceUse] = []
+        # (host op, it writes, the use it met), held while a polling kernel ordered before
+        # the use is pending: the host's later write of that kernel's bytes releases the
+        # kernel, so everything after the kernel, the use too, comes after the host op.
+        self._held: list[tuple[Mapping[str, Any], bool, DeviceUse]] = []
 
     @property
     def found(self) -> list[object]:
+        for ev, write, use in self._held:  # never released: each is a finding after all
+            self._report(ev, write, use)
+        self._held.clear()
         standing = [f for f in self._graph_found if f.stands is not False]
         return [*standing, *self._host_found.values()]
 
@@ -149,9 +160,10 @@ class HostMemoryCheck(EventOrderCheck):
                 for block in self._blocks.ending_after(rng.hi, rng.lo):
                     block.graphs.setdefault(graph, ev)
             return
-        _, _, tick = self._hb.op(stream)
+        _, clock, tick = self._hb.op(stream)
+        issued_after = dict(clock) if self._polling else None
         for rng, write in _ranges(reads, writes):
-            self._uses[(stream, rng.key(), write)] = DeviceUse(stream, tick, ev, write, rng)
+            self._uses[(stream, rng.key(), write)] = DeviceUse(stream, tick, ev, write, rng, None, issued_after)
         if blocking:
             self._hb.stream_sync(stream)
             self._retire()
@@ -171,16 +183,36 @@ class HostMemoryCheck(EventOrderCheck):
         program = self._programs.get(graph)
         if not program:
             return
+        issued_after = dict(self._hb.current(stream)[1]) if self._polling else None
         for captured in program:
-            key = (stream, captured.rng.key(), captured.write)
-            self._uses[key] = DeviceUse(stream, tick, captured.op, captured.write, captured.rng, ev)
+            use = DeviceUse(stream, tick, captured.op, captured.write, captured.rng, ev, issued_after)
+            if captured.polls:
+                self._polling.append(use)
+            else:
+                self._uses[(stream, captured.rng.key(), captured.write)] = use
+
+    def _kernel(self, ev: Mapping[str, Any]) -> None:
+        """A kernel node pointing into pinned host bytes: each replay of its graph runs it
+        again, and it may poll them (a flag the host sets: PyTorch's
+        test_graph_external_wait_and_record spins on one)."""
+        graph = ev["graph"]
+        program = self._capturing[graph] if graph in self._capturing else self._programs.get(graph)
+        if program is None:
+            return
+        for raw in ev.get("host_ranges") or ():
+            rng = normalize(raw)
+            if not rng.empty:
+                program.append(_Captured(rng, False, ev, polls=True))
 
     # -- the host's own accesses ---------------------------------------------------------------
     def _host_op(self, ev: Mapping[str, Any]) -> None:
-        if not self._uses:
+        if not (self._uses or self._polling):
             return
         host = self._hb.host_clock(EAGER)
-        for rng, write in _ranges(ev["reads"], ev["writes"]):
+        self._polling = [k for k in self._polling if not ordered_before(k.stream, k.tick, NO_HOST, host)]
+        earlier = len(self._held)
+        accessed = _ranges(ev["reads"], ev["writes"])
+        for rng, write in accessed:
             for use in self._uses.values():
                 if not (write or use.write):
                     continue
@@ -188,7 +220,18 @@ class HostMemoryCheck(EventOrderCheck):
                     continue
                 if overlaps(use.rng, rng) != Overlap.EXACT:
                     continue
-                self._report(ev, write, use)
+                if any(_ordered(k, use) for k in self._polling):
+                    self._held.append((ev, write, use))
+                else:
+                    self._report(ev, write, use)
+        if not self._polling or not self._held[:earlier]:
+            return
+        # A host write of bytes a pending kernel polls is a signal, not a conflict (kernels
+        # are not copies): what the host did before it is ordered before that kernel's end.
+        released = [k for k in self._polling if any(w and overlaps(k.rng, r) != Overlap.NONE for r, w in accessed)]
+        if released:
+            kept = [h for h in self._held[:earlier] if not any(_ordered(k, h[2]) for k in released)]
+            self._held[:earlier] = kept
 
     def _report(self, ev: Mapping[str, Any], write: bool, use: DeviceUse) -> None:
         where = use.replay if use.replay is not None else use.event
@@ -228,6 +271,14 @@ class HostMemoryCheck(EventOrderCheck):
         self._retire()
 
 
+def _ordered(kernel: DeviceUse, use: DeviceUse) -> bool:
+    """Is the polling ``kernel`` ordered before the copy ``use`` (on the device)? Not when both
+    are of one replay: a replay is one op, its nodes' order inside the graph is not kept."""
+    if use.issued_after is None or (use.replay is not None and use.replay is kernel.replay):
+        return False
+    return ordered_before(kernel.stream, kernel.tick, use.issued_after)
+
+
 def _ranges(reads: Any, writes: Any) -> list[tuple[ByteRange, bool]]:
     found = []
     for write, ranges in ((False, reads or ()), (True, writes or ())):
@@ -252,4 +303,5 @@ HostMemoryCheck.HANDLERS = {
     "host_op": HostMemoryCheck._host_op,
     "op": HostMemoryCheck._op,
     "replay": HostMemoryCheck._replay,
+    "kernel": HostMemoryCheck._kernel,
 }

@@ -92,6 +92,9 @@ class CaptureNodes:
         # The graph event's nodes and edges: filled once the capture's events are all in (finish).
         self.event_nodes: list[dict[str, Any]] = []
         self.event_edges: list[list[Any]] = []
+        # The pinned host blocks live at the capture's end, (addr, size): a kernel parameter
+        # pointing into one is the kernel's host range (it may poll a flag the host sets).
+        self.pinned: Sequence[tuple[int, int]] = ()
         self._finished = False
 
     def floor(self) -> int:
@@ -207,6 +210,7 @@ class CaptureNodes:
             return
         assert self._read is not None
         blocks = live()
+        pinned = LiveBlocks([(addr, size, -1, None) for addr, size in self.pinned]) if self.pinned else None
         for index, event in self.kernels.items():
             access = self._accesses.get(index)
             if access is None or event["ev"] != "kernel":  # a collective's own node keeps the op's accesses
@@ -214,6 +218,9 @@ class CaptureNodes:
             event["name"] = access.name or self._read.types[index]
             if access.kind == "kernel":
                 self._resolve_kernel(event, access, blocks, stats)
+                host = pinned.ranges(access.words, event["seq"]) if pinned is not None else []
+                if host:
+                    event["host_ranges"] = host
             else:
                 event["reads"], event["writes"] = access.reads, access.writes
                 event["inferred"] = False

@@ -68,6 +68,8 @@ class CaptureSeam(RecordingSeam, Protocol):
 
     def position(self) -> int: ...
 
+    def pinned_blocks(self) -> list[tuple[int, int]]: ...
+
 
 class CaptureLifecycle:
     """Every capture of the recording, by graph id and by CUDAGraph object while it runs."""
@@ -170,6 +172,7 @@ class CaptureLifecycle:
         # still worked out then.
         rec.unseen.finish_later(capture)
         capture.nodes.snapshot(read, hooks.claims(capture.graph))
+        capture.nodes.pinned = rec.pinned_blocks()
         # Filled once the capture's events are all in (CaptureNodes.finish, before any output).
         return capture.nodes.event_nodes, capture.nodes.event_edges
 

@@ -87,6 +87,10 @@ class HostMemory:
         self.seen += 1
         return True
 
+    def live_blocks(self) -> list[tuple[int, int]]:
+        """(start, bytes) of each live pinned storage seen (a capture's end keeps them)."""
+        return list(self._live.items())
+
     def see(self, t: Any) -> None:
         """A tensor the program pinned, announced by it (the fake CUDA of the tests): a
         host_alloc now, as both sets of hooks would make at its factory."""

@@ -147,6 +147,11 @@ class Recorder:
         """The seq the next event will have: a session started now sees from here."""
         return self.log.position()
 
+    def pinned_blocks(self) -> list[tuple[int, int]]:
+        """(start, bytes) of the live pinned storages seen; none when pinned memory is not
+        recorded (a kernel pointing into one may poll it: captures.py)."""
+        return self.host_memory.live_blocks() if self.host_memory is not None else []
+
     def current_stream(self, device: int) -> int:
         """The device's current stream, which the hooks then know."""
         stream = self.runtime.current_stream(device)

@@ -211,10 +211,12 @@ EVENT_KINDS: tuple[EventKind, ...] = (
             optional("device", NONNEG),
             optional("inferred", BOOL),
             optional("stack", NONNEG),
+            optional("host_ranges", RANGES, added="1.6"),
         ),
         (
             "a kernel node the dispatcher never saw (Triton, custom CUDA, library calls) with the bytes its "
-            "pointer arguments reach"
+            "pointer arguments reach; `host_ranges` (1.6): the pinned host bytes they reach (a flag the "
+            "kernel may poll: direction unknown)"
         ),
     ),
     EventKind(

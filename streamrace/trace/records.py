@@ -247,6 +247,7 @@ class KernelEvent(_KernelEventRequired, total=False):
     device: int | None
     inferred: bool | None
     stack: int | None
+    host_ranges: list[ByteRange] | None  # since 1.6
 
 
 class _ReplayEventRequired(TypedDict):

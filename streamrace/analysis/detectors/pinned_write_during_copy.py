@@ -35,6 +35,9 @@ class DeviceUse:
     write: bool  # the copy writes the host bytes (D2H)
     rng: ByteRange
     replay: Mapping[str, Any] | None = None
+    # The clock of its stream when issued, kept only while some kernel that polls host bytes
+    # was pending then: whether that kernel is ordered before it (a host signal releases it).
+    issued_after: Mapping[int, int] | None = None
 
 
 @dataclass(eq=False)
