@@ -23,7 +23,7 @@ from typing import Any
 
 from streamrace.analysis.clocks import EAGER, ordered_before
 from streamrace.analysis.detectors.pool_unsafe_free import PoolUnsafeFree, PoolUse
-from streamrace.analysis.event_order import ORDER_HANDLERS, EventOrderCheck
+from streamrace.analysis.event_order import PROGRAM_HANDLERS, ProgramCheck
 from streamrace.analysis.ranges import normalize
 from streamrace.analysis.sorted_blocks import SortedBlocks
 
@@ -42,33 +42,21 @@ class _Range:
     detection: PoolUnsafeFree | None = None
 
 
-class AppPoolCheck(EventOrderCheck):
+# A graph's program: (device, captured op) of its ops, in order.
+_Program = list[tuple[int, Mapping[str, Any]]]
+
+
+class AppPoolCheck(ProgramCheck[_Program]):
     """Fed every event in order; ``found`` holds the detections."""
 
     def __init__(self) -> None:
         super().__init__()
         self._live: dict[int, SortedBlocks[_Range]] = {}  # device -> ranges given out
         self._freed: dict[int, SortedBlocks[_Range]] = {}  # device -> unsafely freed, still pending
-        self._capturing: dict[int, list[tuple[int, Mapping[str, Any]]]] = {}  # graph -> (device, captured op)
-        self._programs: dict[int, list[tuple[int, Mapping[str, Any]]]] = {}
         self.found: list[PoolUnsafeFree] = []
 
-    # -- captures ------------------------------------------------------------------------------
-    def _capture_begin(self, ev: Mapping[str, Any]) -> None:
-        self._devices.capture_begin(ev)
-        self._programs.pop(ev["graph"], None)
-        self._capturing[ev["graph"]] = []
-        self._hb.capture_begin(ev["graph"], ev["stream"])
-
-    def _capture_end(self, ev: Mapping[str, Any]) -> None:
-        graph = ev["graph"]
-        self._hb.capture_end(graph)
-        program = self._capturing.pop(graph, None)
-        if program is not None and not ev.get("aborted"):
-            self._programs[graph] = program
-
-    def _gone(self, ev: Mapping[str, Any]) -> None:
-        self._programs.pop(ev["graph"], None)
+    def _new_program(self, graph: int) -> _Program:
+        return []
 
     # -- the pools -----------------------------------------------------------------------------
     def _pool_alloc(self, ev: Mapping[str, Any]) -> None:
@@ -189,11 +177,7 @@ def _spans(ev: Mapping[str, Any]) -> Iterator[tuple[tuple[int, int], bool]]:
 
 
 AppPoolCheck.HANDLERS = {
-    **ORDER_HANDLERS,
-    "capture_begin": AppPoolCheck._capture_begin,
-    "capture_end": AppPoolCheck._capture_end,
-    "graph_reset": AppPoolCheck._gone,
-    "graph_destroy": AppPoolCheck._gone,
+    **PROGRAM_HANDLERS,
     "stream_sync": AppPoolCheck._stream_sync,
     "event_sync": AppPoolCheck._event_sync,
     "device_sync": AppPoolCheck._device_sync,

@@ -48,13 +48,6 @@ class EscapedAllocationCheck(EventOrderCheck):
         self._live: dict[int, SortedBlocks[_Block]] = {}  # device -> blocks allocated in a capture
         self._state: dict[int, _Block] = {}  # alloc seq -> a block the program kept state in
 
-    def _capture_begin(self, ev: Mapping[str, Any]) -> None:
-        self._devices.capture_begin(ev)
-        self._hb.capture_begin(ev["graph"], ev["stream"])
-
-    def _capture_end(self, ev: Mapping[str, Any]) -> None:
-        self._hb.capture_end(ev["graph"])
-
     def _alloc(self, ev: Mapping[str, Any]) -> None:
         stream = ev["stream"]
         device = self._devices.of(ev, stream)
@@ -108,8 +101,6 @@ class EscapedAllocationCheck(EventOrderCheck):
 
 EscapedAllocationCheck.HANDLERS = {
     **ORDER_HANDLERS,
-    "capture_begin": EscapedAllocationCheck._capture_begin,
-    "capture_end": EscapedAllocationCheck._capture_end,
     "alloc": EscapedAllocationCheck._alloc,
     "free": EscapedAllocationCheck._free,
     "op": EscapedAllocationCheck._op,

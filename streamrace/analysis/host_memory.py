@@ -33,7 +33,7 @@ from streamrace.analysis.clocks import EAGER, NO_HOST, ordered_before
 from streamrace.analysis.detectors.graph_pinned_freed import GraphPinnedFreed
 from streamrace.analysis.detectors.pinned_read_before_copy import PinnedReadBeforeCopy
 from streamrace.analysis.detectors.pinned_write_during_copy import DeviceUse, PinnedWriteDuringCopy
-from streamrace.analysis.event_order import ORDER_HANDLERS, EventOrderCheck
+from streamrace.analysis.event_order import PROGRAM_HANDLERS, ProgramCheck
 from streamrace.analysis.ranges import ByteRange, Overlap, interval, normalize, overlaps
 from streamrace.analysis.sorted_blocks import SortedBlocks
 
@@ -60,7 +60,7 @@ class _Captured:
     polls: bool = False  # a kernel's pointer into host bytes (``host_ranges``), not a copy
 
 
-class HostMemoryCheck(EventOrderCheck):
+class HostMemoryCheck(ProgramCheck[list[_Captured]]):
     """Fed every event in order; ``found`` holds the detections."""
 
     def __init__(self) -> None:
@@ -68,8 +68,6 @@ class HostMemoryCheck(EventOrderCheck):
         self._blocks: SortedBlocks[_HostBlock] = SortedBlocks()
         # (stream, range key, write) -> the latest device use of those host bytes not yet known done
         self._uses: dict[tuple[int, Any, bool], DeviceUse] = {}
-        self._capturing: dict[int, list[_Captured]] = {}  # graph -> its host ranges so far
-        self._programs: dict[int, list[_Captured]] = {}  # graph -> host ranges of its program
         self._freed: dict[int, list[GraphPinnedFreed]] = {}  # graph -> frees of its pinned inputs
         self._host_found: dict[tuple[Any, ...], PinnedWriteDuringCopy | PinnedReadBeforeCopy] = {}
         self._graph_found: list[GraphPinnedFreed] = []
@@ -90,22 +88,13 @@ class HostMemoryCheck(EventOrderCheck):
         return [*standing, *self._host_found.values()]
 
     # -- captures ------------------------------------------------------------------------------
-    def _capture_begin(self, ev: Mapping[str, Any]) -> None:
-        self._devices.capture_begin(ev)
-        self._capturing[ev["graph"]] = []
-        self._hb.capture_begin(ev["graph"], ev["stream"])
-
-    def _capture_end(self, ev: Mapping[str, Any]) -> None:
-        graph = ev["graph"]
-        self._hb.capture_end(graph)
-        program = self._capturing.pop(graph, None)
-        if program is not None and not ev.get("aborted"):
-            self._programs[graph] = program
+    def _new_program(self, graph: int) -> list[_Captured]:
+        return []  # the host ranges of its ops
 
     def _gone(self, ev: Mapping[str, Any]) -> None:
         """The graph is gone: a free of its pinned input that no replay followed is harmless."""
+        super()._gone(ev)
         graph = ev["graph"]
-        self._programs.pop(graph, None)
         for freed in self._freed.pop(graph, ()):
             if freed.stands is None:
                 freed.stands = False
@@ -195,8 +184,7 @@ class HostMemoryCheck(EventOrderCheck):
         """A kernel node pointing into pinned host bytes: each replay of its graph runs it
         again, and it may poll them (a flag the host sets: PyTorch's
         test_graph_external_wait_and_record spins on one)."""
-        graph = ev["graph"]
-        program = self._capturing[graph] if graph in self._capturing else self._programs.get(graph)
+        program = self._program_of(ev["graph"])
         if program is None:
             return
         for raw in ev.get("host_ranges") or ():
@@ -290,11 +278,7 @@ def _ranges(reads: Any, writes: Any) -> list[tuple[ByteRange, bool]]:
 
 
 HostMemoryCheck.HANDLERS = {
-    **ORDER_HANDLERS,
-    "capture_begin": HostMemoryCheck._capture_begin,
-    "capture_end": HostMemoryCheck._capture_end,
-    "graph_reset": HostMemoryCheck._gone,
-    "graph_destroy": HostMemoryCheck._gone,
+    **PROGRAM_HANDLERS,
     "stream_sync": HostMemoryCheck._stream_sync,
     "event_sync": HostMemoryCheck._event_sync,
     "device_sync": HostMemoryCheck._device_sync,

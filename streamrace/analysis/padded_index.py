@@ -38,7 +38,7 @@ from typing import Any
 
 from streamrace.analysis.clocks import EAGER
 from streamrace.analysis.detectors.padded_scatter import PaddedScatter
-from streamrace.analysis.event_order import ORDER_HANDLERS, EventOrderCheck
+from streamrace.analysis.event_order import PROGRAM_HANDLERS, ProgramCheck
 from streamrace.analysis.ranges import normalize
 from streamrace.analysis.sorted_blocks import SortedBlocks
 
@@ -108,35 +108,20 @@ class _Program:
     merged: dict[int, list[list[int]]] = field(default_factory=dict)  # device -> merged writes
 
 
-class PaddedIndexCheck(EventOrderCheck):
+class PaddedIndexCheck(ProgramCheck[_Program]):
     """Fed every event in order; ``found`` holds the detections."""
 
     def __init__(self) -> None:
         super().__init__()
         self._live: dict[int, SortedBlocks[_Block]] = {}  # device -> live blocks
-        self._capturing: dict[int, _Program] = {}
-        self._programs: dict[int, _Program] = {}  # graph -> its program's index facts
         self._watched: dict[Span, _Span] = {}  # index spans of the captures and programs
         self.found: list[PaddedScatter] = []
 
     # -- streams and captures ------------------------------------------------------------------
-    def _capture_begin(self, ev: Mapping[str, Any]) -> None:
-        graph = ev["graph"]
-        self._devices.capture_begin(ev)
-        self._gone(ev)
-        self._capturing[graph] = _Program()
-        self._hb.capture_begin(graph, ev["stream"])
+    def _new_program(self, graph: int) -> _Program:
+        return _Program()  # its index facts
 
-    def _capture_end(self, ev: Mapping[str, Any]) -> None:
-        graph = ev["graph"]
-        self._hb.capture_end(graph)
-        program = self._capturing.get(graph)
-        if program is None:
-            return
-        if ev.get("aborted"):
-            self._gone(ev)  # a failed capture has no graph to replay
-            return
-        del self._capturing[graph]
+    def _kept(self, graph: int, program: _Program) -> None:
         for device in {span[0] for span in program.writes}:
             program.merged[device] = _merge(sorted((lo, hi) for d, lo, hi in program.writes if d == device))
         program.writes = []
@@ -144,15 +129,12 @@ class PaddedIndexCheck(EventOrderCheck):
         program.indices = {
             span: index for span, index in program.indices.items() if not _meets(program.merged.get(span[0], []), span)
         }
-        self._programs[graph] = program
         for span in {span for span in self._watched if graph in self._watched[span].graphs} - set(program.indices):
             self._leave(span, graph)
 
-    def _gone(self, ev: Mapping[str, Any]) -> None:
-        graph = ev["graph"]
-        for program in (self._capturing.pop(graph, None), self._programs.pop(graph, None)):
-            for span in program.indices if program is not None else ():
-                self._leave(span, graph)
+    def _dropped(self, graph: int, program: _Program) -> None:
+        for span in program.indices:
+            self._leave(span, graph)
 
     def _leave(self, span: Span, graph: int) -> None:
         watched = self._watched[span]
@@ -286,11 +268,7 @@ def _rows(raw: Mapping[str, Any], refreshed: int) -> tuple[int, int] | None:
 
 
 PaddedIndexCheck.HANDLERS = {
-    **ORDER_HANDLERS,
-    "capture_begin": PaddedIndexCheck._capture_begin,
-    "capture_end": PaddedIndexCheck._capture_end,
-    "graph_reset": PaddedIndexCheck._gone,
-    "graph_destroy": PaddedIndexCheck._gone,
+    **PROGRAM_HANDLERS,
     "alloc": PaddedIndexCheck._alloc,
     "free": PaddedIndexCheck._free,
     "op": PaddedIndexCheck._op,

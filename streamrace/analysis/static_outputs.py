@@ -21,7 +21,7 @@ from typing import Any
 
 from streamrace.analysis.clocks import EAGER
 from streamrace.analysis.detectors.stale_static_output import StaleStaticOutput
-from streamrace.analysis.event_order import ORDER_HANDLERS, EventOrderCheck
+from streamrace.analysis.event_order import PROGRAM_HANDLERS, ProgramCheck
 from streamrace.analysis.ranges import normalize
 
 
@@ -50,35 +50,19 @@ class _HandOut:
     reported: bool = False  # its first stale read is the bug; later reads of it are the same one
 
 
-class StaticOutputCheck(EventOrderCheck):
+class StaticOutputCheck(ProgramCheck[_Program]):
     """Fed every event in order; ``found`` holds the detections."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._programs: dict[int, _Program] = {}  # graph -> its program, while it lives
-        self._capturing: dict[int, _Program] = {}
         # tensor identity -> (its hand-out, its bytes as its view event gave them); a read is
         # of that tensor only if it reads exactly those bytes: a TensorImpl address a dead
         # value left may be reused by a tensor no view op made (a later capture's output).
         self._handed: dict[int, tuple[_HandOut, Mapping[str, Any]]] = {}
         self.found: list[StaleStaticOutput] = []
 
-    def _capture_begin(self, ev: Mapping[str, Any]) -> None:
-        self._devices.capture_begin(ev)
-        self._programs.pop(ev["graph"], None)
-        self._capturing[ev["graph"]] = _Program(ev["graph"])
-        self._hb.capture_begin(ev["graph"], ev["stream"])
-
-    def _capture_end(self, ev: Mapping[str, Any]) -> None:
-        graph = ev["graph"]
-        self._hb.capture_end(graph)
-        program = self._capturing.pop(graph, None)
-        if program is not None and not ev.get("aborted"):
-            self._programs[graph] = program
-
-    def _gone(self, ev: Mapping[str, Any]) -> None:
-        self._programs.pop(ev["graph"], None)
-        self._capturing.pop(ev["graph"], None)
+    def _new_program(self, graph: int) -> _Program:
+        return _Program(graph)
 
     def _replay(self, ev: Mapping[str, Any]) -> None:
         program = self._programs.get(ev["graph"])
@@ -116,7 +100,7 @@ class StaticOutputCheck(EventOrderCheck):
     def _kernel(self, ev: Mapping[str, Any]) -> None:
         """A node no recorded launch made: a write of its graph's program (its accesses may
         come after the capture ended)."""
-        program = self._capturing.get(ev["graph"]) or self._programs.get(ev["graph"])
+        program = self._program_of(ev["graph"])
         if program is not None:
             device = self._devices.of(ev, ev.get("stream"))
             for raw in ev["writes"]:
@@ -160,11 +144,7 @@ class StaticOutputCheck(EventOrderCheck):
 
 
 StaticOutputCheck.HANDLERS = {
-    **ORDER_HANDLERS,
-    "capture_begin": StaticOutputCheck._capture_begin,
-    "capture_end": StaticOutputCheck._capture_end,
-    "graph_reset": StaticOutputCheck._gone,
-    "graph_destroy": StaticOutputCheck._gone,
+    **PROGRAM_HANDLERS,
     "replay": StaticOutputCheck._replay,
     "view": StaticOutputCheck._view,
     "op": StaticOutputCheck._op,
