@@ -25,6 +25,7 @@ from streamrace.trace.builder import TraceBuilder
 
 
 def many_small_eager_ops(tb: TraceBuilder, count: int) -> None:
+    """``count`` eager ops on two streams, each writing its own 64 bytes of one block."""
     main, side = tb.stream("main"), tb.stream("side")
     x = tb.alloc(count * 64, main, at="m.py:1")
     for i in range(count):
@@ -32,6 +33,7 @@ def many_small_eager_ops(tb: TraceBuilder, count: int) -> None:
 
 
 def one_op_of_many_ranges(tb: TraceBuilder, count: int) -> None:
+    """One op of ``count`` read ranges and ``count`` write ranges."""
     main = tb.stream("main")
     x = tb.alloc(count * 64, main, at="m.py:1")
     reads = [tb.span(x + 64 * i, 32) for i in range(count)]
@@ -40,6 +42,8 @@ def one_op_of_many_ranges(tb: TraceBuilder, count: int) -> None:
 
 
 def column_slices(tb: TraceBuilder, count: int) -> None:
+    """``count`` ops on two streams, each writing its own 16 columns of one matrix: strided views
+    whose spans all overlap, though no two share a byte."""
     main, side = tb.stream("main"), tb.stream("side")
     x = tb.alloc(count * 4096, main, at="m.py:1")
     for i in range(count):
@@ -48,7 +52,8 @@ def column_slices(tb: TraceBuilder, count: int) -> None:
 
 
 def replayed_column_slices(tb: TraceBuilder, count: int, replays: int) -> None:
-    """A graph of ``count`` column-slice writes on one stream, replayed ``replays`` times."""
+    """A graph of ``count`` column-slice writes on one stream, replayed ``replays`` times: each
+    replay's writes are checked against the last replay's, whose spans all overlap theirs."""
     main = tb.stream("main")
     x = tb.alloc(count * 4096, main, at="m.py:1")
     with tb.capture(main) as graph:

@@ -1,5 +1,6 @@
-"""The benchmarks' synthetic traces (benchmarks/synthetic.py), for the tests that analyse them:
-the generator is loaded from its file, since benchmarks/ is not a package."""
+"""The benchmarks' traces, for the tests that analyse them: benchmarks/synthetic.py's capture
+set and benchmarks/python_engine_scale.py's shapes. Their builders are loaded from their files,
+since benchmarks/ is not a package."""
 
 from __future__ import annotations
 
@@ -10,17 +11,28 @@ from types import ModuleType
 
 from streamrace.trace.io import Trace
 
-SYNTHETIC = Path(__file__).resolve().parents[1] / "benchmarks" / "synthetic.py"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @functools.cache
-def synthetic() -> ModuleType:
-    """benchmarks/synthetic.py as a module."""
-    spec = importlib.util.spec_from_file_location("synthetic", SYNTHETIC)
+def _benchmark(name: str) -> ModuleType:
+    """benchmarks/<name>.py as a module."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def synthetic() -> ModuleType:
+    """benchmarks/synthetic.py as a module."""
+    return _benchmark("synthetic")
+
+
+def engine_scale() -> ModuleType:
+    """benchmarks/python_engine_scale.py as a module: the shapes that once made the Python
+    engine quadratic (issue 27), each a builder ``(tb, count, ...)``."""
+    return _benchmark("python_engine_scale")
 
 
 def capture_set() -> Trace:

@@ -8,6 +8,7 @@ a hang, not a timing assertion."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import re
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from analysis_engines import ENGINES
+from benchmark_traces import engine_scale
 
 from streamrace.analysis import analyze
 from streamrace.analysis.core import cpp_available
@@ -225,50 +227,12 @@ def test_a_graph_lives_its_possible_life_and_an_unknown_graph_s_replay_is_noted(
 
 
 # -- sizes the Python engine must take in near-linear work (issue 27) ----------------------------
-def _many_small_eager_ops(tb: TraceBuilder, count: int) -> None:
-    """``count`` eager ops on two streams, each writing its own 64 bytes of one block."""
-    main, side = tb.stream("main"), tb.stream("side")
-    x = tb.alloc(count * 64, main, at="m.py:1")
-    for i in range(count):
-        tb.op("aten::fill_", main if i % 2 else side, writes=[tb.span(x + 64 * i, 64)], at="m.py:2")
-
-
-def _one_op_of_many_ranges(tb: TraceBuilder, count: int) -> None:
-    main = tb.stream("main")
-    x = tb.alloc(count * 64, main, at="m.py:1")
-    reads = [tb.span(x + 64 * i, 32) for i in range(count)]
-    writes = [tb.span(x + 64 * i + 32, 32) for i in range(count)]
-    tb.op("aten::cat", main, reads=reads, writes=writes, at="m.py:2")
-
-
-def _column_slices(tb: TraceBuilder, count: int) -> None:
-    """``count`` ops on two streams, each writing its own 16 columns of one matrix: strided views
-    whose spans all overlap, though no two share a byte."""
-    main, side = tb.stream("main"), tb.stream("side")
-    x = tb.alloc(count * 4096, main, at="m.py:1")
-    for i in range(count):
-        view = tb.view(x, [64, 16], [count * 16, 1], offset=i * 16)
-        tb.op("aten::copy_", main if i % 2 else side, writes=[view], at="m.py:2")
-
-
-def _replayed_column_slices(tb: TraceBuilder, count: int) -> None:
-    """A graph of ``count`` column-slice writes on one stream, replayed 20 times: each replay's
-    writes are checked against the last replay's, whose spans all overlap theirs."""
-    main = tb.stream("main")
-    x = tb.alloc(count * 4096, main, at="m.py:1")
-    with tb.capture(main) as graph:
-        for i in range(count):
-            view = tb.view(x, [64, 16], [count * 16, 1], offset=i * 16)
-            tb.op("aten::copy_", main, writes=[view], at="m.py:2")
-    for _ in range(20):
-        tb.replay(graph, main, at="m.py:3")
-
-
+SCALE = engine_scale()  # the shapes benchmarks/python_engine_scale.py times
 LARGE = {
-    "10k eager ops": (_many_small_eager_ops, 10_000),
-    "one op of 20k ranges": (_one_op_of_many_ranges, 20_000),
-    "2,000 strided ops": (_column_slices, 2_000),
-    "2,000-op capture replayed": (_replayed_column_slices, 2_000),
+    "10k eager ops": (SCALE.many_small_eager_ops, 10_000),
+    "one op of 20k ranges": (SCALE.one_op_of_many_ranges, 20_000),
+    "2,000 strided ops": (SCALE.column_slices, 2_000),
+    "2,000-op capture replayed": (functools.partial(SCALE.replayed_column_slices, replays=20), 2_000),
 }
 
 

@@ -65,6 +65,33 @@ class TracePass(Protocol):
         ...
 
 
+class EventCheck(Protocol):
+    """A check that makes its detections from the events alone (padded_index.py's,
+    static_outputs.py's): fed every event in order, it keeps them in ``found``."""
+
+    @property
+    def found(self) -> Sequence[object]: ...  # read-only here, so a check's list of its own records fits
+
+    def observe(self, events: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]: ...
+
+
+class CheckPass:
+    """An ``EventCheck`` as a ``TracePass``: it reads nothing of the engine's, so both engines
+    give the same findings, and no engine detection is one of its own."""
+
+    def __init__(self, check: EventCheck) -> None:
+        self.check = check
+
+    def observe(self, events: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
+        return self.check.observe(events)
+
+    def detections(self, results: EngineResults) -> list[object]:
+        return list(self.check.found)
+
+    def explains(self, detection: object) -> bool:
+        return False
+
+
 class Detector(ABC, Generic[DetectionT]):
     """One finding kind; subclasses set the class attributes and ``describe``."""
 

@@ -12,12 +12,12 @@ can hold index operands (format 1.2 and later, with eager work recorded).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from streamrace.analysis.describe import Describer, at, what
-from streamrace.analysis.detectors.detector import Detector, EngineResults, SarifRule, TracePass
+from streamrace.analysis.detectors.detector import CheckPass, Detector, SarifRule, TracePass
 from streamrace.analysis.findings import Access, Finding
 from streamrace.analysis.lifetimes import Lifetime
 
@@ -40,24 +40,6 @@ class PaddedScatter:
     nbytes: int
     rows: tuple[int, int] | None  # (rows refreshed, rows captured), when the index has rows
     alloc: Mapping[str, Any] | None  # the index block's alloc event, when the trace has it
-
-
-class PaddedIndexPass:
-    """The padded-scatter check as a pass over the events."""
-
-    def __init__(self) -> None:
-        from streamrace.analysis.padded_index import PaddedIndexCheck  # loads only for traces that need it
-
-        self.check = PaddedIndexCheck()
-
-    def observe(self, events: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
-        return self.check.observe(events)
-
-    def detections(self, results: EngineResults) -> list[object]:
-        return list(self.check.found)
-
-    def explains(self, detection: object) -> bool:
-        return False
 
 
 class PaddedScatterDetector(Detector[PaddedScatter]):
@@ -89,7 +71,9 @@ class PaddedScatterDetector(Detector[PaddedScatter]):
         over every event, is not run. A trace that does not say (made by hand) gets it."""
         if (header.get("minor") or 0) < 2 or header.get("recording") == "captures" or header.get("index_ops") == 0:
             return None
-        return PaddedIndexPass()
+        from streamrace.analysis.padded_index import PaddedIndexCheck  # loads only for traces that need it
+
+        return CheckPass(PaddedIndexCheck())
 
     def describe(self, found: PaddedScatter, describer: Describer) -> Finding:
         graph, use = found.graph, found.use

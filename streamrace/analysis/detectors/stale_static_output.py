@@ -10,12 +10,12 @@ later that recorded the whole program.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from streamrace.analysis.describe import Describer, at
-from streamrace.analysis.detectors.detector import Detector, EngineResults, SarifRule, TracePass
+from streamrace.analysis.detectors.detector import CheckPass, Detector, SarifRule, TracePass
 from streamrace.analysis.findings import Access, Finding
 
 KIND = "stale-static-output"
@@ -34,24 +34,6 @@ class StaleStaticOutput:
     read: Mapping[str, Any]
     raw: Mapping[str, Any]
     device: int
-
-
-class StaticOutputPass:
-    """The static-output check as a pass over the events."""
-
-    def __init__(self) -> None:
-        from streamrace.analysis.static_outputs import StaticOutputCheck  # loads only for traces that need it
-
-        self.check = StaticOutputCheck()
-
-    def observe(self, events: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
-        return self.check.observe(events)
-
-    def detections(self, results: EngineResults) -> list[object]:
-        return list(self.check.found)
-
-    def explains(self, detection: object) -> bool:
-        return False
 
 
 class StaleStaticOutputDetector(Detector[StaleStaticOutput]):
@@ -82,7 +64,9 @@ class StaleStaticOutputDetector(Detector[StaleStaticOutput]):
         not say (made by hand) gets it."""
         if (header.get("minor") or 0) < 5 or header.get("recording") == "captures" or header.get("views") == 0:
             return None
-        return StaticOutputPass()
+        from streamrace.analysis.static_outputs import StaticOutputCheck  # loads only for traces that need it
+
+        return CheckPass(StaticOutputCheck())
 
     def describe(self, found: StaleStaticOutput, describer: Describer) -> Finding:
         graph = found.graph
