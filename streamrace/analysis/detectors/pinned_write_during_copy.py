@@ -11,12 +11,12 @@ three pinned-memory kinds (M1, M2, M3): it runs for traces that recorded pinned 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from streamrace.analysis.describe import Describer
-from streamrace.analysis.detectors.detector import Detector, EngineResults, SarifRule, TracePass
+from streamrace.analysis.detectors.detector import CheckPass, Detector, SarifRule, TracePass
 from streamrace.analysis.detectors.pinned_words import describe_host_race
 from streamrace.analysis.findings import Finding
 from streamrace.analysis.ranges import ByteRange
@@ -53,24 +53,6 @@ class PinnedWriteDuringCopy:
     last_seq: int = -1  # the latest host access counted
 
 
-class HostMemoryPass:
-    """The pinned-memory check as a pass over the events."""
-
-    def __init__(self) -> None:
-        from streamrace.analysis.host_memory import HostMemoryCheck  # loads only for traces that need it
-
-        self.check = HostMemoryCheck()
-
-    def observe(self, events: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
-        return self.check.observe(events)
-
-    def detections(self, results: EngineResults) -> list[object]:
-        return self.check.found
-
-    def explains(self, detection: object) -> bool:
-        return False  # the engines see no host bytes: none of their findings is one of these
-
-
 class PinnedWriteDuringCopyDetector(Detector[PinnedWriteDuringCopy]):
     kind = KIND
     severity = "error"
@@ -100,7 +82,9 @@ class PinnedWriteDuringCopyDetector(Detector[PinnedWriteDuringCopy]):
             return None
         if header.get("host_memory") is False:
             return None
-        return HostMemoryPass()
+        from streamrace.analysis.host_memory import HostMemoryCheck  # loads only for traces that need it
+
+        return CheckPass(HostMemoryCheck())
 
     def describe(self, found: PinnedWriteDuringCopy, describer: Describer) -> Finding:
         return describe_host_race(KIND, found, describer)
