@@ -11,13 +11,23 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from conftest import load_example
-from fixture_recording import record_buggy_and_fixed
+
+import streamrace
 
 
 def main() -> None:
+    out = pathlib.Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
     pinned = load_example("pinned_memory")
-    runs = {f"host_{name}": run for name, run in pinned.SCENARIOS.items()}
-    record_buggy_and_fixed(sys.argv[1], runs, rounds=lambda outcome: outcome.steps, hooks="python")
+    for name, run in pinned.SCENARIOS.items():
+        for fixed in (False, True):
+            trace = f"host_{name}_{'fixed' if fixed else 'buggy'}"
+            with streamrace.watch(trace=str(out / f"{trace}.jsonl.gz"), hooks="python") as session:
+                outcome = run(fixed)
+            found = [(f.kind, f.count) for f in session.findings]
+            print(
+                trace, found, f"corrupted {outcome.corrupted}/{outcome.steps} premise {outcome.premise}", session.errors
+            )
 
 
 if __name__ == "__main__":

@@ -9,17 +9,20 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from conftest import load_example
-from fixture_recording import record_buggy_and_fixed
+
+import streamrace
 
 
 def main() -> None:
+    out = pathlib.Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
     pool = load_example("paged_kv_pool")
-    record_buggy_and_fixed(
-        sys.argv[1],
-        {"pool_kv": pool.run},
-        shown=lambda finding: (finding.kind, finding.aliasing, finding.count),
-        premise=False,
-    )
+    for fixed in (False, True):
+        name = f"pool_kv_{'fixed' if fixed else 'buggy'}"
+        with streamrace.watch(trace=str(out / f"{name}.jsonl.gz")) as session:
+            outcome = pool.run(fixed)
+        found = [(f.kind, f.aliasing, f.count) for f in session.findings]
+        print(name, found, f"corrupted {outcome.corrupted}/{outcome.rounds}", session.errors)
 
 
 if __name__ == "__main__":

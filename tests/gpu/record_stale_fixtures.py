@@ -10,13 +10,27 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from conftest import load_example
-from fixture_recording import record_buggy_and_fixed
+
+import streamrace
 
 
 def main() -> None:
+    out = pathlib.Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
     example = load_example("static_outputs")
-    runs = {f"stale_{name}": scenario.run for name, scenario in example.SCENARIOS.items()}
-    record_buggy_and_fixed(sys.argv[1], runs)
+    for name, scenario in example.SCENARIOS.items():
+        for fixed in (False, True):
+            trace = f"stale_{name}_{'fixed' if fixed else 'buggy'}"
+            with streamrace.watch(trace=str(out / f"{trace}.jsonl.gz")) as session:
+                outcome = scenario.run(fixed)
+            found = [(f.kind, f.count) for f in session.findings]
+            print(
+                trace,
+                found,
+                f"corrupted {outcome.corrupted}/{outcome.rounds}",
+                f"premise {outcome.premise}",
+                session.errors,
+            )
 
 
 if __name__ == "__main__":
