@@ -36,6 +36,7 @@ from streamrace.record.cuda_runtime import CudaRuntime
 from streamrace.record.graph_memory import GraphMemory, identity
 from streamrace.record.graph_readback import GraphColumns
 from streamrace.record.hook_tables import GPU_TRACE_HOOKS, MAX_ERRORS
+from streamrace.record.installation import GpuTraceRoute
 from streamrace.record.op_accesses import index_operands, op_accesses, returns_to_host, tensor_range, view_base
 from streamrace.record.stacks import StackTable
 
@@ -76,7 +77,6 @@ class Hooks(Protocol):
     """What the Recorder asks of either set of hooks."""
 
     kind: str  # "native" or "python"
-    callbacks: dict[str, Callable[..., None]]  # torch.cuda._gpu_trace registry -> callback
     # Whether the hooks give the nodes no recorded launch made their kernel events themselves
     # (catch_up); else the Recorder does (UnseenLaunches), when the hooks ask it to.
     catches_up: bool
@@ -107,12 +107,8 @@ class Hooks(Protocol):
     def read_graph(self, graph: int) -> GraphColumns: ...
     # (function name or None, words per parameter) of a kernel node; None: the runtime reads it.
     def kernel_access(self, node: int) -> tuple[str | None, list[list[int]]] | None: ...
-    # How the hooks hear torch's GPU-trace calls: the registries served in C++ straight from
-    # torch (nothing of theirs joins those registries), until stop_interposing; then the
-    # registries whose fire_callbacks a hook replaces instead of joining their callback list.
-    def interpose(self, gpu_trace: Any) -> tuple[str, ...]: ...
-    def stop_interposing(self) -> None: ...
-    def fire_overrides(self, gpu_trace: Any) -> dict[str, Callable[..., None]]: ...
+    # How the hooks hear the calls of torch's GPU-trace registries (torch.cuda._gpu_trace).
+    def gpu_trace_route(self, gpu_trace: Any) -> GpuTraceRoute: ...
 
 
 _OP_NAMES: dict[Any, str] = {}
@@ -315,14 +311,8 @@ class PythonHooks:
     def caught_up(self, graph: int) -> list[tuple[int, int]]:
         return []  # the Recorder's catch-up claims its kernel events itself
 
-    def interpose(self, gpu_trace: Any) -> tuple[str, ...]:
-        return ()
-
-    def stop_interposing(self) -> None:
-        return None
-
-    def fire_overrides(self, gpu_trace: Any) -> dict[str, Callable[..., None]]:
-        return {}
+    def gpu_trace_route(self, gpu_trace: Any) -> GpuTraceRoute:
+        return GpuTraceRoute(self.callbacks)  # each callback joins its registry's list
 
     def release_python(self) -> None:
         self._catch_up = _nothing
@@ -693,6 +683,17 @@ class NativeHooks:
             if isinstance(callback_list, list) and callable(getattr(target, "fire_callbacks", None)):
                 overrides[hook.registry] = self._module.fire_function(hook.hook, callback_list)
         return overrides
+
+    def gpu_trace_route(self, gpu_trace: Any) -> GpuTraceRoute:
+        """The registries served in C++ straight from torch, where the runtime allows it; of
+        the others, the busiest fired by the native hooks directly; the rest joined."""
+        interposed = self.interpose(gpu_trace)
+        try:
+            overrides = self.fire_overrides(gpu_trace)
+        except BaseException:
+            self.stop_interposing()  # a recording that fails to start leaves torch's interpreter
+            raise
+        return GpuTraceRoute(self.callbacks, interposed, overrides, self.stop_interposing)
 
 
 def make_hooks(choice: str, options: HookOptions) -> tuple[Hooks, str | None]:

@@ -1,7 +1,7 @@
 """What a recording installs into the process while it runs, and takes out at its end.
 
 One recording at a time: the active Recorder, how its hooks hear torch's GPU-trace calls
-(straight from torch's C++, or as ``torch.cuda._gpu_trace`` callbacks),
+(``GpuTraceRoute``: straight from torch's C++, or as ``torch.cuda._gpu_trace`` callbacks),
 and the library methods the Recorder's parts wrap (``MethodPatch``: CUDAGraph's capture in
 captures.py, its replay, reset and capture end again in replays.py, Triton's launch in
 triton_launches.py). A part that watches another library method adds a MethodPatch of its
@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from streamrace.record.hook_tables import GPU_TRACE_HOOKS
@@ -22,8 +23,26 @@ _ACTIVE: Any = None  # the Recorder running in this process
 _LATEST: Callable[[], Any] = type(None)  # the Recorder that ran last, as a weak reference
 _LOCK = threading.Lock()
 _PATCHED: list[MethodPatch] = []
-# (registries, hooks, the registries served straight from torch's C++, fire_callbacks overrides)
-_GPU_TRACE: list[tuple[Any, Any, tuple[str, ...], dict[str, Callable[..., None]]]] = []
+
+
+def _nothing() -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class GpuTraceRoute:
+    """How a set of hooks hears torch's GPU-trace calls, registry by registry: served in C++
+    straight from torch (``interposed``, until ``stop_interposing``), else through a
+    ``fire_callbacks`` that replaces the registry's own (``overrides``), else as a callback
+    that joins the registry's list (``callbacks``)."""
+
+    callbacks: dict[str, Callable[..., None]]  # registry -> the hook's callback
+    interposed: tuple[str, ...] = ()
+    overrides: dict[str, Callable[..., None]] = field(default_factory=dict)
+    stop_interposing: Callable[[], None] = _nothing
+
+
+_GPU_TRACE: list[tuple[Any, GpuTraceRoute]] = []  # (the registries, how the hooks hear them)
 
 
 def active() -> Any:
@@ -73,20 +92,18 @@ def activate(recorder: Any, hooks: Any, runtime: Any, patches: list[MethodPatch]
         _LATEST = weakref.ref(recorder)
         recorder.hooks = hooks
         registries = runtime.gpu_trace()
-        interposed = hooks.interpose(registries)
+        route = hooks.gpu_trace_route(registries)
         # Kept from the first step on, so that a failure halfway takes out what went in.
-        _GPU_TRACE.append((registries, hooks, interposed, {}))
+        _GPU_TRACE.append((registries, route))
         try:
-            overrides = hooks.fire_overrides(registries)
-            _GPU_TRACE[-1] = (registries, hooks, interposed, overrides)
             for hook in GPU_TRACE_HOOKS:
                 target = getattr(registries, hook.registry)
-                if hook.registry in interposed:
+                if hook.registry in route.interposed:
                     continue
-                if hook.registry in overrides:
-                    target.fire_callbacks = overrides[hook.registry]
+                if hook.registry in route.overrides:
+                    target.fire_callbacks = route.overrides[hook.registry]
                 else:
-                    target.add_callback(hooks.callbacks[hook.registry])
+                    target.add_callback(route.callbacks[hook.registry])
             for method in patches:
                 patch(method)
         except BaseException:
@@ -106,16 +123,16 @@ def deactivate() -> None:
 def _take_out() -> None:
     """Everything activate put in, whatever part of it did go in (the lock held)."""
     while _GPU_TRACE:
-        registries, hooks, interposed, overrides = _GPU_TRACE.pop()
-        hooks.stop_interposing()
+        registries, route = _GPU_TRACE.pop()
+        route.stop_interposing()
         for hook in GPU_TRACE_HOOKS:
             target = getattr(registries, hook.registry)
-            if hook.registry in interposed:
+            if hook.registry in route.interposed:
                 continue
-            if hook.registry in overrides:
-                if vars(target).get("fire_callbacks") is overrides[hook.registry]:
+            if hook.registry in route.overrides:
+                if vars(target).get("fire_callbacks") is route.overrides[hook.registry]:
                     del target.fire_callbacks  # the class's own again
-            elif hooks.callbacks[hook.registry] in target.callback_list:
-                target.callback_list.remove(hooks.callbacks[hook.registry])
+            elif route.callbacks[hook.registry] in target.callback_list:
+                target.callback_list.remove(route.callbacks[hook.registry])
     while _PATCHED:  # last in, first out: a wrapper of a wrapper comes off first
         _PATCHED.pop().uninstall()
