@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from streamrace.record import native
 from streamrace.record.capture_nodes import is_trusted
 from streamrace.record.cuda_runtime import CudaRuntime
 from streamrace.record.graph_memory import GraphMemory, identity
@@ -645,8 +646,11 @@ class NativeHooks:
     def use_allocator_facts(self) -> str:
         """Allocations take their exact facts from the allocator's trace tracker from now on
         (attached through the runtime: torch's allocator, or a scripted one): "" when they
-        do, else why not."""
-        return self._runtime.attach_allocator_tracker(self._native, self._module)
+        do, else why not (the build's reason, where it has one, says more)."""
+        why_not = self._runtime.attach_allocator_tracker(self._native, self._module)
+        if why_not:
+            return native.tracker_unavailable or why_not
+        return ""
 
     # Why torch's GPU-trace calls come through the Python registries this recording ("" when
     # they come straight from torch's C++), set by interpose.
@@ -699,8 +703,6 @@ class NativeHooks:
 def make_hooks(choice: str, options: HookOptions) -> tuple[Hooks, str | None]:
     """The hooks to record with (``choice``: auto, native or python), and why the native ones
     are not used where they could have been."""
-    from streamrace.record import native
-
     if choice == "python":
         return PythonHooks(options), None
     try:

@@ -257,10 +257,6 @@ class Recorder:
             return
         hooks = self.started_hooks
         why_not = hooks.use_allocator_facts()
-        if why_not and hooks.kind == "native":
-            from streamrace.record import native
-
-            why_not = native.tracker_unavailable or why_not  # the build's reason says more
         self.allocations.turn_on(hooks.peek_seq(), why_not)
 
     def _first_allocation(self, addr: int) -> None:
