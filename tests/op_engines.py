@@ -59,9 +59,9 @@ def native_module() -> Any:
         pytest.skip(f"native hooks unavailable: {exc}")
 
 
-def cpu_hooks(shown_path: Callable[[Any], str | None] | None = None, catch_up: Callable[[], None] = lambda: None):
+def cpu_hooks(shown_path: Callable[[Any], str | None] | None = None):
     """Native hooks recording every op on CPU tensors (there is no capture on the CPU)."""
-    options = HookOptions(True, 6, 48, shown_path or UserCode().shown_path, catch_up)
+    options = HookOptions(True, 6, 48, shown_path or UserCode().shown_path)
     return NativeHooks(native_module(), options, device_type=CPU)
 
 

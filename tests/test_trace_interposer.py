@@ -78,7 +78,7 @@ def test_others_python_callbacks_still_run(gpu_trace):
     # these hooks record CUDA, with events only: the hooks for those ask c10 for no device.
     module = native_module()
     seen: list[int] = []
-    hooks = NativeHooks(module, HookOptions(True, 6, 48, UserCode().shown_path, lambda: None), device_type=CUDA)
+    hooks = NativeHooks(module, HookOptions(True, 6, 48, UserCode().shown_path), device_type=CUDA)
     hooks.interpose(gpu_trace)
     hooks.start()
     try:

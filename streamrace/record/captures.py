@@ -164,14 +164,12 @@ class CaptureLifecycle:
             return None
         assert capture.handle is not None  # a capture has nodes only where its graph was read
         rec = self._rec
-        hooks = rec.started_hooks
-        rec.unseen.catch_up()
-        capture.nodes.add_caught(hooks.caught_up(capture.graph))
-        read = GraphRead(*hooks.read_graph(capture.handle))
+        caught, graph, claims = rec.started_hooks.read_capture(capture.graph, capture.handle)
+        capture.nodes.add_caught(caught)
         # Finished later even if reading a node's parameters fails: the launches' nodes are
         # still worked out then.
         rec.unseen.finish_later(capture)
-        capture.nodes.snapshot(read, hooks.claims(capture.graph))
+        capture.nodes.snapshot(GraphRead(*graph), claims)
         capture.nodes.pinned = rec.pinned_blocks()
         # Filled once the capture's events are all in (CaptureNodes.finish, before any output).
         return capture.nodes.event_nodes, capture.nodes.event_edges

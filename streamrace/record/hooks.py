@@ -26,7 +26,7 @@ import itertools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -59,6 +59,14 @@ class HostOps(Protocol):
     def native_part(self, native: Any) -> Callable[[Any, bool], bool]: ...
 
 
+class RecorderCatchUp(Protocol):
+    """The Recorder's catching up (unseen_launches.py), which the Python hooks ask for when a
+    stream launched what no hook saw; the native hooks catch up themselves, in C++."""
+
+    def catch_up(self, hooks: PythonHooks) -> None: ...  # at a capture's end
+    def guarded_catch_up(self, hooks: PythonHooks) -> None: ...  # in a hook: a failure is the recorder's
+
+
 @dataclass(frozen=True)
 class HookOptions:
     """What either set of hooks is made with."""
@@ -67,20 +75,26 @@ class HookOptions:
     stack_depth: int  # user frames kept per stack
     max_walk: int  # frames looked at per stack, user or not
     shown_path: Callable[[Any], str | None]  # UserCode.shown_path: which frames are the user's
-    # The Recorder's, when a stream launched what no hook saw (the Python hooks; the native
-    # ones catch up themselves).
-    catch_up: Callable[[], None]
     runtime: CudaRuntime = field(default_factory=CudaRuntime)  # what CUDA is asked through
     host: HostOps | None = None  # pinned host memory (host_memory.py)
+    catch_up: RecorderCatchUp | None = None  # the Python hooks' (the native ones catch up themselves)
+
+
+class CaptureRead(NamedTuple):
+    """What the hooks hold of a capture at its end, read once they have caught up."""
+
+    # (node index, seq when emitted) of the kernel events the hooks caught up themselves (the
+    # Recorder claims those it makes: none with the Python hooks)
+    caught: list[tuple[int, int]]
+    graph: GraphColumns  # the graph read back (graph_readback.py, or the same in C++)
+    # (seq, frontier node, 1 for a trusted op else 0) of each claim in seq order, flattened
+    claims: list[int]
 
 
 class Hooks(Protocol):
     """What the Recorder asks of either set of hooks."""
 
     kind: str  # "native" or "python"
-    # Whether the hooks give the nodes no recorded launch made their kernel events themselves
-    # (catch_up); else the Recorder does (UnseenLaunches), when the hooks ask it to.
-    catches_up: bool
 
     def start(self) -> None: ...
     def stop(self) -> None: ...
@@ -92,20 +106,15 @@ class Hooks(Protocol):
     def end_capture(self, graph: int) -> None: ...
     def capture_streams(self, graph: int) -> list[int]: ...
     def open_graphs(self) -> list[int]: ...
-    # (seq, frontier node, 1 for a trusted op else 0) of each claim in seq order, flattened
-    def claims(self, graph: int) -> list[int]: ...
-    def last_claim(self, graph: int) -> int: ...  # the node the latest claim ends at, 0 for none
     def claim(self, graph: int, seq: int, node: int, trusted: bool) -> None: ...
     def refresh_frontiers(self, graph: int) -> None: ...  # after catching up
-    def catch_up(self) -> None: ...  # where catches_up
-    def caught_up(self, graph: int) -> list[tuple[int, int]]: ...  # (node index, seq) of its kernel events
     def begin_launch(self) -> tuple[int, int | None, int]: ...  # (stack, graph or None, frontier node)
     def end_launch(self) -> None: ...
     def drain(self) -> list[dict[str, Any]]: ...
     def release_python(self) -> None: ...
     def use_allocator_facts(self) -> str: ...  # "" when allocs now come exact, else why not
-    # Graph reads (graph_readback.py, or the same in C++).
-    def read_graph(self, graph: int) -> GraphColumns: ...
+    # At a capture's end (``graph``, its CUDA graph ``handle``): caught up, what they hold of it.
+    def read_capture(self, graph: int, handle: int) -> CaptureRead: ...
     # (function name or None, words per parameter) of a kernel node; None: the runtime reads it.
     def kernel_access(self, node: int) -> tuple[str | None, list[list[int]]] | None: ...
     # How the hooks hear the calls of torch's GPU-trace registries (torch.cuda._gpu_trace).
@@ -177,11 +186,10 @@ class PythonHooks:
     """The reference hooks: a TorchDispatchMode and Python ``_gpu_trace`` callbacks."""
 
     kind = "python"
-    catches_up = False
 
     def __init__(self, options: HookOptions) -> None:
         self.eager_ops = options.eager_ops
-        self._catch_up = options.catch_up
+        self._recorder_catch_up = options.catch_up
         self._runtime = options.runtime
         self._graphs = options.runtime.graphs
         self._host = options.host
@@ -258,10 +266,12 @@ class PythonHooks:
         return sorted(g for g, c in self._captures.items() if c.open)
 
     def claims(self, graph: int) -> list[int]:
+        """(seq, frontier node, 1 for a trusted op else 0) of each claim in seq order, flattened."""
         claims = self._captures[graph].claims if graph in self._captures else []
         return [int(v) for claim in claims for v in claim]
 
     def last_claim(self, graph: int) -> int:
+        """The node the latest claim ends at, 0 for none (the Recorder's catch-up starts there)."""
         claims = self._captures[graph].claims if graph in self._captures else []
         return claims[-1][1] if claims else 0
 
@@ -283,6 +293,11 @@ class PythonHooks:
         """Whether a stream's frontier moved since the hooks last saw it."""
         return any(self._graphs.capture_state(s)[1] != self._known.get(s) for s in streams)
 
+    def _catch_up(self) -> None:
+        """The Recorder's catch-up, asked from a hook: its failure is the recorder's."""
+        if self._recorder_catch_up is not None:
+            self._recorder_catch_up.guarded_catch_up(self)
+
     def _check(self, stream: int) -> None:
         """Catch up when the stream's frontier moved and no recorded launch moved it."""
         if self._read_graph(stream) is not None and self._moved([stream]):
@@ -300,23 +315,19 @@ class PythonHooks:
         records, self._records = self._records, []
         return records
 
-    def read_graph(self, graph: int) -> GraphColumns:
-        return self._graphs.read_graph(graph)
+    def read_capture(self, graph: int, handle: int) -> CaptureRead:
+        if self._recorder_catch_up is not None:
+            self._recorder_catch_up.catch_up(self)  # it claims the kernel events it makes itself
+        return CaptureRead([], self._graphs.read_graph(handle), self.claims(graph))
 
     def kernel_access(self, node: int) -> tuple[str | None, list[list[int]]] | None:
         return None
-
-    def catch_up(self) -> None:
-        raise NotImplementedError("the Recorder catches up for the Python hooks")
-
-    def caught_up(self, graph: int) -> list[tuple[int, int]]:
-        return []  # the Recorder's catch-up claims its kernel events itself
 
     def gpu_trace_route(self, gpu_trace: Any) -> GpuTraceRoute:
         return GpuTraceRoute(self.callbacks)  # each callback joins its registry's list
 
     def release_python(self) -> None:
-        self._catch_up = _nothing
+        self._recorder_catch_up = None
 
     def use_allocator_facts(self) -> str:
         return "the Python hooks have no allocator trace tracker"
@@ -556,15 +567,10 @@ class PythonHooks:
         self._emit("device_sync", device=self._runtime.current_device())
 
 
-def _nothing() -> None:
-    return None
-
-
 class NativeHooks:
     """The native hooks (csrc/recorder/), with the interface of PythonHooks."""
 
     kind = "native"
-    catches_up = True
 
     # The native object's own methods, bound in __init__ (calls go straight to C++).
     start: Callable[[], None]
@@ -577,17 +583,12 @@ class NativeHooks:
     end_capture: Callable[[int], None]
     capture_streams: Callable[[int], list[int]]
     open_graphs: Callable[[], list[int]]
-    claims: Callable[[int], list[int]]
-    last_claim: Callable[[int], int]
     claim: Callable[[int, int, int, bool], None]
     refresh_frontiers: Callable[[int], None]
-    catch_up: Callable[[], None]
-    caught_up: Callable[[int], list[tuple[int, int]]]
     begin_launch: Callable[[], tuple[int, int | None, int]]
     end_launch: Callable[[], None]
     drain: Callable[[], list[dict[str, Any]]]
     release_python: Callable[[], None]
-    read_graph: Callable[[int], GraphColumns]
     kernel_access: Callable[[int], tuple[str | None, list[list[int]]] | None]
 
     def __init__(self, module: Any, options: HookOptions, device_type: int | None = None) -> None:
@@ -619,17 +620,12 @@ class NativeHooks:
             "end_capture",
             "capture_streams",
             "open_graphs",
-            "claims",
-            "last_claim",
             "claim",
             "refresh_frontiers",
-            "catch_up",
-            "caught_up",
             "begin_launch",
             "end_launch",
             "drain",
             "release_python",
-            "read_graph",
             "kernel_access",
         ):
             setattr(self, name, getattr(self._native, name))
@@ -642,6 +638,10 @@ class NativeHooks:
     def _stop(self) -> None:
         self._native.stop()
         self._native.set_host_part(None)
+
+    def read_capture(self, graph: int, handle: int) -> CaptureRead:
+        self._native.catch_up()
+        return CaptureRead(self._native.caught_up(graph), self._native.read_graph(handle), self._native.claims(graph))
 
     def use_allocator_facts(self) -> str:
         """Allocations take their exact facts from the allocator's trace tracker from now on

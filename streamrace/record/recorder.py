@@ -180,13 +180,7 @@ class Recorder:
         shown_path = UserCode().shown_path
         host = HostMemory(self) if self.record_host_memory and not self.capture_only else None
         options = HookOptions(
-            not self.capture_only,
-            self.stack_depth,
-            _MAX_WALK,
-            shown_path,
-            self.unseen.guarded_catch_up,
-            self.runtime,
-            host,
+            not self.capture_only, self.stack_depth, _MAX_WALK, shown_path, self.runtime, host, catch_up=self.unseen
         )
         hooks, self.native_unavailable = make_hooks(self.hooks_choice, options)
         self.host_memory = host

@@ -21,6 +21,7 @@ from streamrace.record.seams import RecordingSeam
 if TYPE_CHECKING:
     from streamrace.record.allocations import AllocatorHistory
     from streamrace.record.captures import CaptureLifecycle
+    from streamrace.record.hooks import PythonHooks
 
 
 class UnseenSeam(RecordingSeam, Protocol):
@@ -43,21 +44,18 @@ class UnseenLaunches:
         self._unfinished: list[Capture] = []  # captures whose nodes still need their accesses
         self.stats = KernelStats()
 
-    def guarded_catch_up(self) -> None:
-        """The hooks' catch_up: a failure is the recorder's, never the program's."""
+    def guarded_catch_up(self, hooks: PythonHooks) -> None:
+        """A catch-up a hook asks for: a failure is the recorder's, never the program's."""
         try:
-            self.catch_up()
+            self.catch_up(hooks)
         except Exception as exc:  # the user's program must go on
             self._rec.log.fail("invisible launches", exc)
 
-    def catch_up(self) -> None:
+    def catch_up(self, hooks: PythonHooks) -> None:
         """Give each node that appeared where no recorded launch was a kernel event here, in
-        program order, on its stream (the native hooks do it themselves, the same way)."""
+        program order, on its stream: for the Python hooks, which ask for it (the native hooks
+        do it themselves, the same way)."""
         rec = self._rec
-        hooks = rec.started_hooks
-        if hooks.catches_up:
-            hooks.catch_up()
-            return
         for graph in hooks.open_graphs():
             capture = rec.captures.get(graph)
             if capture is None or capture.nodes is None:
