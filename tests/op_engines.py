@@ -72,7 +72,7 @@ def native_events(fn: Callable[[], object], **options: Any) -> list[dict[str, An
         fn()
     finally:
         hooks.stop()
-        events = hooks.drain()
+        events = hooks.state.drain()
         hooks.release_python()
     return events
 
@@ -100,25 +100,26 @@ def record_trace_calls(hooks: Any, fire: Callable[..., None]) -> list[dict[str, 
     """One scripted run of every GPU-trace hook through ``fire(hook, *args)`` (the native
     module's functions, or torch's trace points), around a capture whose event joins a
     second stream; the bookkeeping checked, the hooks' events returned."""
+    state = hooks.state
     hooks.start()
     try:
-        hooks.begin_capture(1, 0, 0)
+        state.begin_capture(1, 0, 0)
         fire("on_alloc", 0x1000)
         fire("on_event_create", 7)
         fire("on_event_record", 7, 0)  # recorded on the capturing stream...
         fire("on_event_wait", 7, 0x77)  # ...so waiting on it joins stream 0x77 to the capture
-        assert hooks.capture_streams(1) == [0, 0x77] and hooks.open_graphs() == [1]
+        assert state.capture_streams(1) == [0, 0x77] and state.open_graphs() == [1]
         fire("on_free", 0x1000)
         fire("on_event_delete", 7)
-        hooks.end_capture(1)
-        assert hooks.capture_streams(1) == [] and hooks.open_graphs() == []
+        state.end_capture(1)
+        assert state.capture_streams(1) == [] and state.open_graphs() == []
         fire("on_alloc", 0x2000)
         fire("on_stream_sync", 0x77)
         fire("on_event_sync", 7)
         fire("on_device_sync")
     finally:
         hooks.stop()
-    events = hooks.drain()
+    events = state.drain()
     kinds = [e["ev"] for e in events if e["ev"] not in ("stack", "stream")]
     assert kinds == [
         "alloc",
@@ -137,5 +138,5 @@ def record_trace_calls(hooks: Any, fire: Callable[..., None]) -> list[dict[str, 
     allocs = [e for e in events if e["ev"] == "alloc"]
     assert allocs[0]["_graph"] == 1 and "_graph" not in allocs[1], "only the first was in the capture"
     assert [e["stream"] for e in events if e["ev"] == "stream"] == [0, 0x77], "each stream once"
-    assert hooks.next_seq() == seqs[-1] + 1 == hooks.peek_seq() - 1
+    assert state.next_seq() == seqs[-1] + 1 == state.peek_seq() - 1
     return events

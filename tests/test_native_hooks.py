@@ -154,7 +154,7 @@ def test_ops_on_every_thread_are_recorded():
         worker.join()
     finally:
         hooks.stop()
-    [op] = [e for e in hooks.drain() if e["ev"] == "op"]
+    [op] = [e for e in hooks.state.drain() if e["ev"] == "op"]
     assert op["op"] == "aten::add.Tensor" and "stack" in op, "the thread's own Python stack"
 
 
@@ -208,7 +208,7 @@ def test_a_direct_fire_function_still_runs_the_registrys_other_callbacks():
         fire(0x2000)
     finally:
         hooks.stop()
-    assert [e["addr"] for e in hooks.drain() if e["ev"] == "alloc"] == [0x1000, 0x2000]
+    assert [e["addr"] for e in hooks.state.drain() if e["ev"] == "alloc"] == [0x1000, 0x2000]
     assert seen == [0x2000]
     with pytest.raises(ValueError, match="no direct fire function"):
         module.fire_function("on_device_sync", [])

@@ -90,7 +90,7 @@ def test_others_python_callbacks_still_run(gpu_trace):
         hooks.stop()
         hooks.stop_interposing()
         gpu_trace.EventCreationCallbacks.callback_list.remove(seen.append)
-    assert [e["event"] for e in hooks.drain() if e["ev"] == "event_create"] == [1, 2]
+    assert [e["event"] for e in hooks.state.drain() if e["ev"] == "event_create"] == [1, 2]
     assert seen == [2] and gpu_trace.fired == [("EventCreationCallbacks", (2,))]
 
 
@@ -106,7 +106,7 @@ def test_calls_for_another_device_are_only_handed_on(gpu_trace):
         hooks.stop()
         hooks.stop_interposing()
         gpu_trace.MemoryAllocationCallbacks.callback_list.remove(seen.append)
-    assert [e for e in hooks.drain() if e["ev"] == "alloc"] == [] and seen == [0x1000]
+    assert [e for e in hooks.state.drain() if e["ev"] == "alloc"] == [] and seen == [0x1000]
 
 
 def test_torchs_interpreter_is_back_after_the_recording(gpu_trace):

@@ -63,7 +63,7 @@ class AppPools:
                 handle = rec.current_stream(device)
             else:
                 handle = runtime.stream_handle(stream)
-                rec.started_hooks.see_stream(handle, device)
+                rec.started_hooks.state.see_stream(handle, device)
             addr, end = span
             fields: dict[str, Any] = {"addr": addr, "stream": handle, "device": device, "name": str(pool)}
             if kind == POOL_ALLOC:

@@ -96,8 +96,8 @@ class CaptureLifecycle:
         """Whether ``stream`` captures now (the capture's own stream, or one that joined it)."""
         if not self._running:
             return False
-        hooks = self._rec.started_hooks
-        return any(stream in hooks.capture_streams(capture.graph) for capture in self._running.values())
+        state = self._rec.started_hooks.state
+        return any(stream in state.capture_streams(capture.graph) for capture in self._running.values())
 
     def patches(self) -> list[MethodPatch]:
         graph_class = self._rec.runtime.graph_class
@@ -145,7 +145,7 @@ class CaptureLifecycle:
         capture = Capture(graph, stream, handle, begin, nodes)
         self._running[id(cuda_graph)] = capture
         self._captures[graph] = capture
-        rec.started_hooks.begin_capture(graph, stream, handle or 0)
+        rec.started_hooks.state.begin_capture(graph, stream, handle or 0)
 
     def _node_access(self, node: int, type_name: str) -> NodeAccess:
         """What a node touches: a kernel's parameters from the hooks where they read them (the
@@ -188,7 +188,7 @@ class CaptureLifecycle:
 
     def _end(self, capture: Capture, pool: list[int] | None, graph_data: GraphData | None, aborted: bool) -> None:
         rec = self._rec
-        rec.started_hooks.end_capture(capture.graph)
+        rec.started_hooks.state.end_capture(capture.graph)
         if pool is not None:
             capture.pool = pool
             for event in [capture.begin, *capture.allocs]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from streamrace.record.collectives import NCCL_STREAM_NAME, absorb, order_collectives, own_catch_up_kernel
 from streamrace.record.hook_tables import MAX_ERRORS
-from streamrace.record.hooks import Hooks
+from streamrace.record.hooks import HookState
 
 Event = dict[str, Any]
 
@@ -39,7 +39,7 @@ class EventLog:
     def __init__(self) -> None:
         self.events: list[Event] = []
         self.errors: list[str] = []
-        self.hooks: Hooks | None = None  # set when recording starts
+        self.hooks: HookState | None = None  # the hooks' bookkeeping, set when recording starts
         self._sorted = True
         self._settlers: dict[str, list[Callable[[Event], Event]]] = {}
         self._detached: list[Event] = []  # emitted from a garbage collection, joined at the next ingest
@@ -55,7 +55,7 @@ class EventLog:
         keep (the same one or a replacement). Settlers of one kind run in the order given."""
         self._settlers.setdefault(ev, []).append(settler)
 
-    def _started(self) -> Hooks:
+    def _started(self) -> HookState:
         assert self.hooks is not None, "recording has not started"
         return self.hooks
 

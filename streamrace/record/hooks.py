@@ -91,34 +91,44 @@ class CaptureRead(NamedTuple):
     claims: list[int]
 
 
+class HookState(Protocol):
+    """The bookkeeping both sets of hooks keep alike, and what the Recorder's parts ask of it.
+    The native hooks' is their C++ object, asked straight; the Python hooks keep theirs
+    themselves, where their hot path reads it."""
+
+    def next_seq(self) -> int: ...  # the counter every event's seq is drawn from
+    def peek_seq(self) -> int: ...
+    def stack(self) -> int: ...  # the user stack here, -1 for none
+    def drain(self) -> list[dict[str, Any]]: ...  # the hooks' events since the last drain
+    def see_stream(self, stream: int, device: int) -> None: ...  # a stream event, the first time
+    def begin_capture(self, graph: int, stream: int, handle: int) -> None: ...
+    def end_capture(self, graph: int) -> None: ...
+    def capture_streams(self, graph: int) -> list[int]: ...  # the streams capturing into it now
+    def open_graphs(self) -> list[int]: ...
+    # A launch the hooks did not see (Triton's) owns the graph's nodes up to ``node``.
+    def claim(self, graph: int, seq: int, node: int, trusted: bool) -> None: ...
+    def refresh_frontiers(self, graph: int) -> None: ...  # after catching up
+    # Around such a launch: (stack, graph or None, frontier node) before it, then its end.
+    def begin_launch(self) -> tuple[int, int | None, int]: ...
+    def end_launch(self) -> None: ...
+
+
 class Hooks(Protocol):
-    """What the Recorder asks of either set of hooks."""
+    """What the two sets of hooks differ in; what they keep alike is their ``state``."""
 
     kind: str  # "native" or "python"
+    state: HookState
 
     def start(self) -> None: ...
     def stop(self) -> None: ...
-    def next_seq(self) -> int: ...
-    def peek_seq(self) -> int: ...
-    def stack(self) -> int: ...  # the user stack here, -1 for none
-    def see_stream(self, stream: int, device: int) -> None: ...
-    def begin_capture(self, graph: int, stream: int, handle: int) -> None: ...
-    def end_capture(self, graph: int) -> None: ...
-    def capture_streams(self, graph: int) -> list[int]: ...
-    def open_graphs(self) -> list[int]: ...
-    def claim(self, graph: int, seq: int, node: int, trusted: bool) -> None: ...
-    def refresh_frontiers(self, graph: int) -> None: ...  # after catching up
-    def begin_launch(self) -> tuple[int, int | None, int]: ...  # (stack, graph or None, frontier node)
-    def end_launch(self) -> None: ...
-    def drain(self) -> list[dict[str, Any]]: ...
-    def release_python(self) -> None: ...
-    def use_allocator_facts(self) -> str: ...  # "" when allocs now come exact, else why not
+    # How the hooks hear the calls of torch's GPU-trace registries (torch.cuda._gpu_trace).
+    def gpu_trace_route(self, gpu_trace: Any) -> GpuTraceRoute: ...
     # At a capture's end (``graph``, its CUDA graph ``handle``): caught up, what they hold of it.
     def read_capture(self, graph: int, handle: int) -> CaptureRead: ...
     # (function name or None, words per parameter) of a kernel node; None: the runtime reads it.
     def kernel_access(self, node: int) -> tuple[str | None, list[list[int]]] | None: ...
-    # How the hooks hear the calls of torch's GPU-trace registries (torch.cuda._gpu_trace).
-    def gpu_trace_route(self, gpu_trace: Any) -> GpuTraceRoute: ...
+    def use_allocator_facts(self) -> str: ...  # "" when allocs now come exact, else why not
+    def release_python(self) -> None: ...  # after the last drain: the Python objects they hold go
 
 
 _OP_NAMES: dict[Any, str] = {}
@@ -210,8 +220,9 @@ class PythonHooks:
         self.op_stack = -1  # the stack of the op in flight, shared by what it allocates
         self.callbacks = {h.registry: self._callback(h.hook, h.where) for h in GPU_TRACE_HOOKS}
         self._graph_memory = GraphMemory()
+        self.state: HookState = self  # the bookkeeping below
 
-    # -- shared bookkeeping --------------------------------------------------------------------
+    # -- the bookkeeping (HookState) -----------------------------------------------------------
     def _emit(self, ev: str, **fields: Any) -> dict[str, Any]:
         # The seq is drawn before anything is allocated: a garbage collection here may run a
         # weakref callback that draws one too (replays.py, a graph's destruction).
@@ -568,28 +579,9 @@ class PythonHooks:
 
 
 class NativeHooks:
-    """The native hooks (csrc/recorder/), with the interface of PythonHooks."""
+    """The native hooks (csrc/recorder/): the C++ module's Hooks object, which is their state."""
 
     kind = "native"
-
-    # The native object's own methods, bound in __init__ (calls go straight to C++).
-    start: Callable[[], None]
-    stop: Callable[[], None]
-    next_seq: Callable[[], int]
-    peek_seq: Callable[[], int]
-    stack: Callable[[], int]
-    see_stream: Callable[[int, int], None]
-    begin_capture: Callable[[int, int, int], None]
-    end_capture: Callable[[int], None]
-    capture_streams: Callable[[int], list[int]]
-    open_graphs: Callable[[], list[int]]
-    claim: Callable[[int, int, int, bool], None]
-    refresh_frontiers: Callable[[int], None]
-    begin_launch: Callable[[], tuple[int, int | None, int]]
-    end_launch: Callable[[], None]
-    drain: Callable[[], list[dict[str, Any]]]
-    release_python: Callable[[], None]
-    kernel_access: Callable[[int], tuple[str | None, list[list[int]]] | None]
 
     def __init__(self, module: Any, options: HookOptions, device_type: int | None = None) -> None:
         # device_type: whose tensors are recorded (c10::DeviceType), the runtime's unless given:
@@ -607,37 +599,27 @@ class NativeHooks:
             runtime.driver.addresses if runtime.driver is not None else None,
             runtime.native_current_stream,
         )
+        self.state: HookState = self._native  # its bookkeeping methods are C++'s own
         self._runtime = runtime
         self.callbacks = {h.registry: getattr(module, h.hook) for h in GPU_TRACE_HOOKS}
-        for name in (
-            "start",
-            "stop",
-            "next_seq",
-            "peek_seq",
-            "stack",
-            "see_stream",
-            "begin_capture",
-            "end_capture",
-            "capture_streams",
-            "open_graphs",
-            "claim",
-            "refresh_frontiers",
-            "begin_launch",
-            "end_launch",
-            "drain",
-            "release_python",
-            "kernel_access",
-        ):
-            setattr(self, name, getattr(self._native, name))
         self._module = module
         self._host = options.host
         if self._host is not None:  # pinned host memory: the C++ op hooks ask the Python part
             self._native.set_host_part(self._host.native_part(self._native))
-            self.stop = self._stop
 
-    def _stop(self) -> None:
+    def start(self) -> None:
+        self._native.start()
+
+    def stop(self) -> None:
         self._native.stop()
-        self._native.set_host_part(None)
+        if self._host is not None:
+            self._native.set_host_part(None)
+
+    def release_python(self) -> None:
+        self._native.release_python()
+
+    def kernel_access(self, node: int) -> tuple[str | None, list[list[int]]] | None:
+        return self._native.kernel_access(node)
 
     def read_capture(self, graph: int, handle: int) -> CaptureRead:
         self._native.catch_up()

@@ -155,7 +155,7 @@ class Recorder:
     def current_stream(self, device: int) -> int:
         """The device's current stream, which the hooks then know."""
         stream = self.runtime.current_stream(device)
-        self.started_hooks.see_stream(stream, device)
+        self.started_hooks.state.see_stream(stream, device)
         return stream
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -184,7 +184,7 @@ class Recorder:
         )
         hooks, self.native_unavailable = make_hooks(self.hooks_choice, options)
         self.host_memory = host
-        self.log.hooks = hooks
+        self.log.hooks = hooks.state
         # The library calls' first: innermost, so a call's range holds what the call itself did
         # (not the capture_begin or replay events the other parts' wrappers add around it).
         patches = self.library_calls.patches() + self.captures.patches()
@@ -251,7 +251,7 @@ class Recorder:
             return
         hooks = self.started_hooks
         why_not = hooks.use_allocator_facts()
-        self.allocations.turn_on(hooks.peek_seq(), why_not)
+        self.allocations.turn_on(hooks.state.peek_seq(), why_not)
 
     def _first_allocation(self, addr: int) -> None:
         """The recording's first allocation, in a process whose CUDA was not initialized when
@@ -289,7 +289,7 @@ class Recorder:
         if self.allocations.facts_on:
             self._forget_first_allocation()
         self.log.ingest()
-        if self.allocations.resolve(self.started_hooks.see_stream):
+        if self.allocations.resolve(self.started_hooks.state.see_stream):
             self.log.ingest()  # the streams seen only now
 
     def trace_events(self, since: int = 0) -> list[Event]:

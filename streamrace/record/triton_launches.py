@@ -153,27 +153,28 @@ class TritonLaunches:
             stack=None if stack < 0 else stack,
         )
         frontier = runtime.graphs.capture_state(stream)[1]
-        hooks = rec.started_hooks
+        state = rec.started_hooks.state
         if frontier and frontier[-1] != before:
-            hooks.claim(capture.graph, event["seq"], frontier[-1], True)
+            state.claim(capture.graph, event["seq"], frontier[-1], True)
             capture.nodes.launches[event["seq"]] = event
-        hooks.refresh_frontiers(capture.graph)
+        state.refresh_frontiers(capture.graph)
 
 
 def _wrap_run(run: Any) -> Any:
     def triton_run(self: Any, *args: Any, grid: Any = None, warmup: bool = False, **kwargs: Any) -> Any:
         rec = installation.active()
-        if rec is None or warmup or not rec.hooks.open_graphs():
+        if rec is None or warmup or not rec.hooks.state.open_graphs():
             return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        state = rec.hooks.state
         mark = None
         try:
-            mark = rec.hooks.begin_launch()
+            mark = state.begin_launch()
         except Exception as exc:
             rec.log.fail("triton launch", exc)
         try:
             kernel = run(self, *args, grid=grid, warmup=warmup, **kwargs)
         finally:
-            rec.hooks.end_launch()
+            state.end_launch()
         if mark is not None:
             try:
                 rec.triton.on_launch(self, args, kwargs, kernel, mark)
