@@ -105,12 +105,6 @@ class CaptureTracker {
         return out;
     }
 
-    int64_t last_claim(int32_t graph) {
-        Locked held(mutex_);
-        auto it = captures_.find(graph);
-        return it == captures_.end() || it->second.claims.empty() ? 0 : it->second.claims.back().node;
-    }
-
     // The open captures whose graphs can be read, for a catch-up.
     std::vector<std::pair<int32_t, CatchUpState>> catch_up_states() {
         Locked held(mutex_);

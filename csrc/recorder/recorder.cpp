@@ -86,12 +86,12 @@ Driver driver_from(const py::object& addresses) {
 class State {
    public:
     State(bool eager_ops, int device_type, int stack_depth, int max_walk, const py::object& shown_path,
-          py::object raw_stream, py::object catch_up, const py::object& driver, py::object current_stream)
+          py::object raw_stream, const py::object& driver, py::object current_stream)
         : driver_(driver_from(driver)),
           captures_(log_.mutex()),
           streams_(static_cast<c10::DeviceType>(device_type), std::move(raw_stream), std::move(current_stream)),
           stacks_(log_, stack_depth, max_walk, shown_path.ptr()),
-          unseen_(driver_, captures_, log_, streams_, stacks_, std::move(catch_up)),
+          unseen_(driver_, captures_, log_, streams_, stacks_),
           host(static_cast<c10::DeviceType>(device_type)),
           ops(eager_ops, log_, captures_, streams_, stacks_, unseen_, host),
           gpu_trace(log_, captures_, streams_, stacks_, unseen_) {}
@@ -118,7 +118,6 @@ class State {
     std::vector<int64_t> capture_streams(int32_t graph) { return captures_.capture_streams(graph); }
     std::vector<int32_t> open_graphs() { return captures_.open_graphs(); }
     std::vector<int64_t> claims(int32_t graph) { return captures_.claims(graph); }
-    int64_t last_claim(int32_t graph) { return captures_.last_claim(graph); }
     void claim(int32_t graph, int64_t seq, int64_t node, bool trusted) {
         captures_.claim(graph, seq, node, trusted);
     }
@@ -187,7 +186,6 @@ class State {
         kernel_names_.clear();
         stacks_.release_python();
         streams_.release_python();
-        unseen_.release_python();
     }
 
    private:
@@ -456,14 +454,14 @@ const std::unordered_map<std::string, DirectHook>& direct_hooks() {
     return hooks;
 }
 
-// The Python face: one Hooks object per recording, with the interface of PythonHooks.
+// The Python face: one Hooks object per recording, which NativeHooks (streamrace/record/hooks.py)
+// wraps; its bookkeeping methods are the recording's HookState, asked straight.
 class Hooks {
    public:
     Hooks(bool eager_ops, int device_type, int stack_depth, int max_walk, const py::object& shown_path,
-          py::object raw_stream, py::object catch_up, const py::object& driver, py::object current_stream)
+          py::object raw_stream, const py::object& driver, py::object current_stream)
         : state_(std::make_shared<State>(eager_ops, device_type, stack_depth, max_walk, shown_path,
-                                         std::move(raw_stream), std::move(catch_up), driver,
-                                         std::move(current_stream))) {
+                                         std::move(raw_stream), driver, std::move(current_stream))) {
         g_states->push_back(state_);
     }
 
@@ -508,10 +506,9 @@ using streamrace::Hooks;
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "streamrace's native recorder hooks (built on first use against this torch)";
     py::class_<Hooks>(m, "Hooks")
-        .def(py::init<bool, int, int, int, const py::object&, py::object, py::object, const py::object&,
-                      py::object>(),
+        .def(py::init<bool, int, int, int, const py::object&, py::object, const py::object&, py::object>(),
              py::arg("eager_ops"), py::arg("device_type"), py::arg("stack_depth"), py::arg("max_walk"),
-             py::arg("shown_path"), py::arg("raw_stream"), py::arg("catch_up"), py::arg("driver") = py::none(),
+             py::arg("shown_path"), py::arg("raw_stream"), py::arg("driver") = py::none(),
              py::arg("current_stream") = py::none())
         .def("start", &Hooks::start)
         .def("stop", &Hooks::stop)
@@ -525,7 +522,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         .def("capture_streams", [](Hooks& h, int32_t graph) { return h.state().capture_streams(graph); })
         .def("open_graphs", [](Hooks& h) { return h.state().open_graphs(); })
         .def("claims", [](Hooks& h, int32_t graph) { return h.state().claims(graph); })
-        .def("last_claim", [](Hooks& h, int32_t graph) { return h.state().last_claim(graph); })
         .def("claim", [](Hooks& h, int32_t graph, int64_t seq, int64_t node,
                          bool trusted) { h.state().claim(graph, seq, node, trusted); })
         .def("refresh_frontiers", [](Hooks& h, int32_t graph) { h.state().refresh_frontiers(graph); })

@@ -2,8 +2,7 @@
 // dispatcher never saw launched there, and each new node that reads or writes memory gets a
 // kernel event, then, in program order, on the stream whose frontier holds it. The C++ twin
 // of PythonHooks' _moved, _check and _check_before_launch, and of the Recorder's catch_up
-// (streamrace/record/unseen_launches.py), which a scripted recording may still ask for
-// instead (a `catch_up` callback).
+// for the Python hooks (streamrace/record/unseen_launches.py).
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -31,17 +30,14 @@ namespace streamrace {
 
 class UnseenLaunches {
    public:
-    // `catch_up`: a Python function that catches up instead, or None: these hooks do.
     UnseenLaunches(const Driver& driver, CaptureTracker& captures, EventLog& log, StreamSource& streams,
-                   HookStacks& stacks, py::object catch_up)
+                   HookStacks& stacks)
         : driver_(driver),
           captures_(captures),
           log_(log),
           streams_(streams),
           stacks_(stacks),
-          mutex_(log.mutex()),
-          catch_up_(std::move(catch_up)),
-          in_python_(!catch_up_.is_none()) {}
+          mutex_(log.mutex()) {}
 
     Frontier frontier(int64_t stream) const { return streamrace::frontier(driver_, stream); }
 
@@ -98,11 +94,6 @@ class UnseenLaunches {
     // is the recorder's ("invisible launches"); the hook that asked goes on.
     void catch_up() {
         STREAMRACE_TIMED(CatchUp);
-        if (in_python_) {
-            py::gil_scoped_acquire gil;
-            if (catch_up_) catch_up_();
-            return;
-        }
         // One catch-up at a time (hooks run on any thread, with or without the GIL): each
         // reads its captures' floors and last claims only once it has the turn. The turn is
         // never waited for with the GIL held, since a catch-up may take the GIL (the stack).
@@ -119,9 +110,6 @@ class UnseenLaunches {
             log_.fail("invisible launches", e.what());
         }
     }
-
-    // Drops the Python callback (GIL held).
-    void release_python() { catch_up_ = py::object(); }
 
    private:
     Frontier checked_all(int32_t graph, int64_t stream) {
@@ -195,8 +183,6 @@ class UnseenLaunches {
     StreamSource& streams_;
     HookStacks& stacks_;
     std::mutex& mutex_;
-    py::object catch_up_;
-    const bool in_python_;
     std::mutex turn_;  // one native catch-up at a time
 };
 

@@ -595,7 +595,6 @@ class NativeHooks:
             options.max_walk,
             options.shown_path,
             runtime.raw_stream,
-            None,  # the native hooks catch up themselves
             runtime.driver.addresses if runtime.driver is not None else None,
             runtime.native_current_stream,
         )
