@@ -88,7 +88,7 @@ class CaptureNodes:
         self._accesses: dict[int, Any] = {}  # node index -> NodeAccess, read before the graph is gone
         self._checked_ops: dict[int, list[int]] = {}  # seq of a custom op -> its kernel nodes (_owners)
         self._read: GraphRead | None = None
-        self._claims: Sequence[int] = ()  # Hooks.claims
+        self._claims: Sequence[int] = ()  # CaptureRead.claims
         # The graph event's nodes and edges: filled once the capture's events are all in (finish).
         self.event_nodes: list[dict[str, Any]] = []
         self.event_edges: list[list[Any]] = []
@@ -137,8 +137,8 @@ class CaptureNodes:
     def snapshot(self, read: GraphRead, claims: Sequence[int]) -> None:
         """At capture end, what only the live graph can tell: its nodes and edges (``read``)
         and the parameters of the nodes whose accesses are still to be worked out, the ones
-        caught up and those of custom ops. ``claims``: Hooks.claims. Who owns which node
-        waits for finish, unless a custom op's nodes must be known now."""
+        caught up and those of custom ops. ``claims``: CaptureRead.claims. Who owns which
+        node waits for finish, unless a custom op's nodes must be known now."""
         self._read, self._claims = read, claims
         if not all(claims[2::3]):
             self._owners()

@@ -1,6 +1,6 @@
 """The recorder's hooks: what runs at every op, allocation, free and CUDA event.
 
-Two implementations with one interface and the same events:
+Two implementations of one interface (``Hooks``), with the same events:
 
 * the **native hooks** (csrc/recorder/, loaded by streamrace/record/native.py): a C++
   RecordFunction callback for every op and C++ ``torch.cuda._gpu_trace`` callbacks, keeping
@@ -9,15 +9,17 @@ Two implementations with one interface and the same events:
   native hooks are tested against (tests/test_native_hooks.py, tests/gpu/), and the fallback
   where the native hooks cannot be built.
 
-Both own the bookkeeping the hot path needs: the sequence counter every event draws from, the
-streams seen, which stream captures into which graph, which capture each CUDA event's latest
-record is in, the user stacks, each capturing stream's frontier as last seen, and the graph
-nodes recorded launches claimed (streamrace/record/capture_nodes.py). A hook that finds a
-stream's frontier moved with no recorded launch asks the Recorder to catch up: something the
-dispatcher never saw launched there. They emit trace events (dicts); an alloc carries the
-internal field ``_graph`` (the capture it happened in) for the Recorder to take off, frees
-carry no stream and allocs a placeholder size: the Recorder fills those in from the
-allocation history.
+Both own the bookkeeping the hot path needs, and the Recorder's parts ask it of either alike
+(``HookState``): the sequence counter every event draws from, the streams seen, which stream
+captures into which graph, which capture each CUDA event's latest record is in, the user
+stacks, each capturing stream's frontier as last seen, and the graph nodes recorded launches
+claimed (streamrace/record/capture_nodes.py). ``Hooks`` is what the two differ in: how they
+are put into torch and hear its GPU-trace calls, and what a capture's end reads of them. A
+hook that finds a stream's frontier moved with no recorded launch catches up (the native
+hooks in C++, the Python ones through the Recorder): something the dispatcher never saw
+launched there. They emit trace events (dicts); an alloc carries the internal field
+``_graph`` (the capture it happened in) for the Recorder to take off, frees carry no stream
+and allocs a placeholder size: the Recorder fills those in from the allocation history.
 """
 
 from __future__ import annotations
@@ -105,7 +107,7 @@ class HookState(Protocol):
     def end_capture(self, graph: int) -> None: ...
     def capture_streams(self, graph: int) -> list[int]: ...  # the streams capturing into it now
     def open_graphs(self) -> list[int]: ...
-    # A launch the hooks did not see (Triton's) owns the graph's nodes up to ``node``.
+    # A launch the hooks did not see (Triton's) owns the nodes since the previous claim, to ``node``.
     def claim(self, graph: int, seq: int, node: int, trusted: bool) -> None: ...
     def refresh_frontiers(self, graph: int) -> None: ...  # after catching up
     # Around such a launch: (stack, graph or None, frontier node) before it, then its end.

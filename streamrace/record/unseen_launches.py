@@ -2,11 +2,12 @@
 
 Something the dispatcher never saw (Triton through its own launchers, CuPy, a custom
 extension, a library call) launched them. The hooks notice when a capturing stream's frontier
-moved with no recorded launch and ask for a catch-up (``catch_up``, called in the hook, in
-program order): each new node that reads or writes memory gets a ``kernel`` event here, on the
-stream whose frontier holds it. After the capture, once allocations are known, those events
-get their accesses from the nodes' parameters and custom ops are cross-checked (``finish``;
-capture_nodes.py says how).
+moved with no recorded launch and catch up, in program order: each new node that reads or
+writes memory gets a ``kernel`` event, on the stream whose frontier holds it. The native hooks
+make those events themselves, in C++; the Python hooks ask for them here (``catch_up``, called
+in the hook, and once more at the capture's end). After the capture, once allocations are
+known, the events of either get their accesses from the nodes' parameters and custom ops are
+cross-checked (``finish``; capture_nodes.py says how).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ class UnseenSeam(RecordingSeam, Protocol):
 
 
 class UnseenLaunches:
-    """The recorder's half of catching up (the hooks notice, this part records)."""
+    """The recorder's half of catching up: the Python hooks' kernel events, and every kernel
+    event's accesses once the capture is over."""
 
     def __init__(self, recorder: UnseenSeam) -> None:
         self._rec = recorder
