@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,76 @@ def test_escaping_makes_every_character_visible_and_is_idempotent() -> None:
     assert for_markdown("<img src=x onerror=alert(1)> [a](http://x)") == (
         "\\<img src=x onerror=alert\\(1\\)\\> \\[a\\]\\(http://x\\)"
     )
+
+
+def _escaped_one_by_one(text: str) -> str:
+    """The escape's definition, a character at a time."""
+    out = []
+    for char in text:
+        code = ord(char)
+        if char.isprintable():
+            out.append(char)
+        else:
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return "".join(out)
+
+
+MARKDOWN = "\\`*_{}[]()<>#+-.!|~&"
+
+
+def test_escapes_are_their_definition_one_character_at_a_time() -> None:
+    import random
+
+    every = "".join(map(chr, range(0x110000)))
+    assert for_terminal(every) == _escaped_one_by_one(every)
+    rng = random.Random(27)
+    alphabet = [*map(chr, range(0x180)), "\u202e", "\u2028", "\ud800", "\U000e0001", "中", "\u0301", *MARKDOWN]
+    for _ in range(5_000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(30)))
+        escaped = _escaped_one_by_one(text)
+        assert for_terminal(text) == escaped
+        assert for_markdown(text) == "".join("\\" + c if c in MARKDOWN else c for c in escaped)
+        # SARIF's plain text: each run of backslashes before a bracket doubled, the bracket escaped
+        assert sarif._text(text) == re.sub(r"(\\*)([\[\]])", lambda m: m.group(1) * 2 + "\\" + m.group(2), escaped)
+
+
+@pytest.mark.parametrize("escape", [for_terminal, for_markdown, sarif._text])
+def test_escaping_a_long_name_makes_no_python_call_a_character(escape: Callable[[str], str]) -> None:
+    """A 4 MB stream name of newlines, ``ESC [`` or U+202E took 30-40 s in the text report,
+    40-60 s in HTML and over 100 s in SARIF (a Python callback a character, a dozen texts
+    holding the name); each escape is a pass at C speed now, one Python call at most per
+    distinct character."""
+    name = "\x1b[31m\u202e\n\\x]`<" * 20_000
+    calls = [0]
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        calls[0] += event == "call"
+
+    sys.setprofile(profile)
+    try:
+        escaped = escape(name)
+    finally:
+        sys.setprofile(None)
+    assert escaped.isprintable() and len(escaped) > len(name)
+    assert calls[0] < 100, f"{calls[0]:,} Python calls to escape {len(name):,} characters"
+
+
+def test_long_runs_are_scanned_once() -> None:
+    """A run of backslashes before no bracket, and words just short of MAX_WORD, were scanned
+    again from each of their characters: SARIF's message of a stream named 100,000 backslashes
+    did not end in 100 s, and a 4 MB name of 500-character words cost the text report 9 s."""
+    import time
+
+    from streamrace.report.escape import MAX_WORD, shown
+
+    start = time.perf_counter()
+    assert sarif._text("\\" * 40_000 + "x[") == "\\" * 40_000 + "x\\["
+    assert time.perf_counter() - start < 2  # before: 25-30 s
+    assert sarif._text("a\\\\[b") == "a" + "\\" * 4 + "\\[b"
+    start = time.perf_counter()
+    words = ("w" * MAX_WORD + " ") * 8_000
+    assert shown(words).startswith(words[:1_000])
+    assert time.perf_counter() - start < 2  # before: about a second, now a tenth
 
 
 def _hostile_result(tmp_path: Path) -> TraceResult:

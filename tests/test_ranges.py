@@ -168,3 +168,21 @@ def test_agrees_with_byte_sets(seed):
             assert by <= bx, (x, y)
         lo, hi = sorted(rnd.randint(BASE - 8, BASE + 100) for _ in range(2))
         assert bool(overlaps(rx, ry, within=(lo, hi))) == bool(bx & by & set(range(lo, hi))), (x, y, lo, hi)
+
+
+def test_a_pair_that_meets_early_is_decided_there():
+    """Two lattices of different strides, walked run by run: the walk stops at the first run
+    that meets, and of one dim visits only the runs inside the window, as the C++ core's does.
+    Before, every run of the smaller was listed first: 2,000 strided ops of different strides
+    took 138 s in the Python engine (C++ 0.5 s), now 11 s."""
+    import time
+
+    a = normalize({"addr": BASE, "shape": [MAX_RUNS], "stride": [3], "itemsize": 2})
+    b = normalize({"addr": BASE + 2, "shape": [MAX_RUNS], "stride": [2], "itemsize": 2})
+    end = a.hi
+    start = time.perf_counter()
+    for _ in range(300):
+        assert overlaps(a, b) is Overlap.EXACT  # at a's first runs
+        assert overlaps(a, b, within=(end - 64, end)) is Overlap.NONE  # past b's end
+        assert overlaps(a, normalize(span(end - 2, 2)), within=(end - 64, end)) is Overlap.EXACT
+    assert time.perf_counter() - start < 1  # before: 4-5 s, each pair listing 65,536 runs

@@ -13,8 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_UNPRINTABLE = re.compile(r"[^ -~]")  # everything but printable ASCII goes to the slow path
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~&])")
+_MARKDOWN_CHARS = "\\`*_{}[]()<>#+-.!|~&"  # what markdown or inline HTML gives a meaning
 
 
 def _escape_char(char: str) -> str:
@@ -28,27 +27,51 @@ def _escape_char(char: str) -> str:
     return f"\\U{code:08x}"
 
 
+_ASCII_ESCAPES = [(chr(code), f"\\x{code:02x}") for code in [*range(0x20), 0x7F]]
+
+
+class _Escapes(dict[int, str]):
+    """``str.translate``'s table: a code point's escape, worked out the first time it is met.
+    One Python call per distinct character, not per character: a 4 MB name of newlines took
+    6 s a pass through ``re.sub`` with a callback, and a report makes a dozen passes."""
+
+    def __missing__(self, code: int) -> str:
+        self[code] = escaped = _escape_char(chr(code))
+        return escaped
+
+
 def for_terminal(text: str) -> str:
     """``text`` with every character that ``str.isprintable`` rejects (control characters,
     ANSI escapes, line breaks, bidirectional overrides, zero-width and unassigned characters,
     lone surrogates) written as a Python escape (``\\x1b``, ``\\u202e``). Idempotent: its
     output is all printable."""
-    if not _UNPRINTABLE.search(text):
+    if text.isprintable():
         return text
-    return _UNPRINTABLE.sub(lambda m: _escape_char(m.group()), text)
+    if text.isascii():  # the 33 control characters, each replaced at C speed
+        for char, escaped in _ASCII_ESCAPES:
+            if char in text:
+                text = text.replace(char, escaped)
+        return text
+    return text.translate(_Escapes())
 
 
 def for_markdown(text: str) -> str:
     """``text`` escaped for GitHub-flavoured markdown (SARIF ``message.markdown``): every
     character markdown or inline HTML gives a meaning is backslash-escaped, so a trace string
     shows as itself and never becomes a link, an image, a tag or a heading."""
-    return _MARKDOWN.sub(r"\\\1", for_terminal(text))
+    text = for_terminal(text)
+    for char in _MARKDOWN_CHARS:  # the backslash first: the others' escapes add backslashes
+        if char in text:
+            text = text.replace(char, "\\" + char)
+    return text
 
 
 # A word (no space) longer than this is cut in the reports for people (text, HTML), which say
 # how much is left out: wrapping a name of millions of characters cost time quadratic in it.
 MAX_WORD = 500
-_LONG_WORD = re.compile(rf"[^ ]{{{MAX_WORD + 1},}}")
+# From a word's first character only: tried at each character of a word of up to MAX_WORD, it
+# scanned to the word's end (a 4 MB name of 500-character words: 1 s a text holding it).
+_LONG_WORD = re.compile(rf"(?<![^ ])[^ ]{{{MAX_WORD + 1},}}")
 
 
 def _cut_to(text: str, limit: int) -> str:

@@ -68,13 +68,21 @@ def _rule(detector: Detector[Any]) -> dict[str, Any]:
     }
 
 
-_BRACKET = re.compile(r"(\\*)([\[\]])")
+# A whole run of backslashes (from its first, so a long run is scanned once, not from each of
+# its backslashes: that was quadratic, 70 s for 80,000 backslashes) that a bracket follows.
+_BACKSLASHES_BEFORE_BRACKET = re.compile(r"(?<!\\)\\+(?=[\[\]])")
 
 
 def _text(text: str) -> str:
     """A plain-text SARIF message: printable, and literal brackets (with the backslashes
-    before them) escaped, so that ``[text](target)`` in a trace string is no embedded link."""
-    return _BRACKET.sub(lambda m: m.group(1) * 2 + "\\" + m.group(2), for_terminal(text))
+    before them) escaped, so that ``[text](target)`` in a trace string is no embedded link.
+    The brackets are replaced at C speed: a 4 MB name of ``ESC [`` took 2.4 s a message
+    through a callback a bracket."""
+    text = for_terminal(text)
+    if "[" not in text and "]" not in text:
+        return text
+    text = _BACKSLASHES_BEFORE_BRACKET.sub(lambda m: m.group() * 2, text)
+    return text.replace("[", "\\[").replace("]", "\\]")
 
 
 def _markdown(text: str) -> str:
