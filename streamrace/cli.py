@@ -344,6 +344,28 @@ def _check_gate_files(args: argparse.Namespace, outputs: Sequence[str | None]) -
                 raise UsageError(f"{output}: is the {flag} file {path}; the report would overwrite it")
 
 
+def _check_run_outputs(args: argparse.Namespace) -> None:
+    """UsageError for two of run's outputs that are one file (through any path to it): the
+    report written last would replace the kept trace (``-o t.jsonl.gz --json t.jsonl.gz``),
+    which the command it prints then cannot read, or another report."""
+    named = [("-o", args.output), *((f"--{fmt}", getattr(args, fmt)) for fmt in ("json", "sarif", "html", "perfetto"))]
+    seen: dict[object, tuple[str, str]] = {}
+    for flag, path in named:
+        if not path:
+            continue
+        try:  # an existing file by its inode (a link, ./), one still to be made by its path
+            found = os.stat(path)
+            key: object = (found.st_dev, found.st_ino)
+        except OSError:
+            key = os.path.realpath(path)
+        if key in seen:
+            first_flag, first = seen[key]
+            if first_flag == "-o":
+                raise UsageError(f"{flag} {path}: is the trace kept at -o {first}; the report would overwrite it")
+            raise UsageError(f"{flag} {path}: is the {first_flag} report's file {first}; one would overwrite the other")
+        seen[key] = (flag, path)
+
+
 def _run_analyze(args: argparse.Namespace) -> int:
     _check_inputs(args.traces, args.output)
     _check_gate_files(args, [args.output])
@@ -434,6 +456,7 @@ def _run_run(args: argparse.Namespace) -> int:
         if path:
             _check_writable(path)
     _check_gate_files(args, [args.output, args.json, args.sarif, args.html, args.perfetto])
+    _check_run_outputs(args)
     returncode, traces = record_program(command, args.capture_only)
     if args.output and traces:
         traces = keep_traces(traces, args.output)

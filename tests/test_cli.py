@@ -524,6 +524,36 @@ def test_output_over_the_gate_s_own_file_is_refused(
     assert main(["analyze", str(BUNDLED), flag, str(gate), "-o", str(tmp_path / "report.txt")]) in (0, 1)
 
 
+@pytest.mark.parametrize("flag", ["--json", "--sarif", "--html", "--perfetto"])
+def test_run_refuses_a_report_over_its_kept_trace_or_another_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str
+) -> None:
+    """``run -o t.jsonl.gz --json t.jsonl.gz`` wrote the report over the trace it had just kept
+    (and told to analyse it again); refused before the program runs, by any path to the file."""
+    marker = tmp_path / "ran"
+    program = ["--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    trace, others = _same_file_paths(tmp_path)
+    before = trace.read_bytes()
+    for output in others:
+        assert main(["run", "-o", str(trace), flag, output, *program]) == 2, output
+        _, err = capsys.readouterr()
+        kept = f"is the trace kept at -o {trace}; the report would overwrite it"
+        assert err == f"streamrace: error: {flag} {output}: {kept}\n"
+    fresh = tmp_path / "new.jsonl.gz"  # not made yet: known by its path
+    assert main(["run", "-o", str(fresh), flag, f"{tmp_path}/./new.jsonl.gz", *program]) == 2
+    _, err = capsys.readouterr()
+    assert err.endswith(f"is the trace kept at -o {fresh}; the report would overwrite it\n")
+    other = "--sarif" if flag == "--json" else "--json"
+    report = tmp_path / "report.out"
+    assert main(["run", other, str(report), flag, f"{tmp_path}/sub/../report.out", *program]) == 2
+    _, err = capsys.readouterr()
+    assert err.startswith("streamrace: error: ") and err.endswith("; one would overwrite the other\n")
+    assert f"{other} " in err and f"{flag} " in err
+    assert not marker.exists() and trace.read_bytes() == before and not fresh.exists()
+    assert main(["run", "-o", str(fresh), flag, str(report), *program]) == 5  # apart: it runs (no torch)
+    assert marker.exists()
+
+
 def test_output_over_the_file_standard_input_reads_is_refused(tmp_path: Path) -> None:
     trace, _ = _same_file_paths(tmp_path)
     before = trace.read_bytes()
