@@ -198,19 +198,17 @@ class HappensBefore {
         }
     }
 
-    // Before a replay on eager stream: it waits on each event its wait nodes name, as of its
-    // launch (a replay is one op: all of it is ordered after them).
-    void replay_waits(i64 graph, unsigned stream) {
+    // A replay of graph on eager stream, issued as one op (op's answer): it first waits on
+    // each event its wait nodes name, as of its launch, then each event its record nodes name
+    // stands for it (replay in clocks.py).
+    VectorClock& replay(i64 graph, unsigned stream, i64& domain, i64& tick) {
         auto it = graph_events_.find(graph);
-        if (it == graph_events_.end()) return;
-        for (i64 event : it->second.second) wait(event, stream);
-    }
-
-    // After a replay's op: each event its record nodes name stands for the replay.
-    void replay_records(i64 graph, unsigned stream) {
-        auto it = graph_events_.find(graph);
-        if (it == graph_events_.end()) return;
-        for (i64 event : it->second.first) record(event, stream);
+        if (it != graph_events_.end())
+            for (i64 event : it->second.second) wait(event, stream);
+        VectorClock& c = op(stream, domain, tick);
+        if (it != graph_events_.end())
+            for (i64 event : it->second.first) record(event, stream);
+        return c;
     }
 
     void stream_sync(unsigned stream) {

@@ -276,10 +276,8 @@ class Engine {
         ++replays;
         auto previous = replayed_.find(graph);
         if (previous != replayed_.end()) hb.order_after(index, previous->second);  // launches of one graph are serialized
-        hb.replay_waits(graph, index);
         i64 domain, tick;
-        const VectorClock& clock = hb.op(index, domain, tick);
-        hb.replay_records(graph, index);
+        const VectorClock& clock = hb.replay(graph, index, domain, tick);
         const VectorClock& host = hb.host_clock(domain);
         replayed_[graph] = clock;
         auto freed = inputs_freed_.find(graph);

@@ -128,6 +128,23 @@ def record_program(kind: str, program: Callable[[FakeCuda], None], **fake_option
     return recorder, fake
 
 
+def recorded_alike(program: Callable[[FakeCuda], None]) -> list[dict[str, Any]]:
+    """The native hooks' trace of a scripted program, once both hook sets recorded it without
+    an error and event for event alike."""
+    (native, _), (python, _) = [record_program(k, program) for k in KINDS]
+    assert native.errors == [] and python.errors == []
+    events = native.trace_events()
+    difference = first_difference(canonical(events), canonical(python.trace_events()))
+    assert difference is None, difference
+    return events
+
+
+def analyzed(events: list[dict[str, Any]], minor: int = 0):
+    """The analysis of recorded events under a header of format 1.``minor``."""
+    stacks = {e["id"]: e["frames"] for e in events if e["ev"] == "stack"}
+    return analyze(Trace(header={"minor": minor} if minor else {}, events=events, stacks=stacks))
+
+
 def allocation_facts(events: list[dict[str, Any]]) -> dict[int, list[tuple[int, int, tuple[int, ...] | None]]]:
     """Each address's allocations in the trace, in order: (size, stream, pool)."""
     facts: dict[int, list[tuple[int, int, tuple[int, ...] | None]]] = {}
@@ -303,9 +320,7 @@ def test_the_comparison_catches_diverging_tables(monkeypatch):
 def test_the_scripted_program_analyses_the_same_from_either_set():
     traces = {}
     for kind, recorder in zip(("native", "python"), record_both(), strict=True):
-        events = recorder.trace_events()
-        stacks = {e["id"]: e["frames"] for e in events if e["ev"] == "stack"}
-        traces[kind] = analyze(Trace(header={}, events=events, stacks=stacks))
+        traces[kind] = analyzed(recorder.trace_events())
     found = {kind: sorted((f.kind, f.signature) for f in result.findings) for kind, result in traces.items()}
     assert found["native"] == found["python"]
     assert found["native"], "COPY's strided write to y and SIDE's accesses to it are unordered"
@@ -443,8 +458,7 @@ def test_an_op_that_hands_a_value_to_the_host_is_no_access_in_a_capture(kind):
     assert [e["seq"] in captured for e in equal] == [False], "the eager one only"
     assert equal[0]["reads"], "eagerly it reads x on the device"
     assert not [e for e in events if e["ev"] == "kernel"], "no node left for a catch-up"
-    stacks = {e["id"]: e["frames"] for e in events if e["ev"] == "stack"}
-    assert analyze(Trace(header={}, events=events, stacks=stacks)).findings == []
+    assert analyzed(events).findings == []
 
 
 def test_both_hook_sets_leave_a_captured_host_result_out_alike():
@@ -526,26 +540,17 @@ def external_event_program(fake: FakeCuda, side_waits: bool = True) -> None:
 
 
 def test_both_hook_sets_name_the_events_of_a_graphs_event_nodes_alike():
-    (native, _), (python, _) = [record_program(k, external_event_program) for k in KINDS]
-    assert native.errors == [] and python.errors == []
-    events = native.trace_events()
-    difference = first_difference(canonical(events), canonical(python.trace_events()))
-    assert difference is None, difference
+    events = recorded_alike(external_event_program)
     (graph,) = [e for e in events if e["ev"] == "graph"]
     named = {n["type"]: n.get("event") for n in graph["nodes"] if n["type"] in ("eventrecord", "waitevent")}
     created = [e["event"] for e in events if e["ev"] == "event_create"]
     assert named == {"waitevent": created[0], "eventrecord": created[1]}
-    assert _analyzed(native).findings == []
+    assert analyzed(events).findings == []
 
 
 def test_without_the_wait_on_the_recorded_event_the_side_read_races():
     native, _ = record_program("native", lambda fake: external_event_program(fake, side_waits=False))
-    assert [(f.kind, f.hazard) for f in _analyzed(native).findings] == [("data-race", "RAW")]
-
-
-def _analyzed(recorder: Recorder):
-    events = recorder.trace_events()
-    return analyze(Trace(header={}, events=events, stacks={e["id"]: e["frames"] for e in events if e["ev"] == "stack"}))
+    assert [(f.kind, f.hazard) for f in analyzed(native.trace_events()).findings] == [("data-race", "RAW")]
 
 
 def signalled_copy_program(fake: FakeCuda) -> None:
@@ -582,21 +587,12 @@ def signalled_copy_program(fake: FakeCuda) -> None:
 
 
 def test_both_hook_sets_see_the_pinned_flag_a_graph_kernel_polls_alike():
-    (native, _), (python, _) = [record_program(k, signalled_copy_program) for k in KINDS]
-    assert native.errors == [] and python.errors == []
-    events = native.trace_events()
-    difference = first_difference(canonical(events), canonical(python.trace_events()))
-    assert difference is None, difference
+    events = recorded_alike(signalled_copy_program)
     (spin,) = [e for e in events if e["ev"] == "kernel" and e["name"] == "wait_for_cpu"]
     (flag,) = [e for e in events if e["ev"] == "host_alloc" and e["size"] == 16]
     assert [r["addr"] for r in spin["host_ranges"]] == [flag["addr"]]
-    assert _host_findings(events) == []
+    assert [f.kind for f in analyzed(events, minor=6).findings] == []
     # Without the flag's write nothing releases the kernel: the early read stands.
     sets_flag = [e for e in events if e["ev"] == "host_op" and e["writes"] and e["writes"][0]["addr"] == flag["addr"]]
     unsignalled = [e for e in events if e not in sets_flag]
-    assert _host_findings(unsignalled) == ["pinned-read-before-copy"]
-
-
-def _host_findings(events: list[dict[str, Any]]) -> list[str]:
-    stacks = {e["id"]: e["frames"] for e in events if e["ev"] == "stack"}
-    return [f.kind for f in analyze(Trace(header={"minor": 6}, events=events, stacks=stacks)).findings]
+    assert [f.kind for f in analyzed(unsignalled, minor=6).findings] == ["pinned-read-before-copy"]

@@ -114,9 +114,7 @@ class AppPoolCheck(ProgramCheck[_Program]):
         stream = ev["stream"]
         if self._hb.domain(stream) is not EAGER:
             return
-        self._hb.replay_waits(ev["graph"], stream)
-        _, clock, tick = self._hb.op(stream)
-        self._hb.replay_records(ev["graph"], stream)
+        _, clock, tick = self._hb.replay(ev["graph"], stream)
         if not (self._live or self._freed):
             return
         for device, op in self._programs.get(ev["graph"], ()):

@@ -170,19 +170,19 @@ class HappensBefore:
         else:
             self._graph_events.pop(graph, None)
 
-    def replay_waits(self, graph: int, stream: int) -> None:
-        """Before a replay of ``graph`` on eager ``stream``: it waits on the latest record of
-        each event its wait nodes name, as of its launch. A replay is one op, so all of it is
-        ordered after them (not only the nodes behind the wait)."""
-        for event in self._graph_events.get(graph, ((), ()))[1]:
+    def replay(self, graph: int, stream: int) -> tuple[Domain, VectorClock, int]:
+        """A replay of ``graph`` on eager ``stream``, issued as one op (``op``'s answer). It first
+        waits on the latest record of each event its wait nodes name, as of its launch, and
+        then each event its record nodes name stands for it, as if recorded on ``stream``
+        right after it. A replay is one op, so all of it is ordered after those waits and
+        before those records (not only the nodes behind them)."""
+        records, waits = self._graph_events.get(graph, ((), ()))
+        for event in waits:
             self.wait(event, stream)
-
-    def replay_records(self, graph: int, stream: int) -> None:
-        """After a replay of ``graph`` (its op issued): each event its record nodes name now
-        stands for the replay, as if recorded on ``stream`` right after it (a replay is one op,
-        so for all of it)."""
-        for event in self._graph_events.get(graph, ((), ()))[0]:
+        issued = self.op(stream)
+        for event in records:
             self.record(event, stream)
+        return issued
 
     # -- host synchronization (eager only) -----------------------------------------------------
     def stream_sync(self, stream: int) -> None:

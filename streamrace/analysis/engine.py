@@ -395,9 +395,7 @@ class Engine:
         previous = self._replayed.get(graph)
         if previous is not None:
             self.hb.order_after(stream, previous)  # launches of one graph are serialized
-        self.hb.replay_waits(graph, stream)
-        domain, clock, tick = self.hb.op(stream)
-        self.hb.replay_records(graph, stream)
+        domain, clock, tick = self.hb.replay(graph, stream)
         host = self.hb.host_clock(domain)
         self._replayed[graph] = dict(clock)
         for freed in self._inputs_freed.get(graph, ()):

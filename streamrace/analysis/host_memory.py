@@ -166,13 +166,11 @@ class HostMemoryCheck(ProgramCheck[list[_Captured]]):
             if freed.stands is None:
                 freed.stands = True
                 freed.replay = ev
-        self._hb.replay_waits(graph, stream)
-        _, _, tick = self._hb.op(stream)
-        self._hb.replay_records(graph, stream)
+        _, clock, tick = self._hb.replay(graph, stream)
         program = self._programs.get(graph)
         if not program:
             return
-        issued_after = dict(self._hb.current(stream)[1]) if self._polling else None
+        issued_after = dict(clock) if self._polling else None
         for captured in program:
             use = DeviceUse(stream, tick, captured.op, captured.write, captured.rng, ev, issued_after)
             if captured.polls:
@@ -212,7 +210,7 @@ class HostMemoryCheck(ProgramCheck[list[_Captured]]):
                     self._held.append((ev, write, use))
                 else:
                     self._report(ev, write, use)
-        if not self._polling or not self._held[:earlier]:
+        if not self._polling or earlier == 0:
             return
         # A host write of bytes a pending kernel polls is a signal, not a conflict (kernels
         # are not copies): what the host did before it is ordered before that kernel's end.
