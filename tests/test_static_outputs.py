@@ -195,6 +195,26 @@ def test_an_identity_made_again_is_a_new_value(engine):
     assert _kinds(b) == []
 
 
+def test_a_view_op_returning_its_input_itself_hands_out_nothing(engine):
+    """``aten::flatten`` of a 1-D tensor returns the tensor itself (PyTorch's
+    test_graph_rng_functional: ``assertNotEqual(eager_out, graph_out)`` after each replay): its
+    view event names the static output as its own base, and later reads of the static output
+    after later replays are the plain-graph idiom. A real view made the same way stays a value."""
+    b = TraceBuilder(recording="program")
+    main = b.stream("main")
+    graph, out = _graph(b, main)
+    for _ in range(3):
+        b.replay(graph, main, at="test.py:664 in run")
+        b.op("aten::eq.Tensor", main, reads=[b.span(out, N)], tensors=[STATIC], at="test.py:668 in run")
+        b.make_view(STATIC, b.span(out, N), main, op="aten::flatten.using_ints", base=STATIC, at="test.py:669 in run")
+    assert _kinds(b) == []
+    b.replay(graph, main, at="test.py:664 in run")
+    b.make_view(0x900, b.span(out, N), main, op="aten::flatten.using_ints", base=STATIC, at="test.py:670 in run")
+    b.replay(graph, main, at="test.py:664 in run")
+    b.op("aten::eq.Tensor", main, reads=[b.span(out, N)], tensors=[0x900], at="test.py:671 in run")
+    assert _kinds(b) == [STALE_STATIC_OUTPUT]
+
+
 # -- M5 ------------------------------------------------------------------------------------
 def _workspace(*, before_capture: bool, other_graph: bool = False) -> TraceBuilder:
     """ROCm aiter #5393: a graph's temporary is freed inside its capture and a lazily cached

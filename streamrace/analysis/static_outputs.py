@@ -75,6 +75,8 @@ class StaticOutputCheck(ProgramCheck[_Program]):
 
     def _view(self, ev: Mapping[str, Any]) -> None:
         tensor = ev["tensor"]
+        if tensor == ev.get("base"):
+            return  # the op returned its input itself (flatten of a 1-D tensor): no new value
         self._handed.pop(tensor, None)  # an identity seen again is a new tensor
         if self._hb.domain(ev.get("stream", 0)) is not EAGER:
             return
