@@ -35,6 +35,7 @@ from streamrace.outcome import (
     EXIT_PROGRAM_FAILED,
     LIBRARY_FINDINGS,
     debug_wanted,
+    nothing_recorded_exit,
     nothing_recorded_note,
     recorded_nothing,
 )
@@ -270,7 +271,7 @@ def _verdict(results: Sequence[TraceResult], args: argparse.Namespace, what: str
     if any(item.result.findings for item in results):
         code = EXIT_FINDINGS
     elif all(recorded_nothing(item.result.summary) for item in results):
-        _warn(nothing_recorded_note([item.result.summary for item in results], what))
+        _warn(nothing_recorded_note([item.result.summary for item in results], what, accepted=args.exit_zero))
         code = EXIT_NOTHING_RECORDED
     else:
         code = EXIT_CLEAN
@@ -477,7 +478,7 @@ def _run_run(args: argparse.Namespace) -> int:
     if not traces:
         _warn(
             "streamrace: nothing recorded: no process of the program recorded a trace (it never imported "
-            f"torch); exit code {EXIT_NOTHING_RECORDED} (--exit-zero accepts it)"
+            f"torch); {nothing_recorded_exit(accepted=args.exit_zero)}"
         )
         return EXIT_CLEAN if args.exit_zero else EXIT_NOTHING_RECORDED
     return _verdict(results, args, "the program")

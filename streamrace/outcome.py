@@ -71,9 +71,17 @@ def nothing_recorded_message(summaries: Sequence[Mapping[str, int]], what: str) 
     return f"nothing recorded: {what} had {seen} (no CUDA on this machine, or the code did not capture a graph)"
 
 
-def nothing_recorded_note(summaries: Sequence[Mapping[str, int]], what: str, exit_zero: bool = True) -> str:
+def nothing_recorded_note(
+    summaries: Sequence[Mapping[str, int]], what: str, exit_zero: bool = True, accepted: bool = False
+) -> str:
     """The one line that says why the exit code is EXIT_NOTHING_RECORDED; ``what`` names the
-    inputs ("the trace", "2 traces", "the program"); ``exit_zero``: the command has --exit-zero."""
-    return f"streamrace: {nothing_recorded_message(summaries, what)}; exit code {EXIT_NOTHING_RECORDED}" + (
-        " (--exit-zero accepts it)" if exit_zero else ""
-    )
+    inputs ("the trace", "2 traces", "the program"); ``exit_zero``: the command has --exit-zero;
+    ``accepted``: it was given, so the exit code is 0 and the line says so."""
+    return f"streamrace: {nothing_recorded_message(summaries, what)}; {nothing_recorded_exit(exit_zero, accepted)}"
+
+
+def nothing_recorded_exit(exit_zero: bool = True, accepted: bool = False) -> str:
+    """The exit code a nothing-recorded line ends with: the one the command really gives."""
+    if accepted:
+        return f"exit code {EXIT_CLEAN} (--exit-zero; {EXIT_NOTHING_RECORDED} without it)"
+    return f"exit code {EXIT_NOTHING_RECORDED}" + (" (--exit-zero accepts it)" if exit_zero else "")

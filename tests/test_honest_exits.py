@@ -127,7 +127,9 @@ def test_exit_zero_accepts_findings_and_nothing_but_not_errors(tmp_path, capsys)
     assert main(["analyze", "--exit-zero", str(RACE)]) == EXIT_CLEAN
     assert "unsafe-free" in capsys.readouterr().out
     assert main(["analyze", "--exit-zero", str(empty)]) == EXIT_CLEAN
-    assert "nothing recorded" in capsys.readouterr().err, "the line is still said"
+    line = _one_line(capsys.readouterr().err)
+    assert "nothing recorded" in line, "the line is still said"
+    assert line.endswith("exit code 0 (--exit-zero; 5 without it)"), "it names the exit code it gives"
     assert main(["analyze", "--exit-zero", str(tmp_path / "absent.jsonl")]) == EXIT_ERROR
 
 
@@ -170,6 +172,9 @@ def test_run_of_a_program_that_records_nothing_exits_5(tmp_path, capsys) -> None
     assert main(["run", "-o", str(kept), "--", *_copy_program(empty)]) == EXIT_NOTHING_RECORDED
     assert "nothing recorded: the program had no CUDA graph capture and no op" in capsys.readouterr().err
     assert main(["run", "--exit-zero", "-o", str(kept), "--", *_copy_program(empty)]) == EXIT_CLEAN
+    assert "exit code 0 (--exit-zero; 5 without it)" in capsys.readouterr().err
+    assert main(["run", "--exit-zero", "--", *_copy_program(None)]) == EXIT_CLEAN
+    assert _one_line(capsys.readouterr().err).endswith("exit code 0 (--exit-zero; 5 without it)")
 
 
 def test_a_failing_program_is_exit_3_even_when_it_recorded_nothing(capsys) -> None:
