@@ -29,6 +29,7 @@ into ``recorder_error`` events so the user's capture always completes.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from streamrace.record import installation
@@ -92,13 +93,18 @@ class Recorder:
         self.no_cuda: str | None = None  # why nothing is recorded: no hooks were built or installed
         self.log = EventLog()
         self.allocations = AllocatorHistory(self.runtime)
-        self.captures = CaptureLifecycle(self)
-        self.replays = GraphReplays(self)
-        self.output = TraceOutput(self, trace, flush_events)
-        self.unseen = UnseenLaunches(self)
-        self.triton = TritonLaunches(self)
+        # The parts reach the recording through a weak proxy: a part holding the Recorder
+        # would make a reference cycle, and every event of a finished recording (a test's
+        # hundreds of thousands) would then wait, alive, for a full collection of the cyclic
+        # GC, which the program pays for later (seconds, in PyTorch's optimizer tests).
+        seam = weakref.proxy(self)
+        self.captures = CaptureLifecycle(seam)
+        self.replays = GraphReplays(seam)
+        self.output = TraceOutput(seam, trace, flush_events)
+        self.unseen = UnseenLaunches(seam)
+        self.triton = TritonLaunches(seam)
         self.library_calls = LibraryCalls(self.log, self.runtime, capture_only)
-        self.app_pools = AppPools(self)
+        self.app_pools = AppPools(seam)
         # Pinned host memory: recorded with the whole program, by either set of hooks; None
         # when not recorded (the header's host_memory).
         self.host_memory: HostMemory | None = None
@@ -178,7 +184,7 @@ class Recorder:
         if self.no_cuda is not None:
             return
         shown_path = UserCode().shown_path
-        host = HostMemory(self) if self.record_host_memory and not self.capture_only else None
+        host = HostMemory(weakref.proxy(self)) if self.record_host_memory and not self.capture_only else None
         options = HookOptions(
             not self.capture_only, self.stack_depth, _MAX_WALK, shown_path, self.runtime, host, catch_up=self.unseen
         )

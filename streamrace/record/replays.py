@@ -123,8 +123,10 @@ class GraphReplays:
         """The weakref callback: the object is being collected (any thread, any moment)."""
         if self._objects.get(key) is tracked:
             del self._objects[key]
-        rec = self._rec
-        if tracked.graph is None or active() is not rec:
+        rec, running = self._rec, active()
+        # The part holds a proxy of its recorder (recorder.py), so the two are told apart by
+        # what each owns: another recording, or none, is running now.
+        if tracked.graph is None or running is None or running.log is not rec.log:
             return
         try:
             rec.log.emit_detached("graph_destroy", graph=tracked.graph)
