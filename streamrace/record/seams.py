@@ -1,10 +1,13 @@
 """The seams between the recorder's parts: what each part may ask of the recording it is part of.
 
 A part (captures.py, replays.py, trace_output.py, unseen_launches.py, triton_launches.py) is
-handed the Recorder, but typed as the narrow protocol it declares on top of ``RecordingSeam``
-here, so the type checker holds it to what it uses and no part imports recorder.py: the
-parts of ``record/`` import no circle (tests/test_record_layers.py). Everything here is a
-protocol the Recorder meets as it is.
+handed a weak proxy of the Recorder (so that no part keeps its recording alive: a reference
+cycle would keep every event of it until the cyclic GC ran), typed as the narrow protocol it
+declares on top of ``RecordingSeam`` here, so the type checker holds it to what it uses and no
+part imports recorder.py: the parts of ``record/`` import no circle
+(tests/test_record_layers.py). Everything here is a protocol the Recorder meets as it is. A
+proxy is not the Recorder: a part tells recordings apart by what they own (their ``log``),
+never by identity.
 """
 
 from __future__ import annotations
