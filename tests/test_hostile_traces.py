@@ -294,9 +294,9 @@ def _race(stream: str = "main", op: str = "aten::fill_") -> TraceBuilder:
     return tb
 
 
-@pytest.mark.parametrize("fmt", ["text", "html"])
+@pytest.mark.parametrize("fmt", ["text", "html", "sarif"])
 def test_an_enormous_name_is_cut_and_says_so(tmp_path: Path, fmt: str) -> None:
-    """A 1,000,000-character stream and op name: the text and HTML reports show 500 characters
+    """A 1,000,000-character stream and op name: the text, HTML and SARIF reports show 500 characters
     of each and how many more there are; the JSON report keeps them whole."""
     long = 1_000_000
     path = tmp_path / "t.jsonl"

@@ -19,8 +19,11 @@ absolute path is a ``file://`` URI, never a relative one.
 Trace strings reach messages escaped: control characters as ``\x1b`` and, in plain text,
 ``[`` and ``]`` backslash-escaped (SARIF §3.11.6), so no embedded link can be forged; the
 result message's ``markdown`` escapes every character markdown or HTML gives a meaning
-(``<img>`` shows as text), keeping only the fix's own code spans.
-Output is deterministic, like the JSON report.
+(``<img>`` shows as text), keeping only the fix's own code spans. Messages, function names and
+properties are cut as the text report cuts them (``escape.shown``: a word of more than 500
+characters, a text of more than 20,000), since viewers show them to people: a trace's 4 MB
+stream name made a 452 MB log, repeated in every message, location and property. The JSON
+report keeps every string whole. Output is deterministic, like the JSON report.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from streamrace.analysis.detectors import DETECTORS, KINDS, Detector
 from streamrace.analysis.findings import Access, Finding
 from streamrace.analysis.library_protocols import by_id
 from streamrace.outcome import NOTHING_RECORDED
-from streamrace.report.escape import for_markdown, for_terminal, printable_strings
+from streamrace.report.escape import for_markdown, for_terminal, printable_strings, shown
 from streamrace.report.json_report import to_json
 from streamrace.report.options import DEFAULT, ReportOptions
 
@@ -121,9 +124,9 @@ def _location(
     location: dict[str, Any] = {"physicalLocation": {"artifactLocation": artifact, "region": {"startLine": int(line)}}}
     function = next((str(f[2]) for f in stack if len(f) > 2 and f"{f[0]}:{f[1]}" == where), None)
     if function:
-        location["logicalLocations"] = [{"name": for_terminal(function), "kind": "function"}]
+        location["logicalLocations"] = [{"name": shown(function), "kind": "function"}]
     if message:
-        location["message"] = {"text": _text(message)}
+        location["message"] = {"text": _text(shown(message))}
     return location
 
 
@@ -134,12 +137,12 @@ MAX_STACK_FRAMES = 1000
 
 def _stack(frames: Sequence[Sequence[Any]], message: str) -> dict[str, Any] | None:
     """A SARIF stack, innermost frame first, as the trace records it, up to MAX_STACK_FRAMES."""
-    shown = frames[:MAX_STACK_FRAMES]
-    located = [_location(f"{f[0]}:{f[1]}", [f]) for f in shown if len(f) >= 2]
+    kept = frames[:MAX_STACK_FRAMES]
+    located = [_location(f"{f[0]}:{f[1]}", [f]) for f in kept if len(f) >= 2]
     out = [{"location": loc} for loc in located if loc is not None]
-    if len(frames) > len(shown):
-        message += f" ({len(frames) - len(shown):,} more frames)"
-    return {"message": {"text": _text(message)}, "frames": out} if out else None
+    if len(frames) > len(kept):
+        message += f" ({len(frames) - len(kept):,} more frames)"
+    return {"message": {"text": _text(shown(message))}, "frames": out} if out else None
 
 
 def _what(access: Access) -> str:
@@ -186,24 +189,28 @@ def _result(finding: Finding, trace: str, accepted: Suppressed | None) -> dict[s
         "ruleIndex": KINDS.index(finding.kind),
         "kind": "fail",
         "level": _LEVEL[finding.severity],
-        "message": {"text": _text(_message(finding)), "markdown": _markdown(_message(finding))},
+        "message": {"text": _text(shown(_message(finding))), "markdown": _markdown(shown(_message(finding)))},
         "locations": [primary] if primary is not None else [],
         "relatedLocations": related,
         "stacks": [s for s in stacks if s is not None],
         "partialFingerprints": {FINGERPRINT: finding.signature},
-        # Viewers show properties as they are: their trace strings are escaped as messages are.
-        "properties": printable_strings(
-            {
-                "trace": trace,
-                "hazard": finding.hazard,
-                "aliasing": finding.aliasing,
-                "count": finding.count,
-                "graphs": finding.graphs or ([finding.graph] if finding.graph is not None else []),
-                "missingEdge": finding.missing_edge,
-                "fix": finding.fix,
-                "signature": finding.signature,
-            }
-        ),
+        # Viewers show properties as they are: their trace strings are escaped and cut as
+        # messages are (the trace's path and the signature are kept whole).
+        "properties": {
+            "trace": for_terminal(trace),
+            **printable_strings(
+                {
+                    "hazard": finding.hazard,
+                    "aliasing": finding.aliasing,
+                    "count": finding.count,
+                    "graphs": finding.graphs or ([finding.graph] if finding.graph is not None else []),
+                    "missingEdge": finding.missing_edge,
+                    "fix": finding.fix,
+                },
+                cut=True,
+            ),
+            "signature": for_terminal(finding.signature),
+        },
     }
     if accepted is not None and accepted.entry is None:
         result["baselineState"] = "unchanged"
@@ -219,7 +226,7 @@ def _library_result(finding: Finding, trace: str) -> dict[str, Any]:
     result["properties"]["protocol"] = finding.protocol
     protocol = by_id(finding.protocol) if finding.protocol else None
     reason = f"{protocol.id}: {protocol.reason}" if protocol is not None else str(finding.protocol)
-    result["suppressions"] = [{"kind": "external", "status": "accepted", "justification": _text(reason)}]
+    result["suppressions"] = [{"kind": "external", "status": "accepted", "justification": _text(shown(reason))}]
     return result
 
 
@@ -234,7 +241,7 @@ def document(traces: Sequence[TraceResult]) -> dict[str, Any]:
         notifications += [
             {
                 "level": "error" if note.code == NOTHING_RECORDED else "warning",
-                "message": {"text": _text(f"{item.path}: {note.message}")},
+                "message": {"text": _text(shown(f"{item.path}: {note.message}"))},
                 "descriptor": {"id": note.code},
             }
             for note in item.machine_notes()
