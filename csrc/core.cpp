@@ -19,6 +19,7 @@
 #include "graph_truth.h"
 #include "reader.h"
 #include "trace_fields.h"
+#include "trace_json_write.h"
 
 namespace py = pybind11;
 using namespace streamrace;
@@ -883,6 +884,19 @@ PYBIND11_MODULE(_core, m) {
         py::arg("max_streams"), py::arg("line_read"),
         "The trace reader's fast path over the rest of stream (csrc/reader.h); a line longer than line_read bytes is "
         "handed to on_line cut to that length.");
+    m.def(
+        "encode_lines",
+        [](py::handle items) -> py::object {
+            trace_json::LineWriter writer;
+            if (!writer.write_lines(items.ptr())) {
+                PyErr_Clear();  // json.dumps meets any real error again
+                return py::none();
+            }
+            return py::bytes(writer.text());
+        },
+        py::arg("items"),
+        "Each item as a JSON line, byte for byte as json.dumps(separators=(',', ':'), allow_nan=False) writes it; "
+        "None where it gives up (csrc/trace_json_write.h).");
     m.def(
         "parse_trace_line",
         [](py::bytes line) -> py::object {

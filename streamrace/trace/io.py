@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import json
 import math
 import os
@@ -45,6 +46,7 @@ from streamrace.trace.events import (
     validate_event,
     validate_header,
 )
+from streamrace.trace.json_lines import encode_lines
 
 orjson: Any
 try:
@@ -444,11 +446,15 @@ def make_header(**facts: Any) -> dict[str, Any]:
     return {"format": FORMAT_NAME, "version": FORMAT_VERSION, **minor, **facts}
 
 
+_WRITE_CHUNK = 10_000  # events encoded at a time: bounded memory for a long generator
+
+
 def write_trace(path: str | os.PathLike[str], header: dict[str, Any], events: Iterable[dict[str, Any]]) -> None:
     """Write a trace; a path ending in .gz is gzip-compressed. Strict JSON: NaN is refused."""
     path = os.fspath(path)
     opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "wt", encoding="utf-8") as out:
-        out.write(json.dumps(header, separators=(",", ":"), allow_nan=False) + "\n")
-        for ev in events:
-            out.write(json.dumps(ev, separators=(",", ":"), allow_nan=False) + "\n")
+    with opener(path, "wb") as out:
+        out.write(encode_lines([header]))
+        rest = iter(events)
+        while chunk := list(itertools.islice(rest, _WRITE_CHUNK)):
+            out.write(encode_lines(chunk))

@@ -1,0 +1,101 @@
+"""Trace lines written by the C++ core (csrc/trace_json_write.h) are the standard library's,
+byte for byte, and it gives up on whatever it would write otherwise (streamrace/trace/json_lines.py
+then writes or refuses the batch through json.dumps, as before)."""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamrace.trace import iter_trace, json_lines
+from streamrace.trace.io import write_trace
+
+_core = pytest.importorskip("streamrace._core", reason="the C++ core is not built")
+
+EXAMPLES = Path(__file__).parent.parent / "examples" / "traces"
+
+
+def _stdlib(items: list) -> bytes:
+    return "".join(json.dumps(i, separators=(",", ":"), allow_nan=False) + "\n" for i in items).encode()
+
+
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()  # every code point: escapes, non-ASCII, astral, lone surrogates
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.tuples(inner, inner) | st.dictionaries(st.text(max_size=8), inner, max_size=5)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.dictionaries(st.text(max_size=8), _VALUES, max_size=6), max_size=4))
+def test_the_core_writes_what_the_standard_library_writes(items):
+    assert _core.encode_lines(items) == _stdlib(items)
+
+
+def test_every_committed_trace_is_written_as_the_standard_library_writes_it():
+    traces = sorted(EXAMPLES.glob("*.jsonl*"))
+    assert len(traces) > 50
+    for path in traces:
+        items = list(iter_trace(path))
+        assert _core.encode_lines(items) == _stdlib(items), path.name
+
+
+def _nested(depth: int) -> list:
+    value: list = [0]
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+class _Kind(enum.IntEnum):
+    OP = 1
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"x": math.nan},
+        {"x": math.inf},
+        {1: "int key"},
+        {"x": _Kind.OP},
+        {"x": object()},
+        {"x": _nested(70)},
+    ],
+    ids=["nan", "inf", "int-key", "int-subclass", "object", "deep"],
+)
+def test_it_gives_up_where_it_would_differ_and_the_standard_library_decides(item):
+    assert _core.encode_lines([{"ev": "op"}, item]) is None
+    try:
+        want: bytes | type[Exception] = _stdlib([item])
+    except (ValueError, TypeError) as exc:
+        want = type(exc)
+    if isinstance(want, bytes):
+        assert json_lines.encode_lines([item]) == want
+    else:
+        with pytest.raises(want):
+            json_lines.encode_lines([item])
+
+
+def test_write_trace_round_trips_through_the_fast_writer(tmp_path, monkeypatch):
+    events = [{"seq": i, "ev": "stack", "id": i, "frames": [["m\u00e9.py", i + 1, "f"]]} for i in range(25_000)]
+    header = {"format": "streamrace-trace", "version": 1}
+    fast, slow = tmp_path / "fast.jsonl.gz", tmp_path / "slow.jsonl"
+    write_trace(fast, header, iter(events))
+    monkeypatch.setattr(json_lines, "_native", lambda: None)
+    write_trace(slow, header, events)
+    assert list(iter_trace(fast)) == list(iter_trace(slow)) == [header, *events]
