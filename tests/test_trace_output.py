@@ -35,6 +35,7 @@ def test_the_partial_file_is_a_trace_all_along_and_the_final_one_has_the_final_h
     partial = tmp_path / (name + ".partial")
     for chunk in range(3):
         writer.write(_events(5, 5 * chunk))
+        writer.wait()  # the chunk is compressed and written beside the caller
         header, *events = list(iter_trace(partial))
         assert header["incomplete"] is True and [e["seq"] for e in events] == list(range(5 * chunk + 5))
     writer.finish(make_header(final=True), _events(2, 15))
@@ -45,10 +46,27 @@ def test_the_partial_file_is_a_trace_all_along_and_the_final_one_has_the_final_h
     assert writer.events_written == 17
 
 
+def test_a_chunk_that_fails_to_land_fails_the_next_call(tmp_path, monkeypatch):
+    writer = IncrementalTraceWriter(tmp_path / "t.jsonl.gz", make_header())
+
+    def full_disk(data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writer, "_write", full_disk)
+    writer.write(_events(3))  # the caller goes on: the chunk is written beside it
+    with pytest.raises(OSError, match="No space left"):
+        writer.write(_events(3, 3))  # the first chunk's failure, and this chunk is not taken
+    writer.write(_events(3, 6))
+    with pytest.raises(OSError, match="No space left"):
+        writer.wait()
+    writer.wait()  # each failure is said once
+
+
 def test_a_forked_child_writes_nothing_into_its_parents_file(tmp_path):
     path = tmp_path / "t.jsonl.gz"
     writer = IncrementalTraceWriter(path, make_header())
     writer.write(_events(3))
+    writer.wait()
     size = os.path.getsize(writer.partial_path)
     writer._pid = os.getpid() + 1  # as the parent's writer looks from a forked child
     writer.write(_events(3, 3))
@@ -157,6 +175,7 @@ def test_no_flush_while_a_capture_is_open(kind, tmp_path):
                 graph.capture_end()  # a flush point: everything settled is written
             assert recorder.output.written_through >= 0
             assert not [e for e in recorder.events if e["ev"] not in ("stack", "stream")]
+            recorder.output.landed()
             header, *partial = list(iter_trace(path + ".partial"))
             assert header["incomplete"] is True
             assert [e["ev"] for e in partial if e["ev"] in ("capture_begin", "capture_end", "graph")] == [

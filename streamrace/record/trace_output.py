@@ -110,6 +110,12 @@ class TraceOutput:
         self.flushes += 1
         return True
 
+    def landed(self) -> None:
+        """Wait until the last flush's chunk is in the file (it is compressed and written
+        beside the program: incremental.py)."""
+        if self._writer is not None:
+            self._writer.wait()
+
     def finish(self, header: dict[str, Any]) -> None:
         """Write the trace file: ``header`` (the final one), then every event."""
         assert self._writer is not None, "the recording has no trace path"

@@ -14,16 +14,25 @@ chunk is written with one ``os.write`` loop on a raw descriptor, so nothing is b
 process: a child forked from it (``fork`` without ``exec``) has nothing to flush into the
 file, and writes nothing itself (``write`` and ``finish`` do nothing outside the process that
 opened the file).
+
+A chunk is encoded in the caller's thread (it reads the events), then compressed and written
+by a thread of its own, which zlib lets run beside the program (it releases the GIL): a
+recorded serving loop spent about 14 us a step compressing. One chunk is in flight at a time:
+the next ``write``, and ``finish``, wait for it first, so the chunks land in order; a failure
+of that thread (a full disk) is raised by the next call, as a failed write always was. It
+is no daemon: a program that ends after a flush waits for its chunk.
 """
 
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import shutil
+import threading
 from collections.abc import Iterable
 from typing import Any
+
+from streamrace.trace.json_lines import encode_lines
 
 PARTIAL_SUFFIX = ".partial"
 GZIP_LEVEL = 6  # zlib's default: within a few per cent of 9's size at about twice its speed
@@ -38,16 +47,33 @@ class IncrementalTraceWriter:
         self._compress = self.path.endswith(".gz")
         self._pid = os.getpid()
         self.events_written = 0
+        self._in_flight: threading.Thread | None = None
+        self._failure: BaseException | None = None
         self._fd: int | None = os.open(self.partial_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         head = self._encode([header])
         self._head_bytes = len(head)  # what ``finish`` skips of the partial file: its header
         self._write(head)
 
     def _encode(self, items: Iterable[dict[str, Any]]) -> bytes:
-        # Strict JSON, as write_trace writes it: NaN is refused.
-        text = "".join(json.dumps(item, separators=(",", ":"), allow_nan=False) + "\n" for item in items)
-        data = text.encode("utf-8")
+        return self._compressed(encode_lines(items))  # strict JSON, as write_trace writes it
+
+    def _compressed(self, data: bytes) -> bytes:
         return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0) if self._compress else data
+
+    def _compress_and_write(self, data: bytes) -> None:
+        try:
+            self._write(self._compressed(data))
+        except BaseException as exc:  # raised in the program's thread, by the next call
+            self._failure = exc
+
+    def wait(self) -> None:
+        """Wait for the chunk in flight to land; raise what it met."""
+        if self._in_flight is not None:
+            self._in_flight.join()
+            self._in_flight = None
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
 
     def _write(self, data: bytes) -> None:
         assert self._fd is not None, "the trace is finished"
@@ -62,7 +88,12 @@ class IncrementalTraceWriter:
     def write(self, events: list[dict[str, Any]]) -> None:
         """Append events (in seq order, after those written before)."""
         if events and self._ours():
-            self._write(self._encode(events))
+            data = encode_lines(events)
+            self.wait()
+            self._in_flight = threading.Thread(
+                target=self._compress_and_write, args=(data,), name="streamrace-trace-writer"
+            )
+            self._in_flight.start()
             self.events_written += len(events)
 
     def finish(self, header: dict[str, Any], events: list[dict[str, Any]]) -> None:
@@ -71,6 +102,7 @@ class IncrementalTraceWriter:
         if not self._ours():
             return
         assert self._fd is not None
+        self.wait()
         os.close(self._fd)
         self._fd = None
         with open(self.path, "wb") as out:
