@@ -5,7 +5,8 @@ step of serving_loop.py (stage from pinned memory on a copy stream, an event, th
 waiting, the copy into the static input, ``record_stream``, the replay, eager sampling), plain
 and recorded by the native hooks, in turn, in one process:
 
-* the **step time** with the graph as serving_loop.py builds it, and with a graph so small
+* the **step time**, recorded into a trace file and in memory (nothing written), with the
+  graph as serving_loop.py builds it, and with a graph so small
   that the device is idle most of the step: there the step time is the host's, so the two
   say whether recording costs host time the device used to hide, or makes the host wait;
 * the **host's blocking calls**: how many times a step the host waited on the device
@@ -38,12 +39,15 @@ from serving_loop import Server
 from streamrace.record.recorder import Recorder
 from streamrace.record.traces import finish_trace
 
+IN_MEMORY = ""  # recorded with no trace file: the events stay in memory, nothing is written
+
 
 def timed_steps(server: Server, steps: int, trace: str | None, profiler=None) -> float:
-    """Seconds a step, plain (``trace`` None) or recorded by the native hooks."""
+    """Seconds a step, plain (``trace`` None) or recorded by the native hooks (into ``trace``,
+    or in memory)."""
     recorder = None
     if trace is not None:
-        recorder = Recorder(trace=trace, hooks="native")
+        recorder = Recorder(trace=trace or None, hooks="native")
         recorder.start()
     graph, out = server.capture()
     torch.cuda.synchronize()
@@ -57,7 +61,8 @@ def timed_steps(server: Server, steps: int, trace: str | None, profiler=None) ->
     del graph, out
     if recorder is not None:
         recorder.stop()
-        finish_trace(recorder)
+        if trace:
+            finish_trace(recorder)
     return seconds / steps
 
 
@@ -110,15 +115,18 @@ def main(argv: list[str] | None = None) -> int:
         timed_steps(server, 100, os.path.join(directory, "warm.jsonl.gz"))
 
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, {args.steps} steps, medians of {args.repeats}")
-    print(f"{'graph':<15}{'plain us':>10}{'recorded us':>13}{'ratio':>8}{'added us':>10}")
+    print(f"{'graph':<15}{'plain us':>10}{'recorded us':>13}{'ratio':>8}{'in memory us':>14}{'ratio':>8}")
     for label, server in servers.items():
-        times: dict[str, list[float]] = {"plain": [], "recorded": []}
+        times: dict[str, list[float]] = {"plain": [], "recorded": [], "in memory": []}
         for repeat in range(args.repeats):
             times["plain"].append(timed_steps(server, args.steps, None))
             trace = os.path.join(directory, f"{label.split()[0]}-{repeat}.jsonl.gz")
             times["recorded"].append(timed_steps(server, args.steps, trace))
-        plain, recorded = (statistics.median(times[m]) * 1e6 for m in ("plain", "recorded"))
-        print(f"{label:<15}{plain:>10.1f}{recorded:>13.1f}{recorded / plain:>8.3f}{recorded - plain:>10.1f}")
+            times["in memory"].append(timed_steps(server, args.steps, IN_MEMORY))
+        plain, recorded, memory = (statistics.median(times[m]) * 1e6 for m in ("plain", "recorded", "in memory"))
+        print(
+            f"{label:<15}{plain:>10.1f}{recorded:>13.1f}{recorded / plain:>8.3f}{memory:>14.1f}{memory / plain:>8.3f}"
+        )
 
     server = servers["serving graph"]
     steps = min(args.steps, 300)
