@@ -37,8 +37,24 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serving_loop import Server
 
 from streamrace.record.recorder import Recorder
+from streamrace.record.trace_output import TraceOutput
 from streamrace.record.traces import finish_trace
 
+FLUSHED: list[float] = []  # seconds of each flush inside the timed steps
+
+
+def _timed_flush(flush):
+    def timed(self):
+        start = time.perf_counter()
+        try:
+            return flush(self)
+        finally:
+            FLUSHED.append(time.perf_counter() - start)
+
+    return timed
+
+
+TraceOutput.flush = _timed_flush(TraceOutput.flush)
 IN_MEMORY = ""  # recorded with no trace file: the events stay in memory, nothing is written
 
 
@@ -53,11 +69,15 @@ def timed_steps(server: Server, steps: int, trace: str | None, profiler=None) ->
     torch.cuda.synchronize()
     if profiler is not None:
         profiler.enable()
+    FLUSHED.clear()
     start = time.perf_counter()
     server.serve(graph, out, steps, 32)
     seconds = time.perf_counter() - start
     if profiler is not None:
         profiler.disable()
+    flushed = sum(FLUSHED)
+    if recorder is not None and trace:
+        print(f"    ({len(FLUSHED)} flushes inside the steps: {flushed / steps * 1e6:.1f} us a step)")
     del graph, out
     if recorder is not None:
         recorder.stop()

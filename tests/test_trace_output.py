@@ -4,6 +4,7 @@ streamrace/trace/incremental.py)."""
 
 from __future__ import annotations
 
+import gc
 import os
 
 import pytest
@@ -15,6 +16,7 @@ from hook_traces import canonical, first_difference  # noqa: E402
 from op_engines import native_module  # noqa: E402
 
 from streamrace.record.recorder import Recorder  # noqa: E402
+from streamrace.record.trace_output import TraceOutput  # noqa: E402
 from streamrace.record.traces import finish_trace  # noqa: E402
 from streamrace.session import watch  # noqa: E402
 from streamrace.trace.incremental import IncrementalTraceWriter  # noqa: E402
@@ -236,3 +238,38 @@ def test_an_unwritable_trace_path_fails_before_recording_starts(tmp_path):
     with pytest.raises(FileNotFoundError):
         recorder.start()
     assert active() is None
+
+
+@pytest.mark.parametrize("program_collects", [True, False], ids=["collector-on", "collector-off"])
+def test_no_garbage_collection_inside_a_flush_and_the_programs_setting_kept(program_collects, tmp_path, monkeypatch):
+    # A collection as often as the collector may start one: without the pause, every flush
+    # (hundreds of events made and let go) would start some.
+    in_flush, collected_in_flush = [False], []
+    flush = TraceOutput.flush
+
+    def watched(self):
+        in_flush[0] = True
+        try:
+            return flush(self)
+        finally:
+            in_flush[0] = False
+
+    def on_collection(phase, info):
+        if phase == "start" and in_flush[0]:
+            collected_in_flush.append(info["generation"])
+
+    monkeypatch.setattr(TraceOutput, "flush", watched)
+    threshold, was_enabled = gc.get_threshold(), gc.isenabled()
+    gc.set_threshold(10, 2, 2)
+    gc.callbacks.append(on_collection)
+    (gc.enable if program_collects else gc.disable)()
+    try:
+        recorder, _, _ = _record("python", 300, str(tmp_path / "t.jsonl"), flush_events=200)
+        assert gc.isenabled() is program_collects, "the collector as the program left it"
+    finally:
+        gc.callbacks.remove(on_collection)
+        gc.set_threshold(*threshold)
+        (gc.enable if was_enabled else gc.disable)()
+    finish_trace(recorder)
+    assert recorder.output.flushes >= 5
+    assert collected_in_flush == []
