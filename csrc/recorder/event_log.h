@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "allocator_facts.h"
+#include "event_dict.h"
 #include "hook_tables.h"
 #include "tensor_range.h"
 #include "user_stacks.h"
@@ -200,9 +201,11 @@ class EventLog {
             facts.swap(facts_);
             tensor_ids.swap(tensor_ids_);
         }
-        py::list out;
-        for (const Record& r : records) out.append(to_dict(r, ranges, facts, tensor_ids));
-        return out;
+        py::object out = steal_or_throw(PyList_New(static_cast<Py_ssize_t>(records.size())));
+        for (size_t i = 0; i < records.size(); ++i) {
+            PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), to_dict(records[i], ranges, facts, tensor_ids).release().ptr());
+        }
+        return py::reinterpret_steal<py::list>(out.release());
     }
 
    private:
@@ -216,157 +219,167 @@ class EventLog {
         return cached;
     }
 
-    static py::list range_list(const std::vector<ByteRange>& ranges, uint32_t begin, uint32_t n) {
-        py::list out;
-        for (uint32_t i = begin; i < begin + n; ++i) {
-            const ByteRange& r = ranges[i];
-            py::dict d;
-            d["addr"] = r.addr;
+    static py::object range_list(const std::vector<ByteRange>& ranges, uint32_t begin, uint32_t n) {
+        py::object out = steal_or_throw(PyList_New(static_cast<Py_ssize_t>(n)));
+        for (uint32_t i = 0; i < n; ++i) {
+            const ByteRange& r = ranges[begin + i];
+            EventDict d;
+            d.set(STREAMRACE_KEY("addr"), r.addr);
             if (r.contiguous) {
-                d["nbytes"] = r.nbytes;
+                d.set(STREAMRACE_KEY("nbytes"), r.nbytes);
             } else {
-                py::list shape, stride;
-                for (int64_t v : r.shape) shape.append(v);
-                for (int64_t v : r.stride) stride.append(v);
-                d["shape"] = shape;
-                d["stride"] = stride;
-                d["itemsize"] = r.itemsize;
+                d.set(STREAMRACE_KEY("shape"), int_list(r.shape));
+                d.set(STREAMRACE_KEY("stride"), int_list(r.stride));
+                d.set(STREAMRACE_KEY("itemsize"), r.itemsize);
             }
-            out.append(d);
+            PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), d.take().release().ptr());
         }
         return out;
     }
 
-    py::dict to_dict(const Record& r, const std::vector<ByteRange>& ranges, const std::vector<AllocFact>& facts,
-                     const std::vector<int64_t>& tensor_ids) {
-        py::dict d;
-        d["seq"] = r.seq;
-        d["ev"] = tables::kKindNames[static_cast<int>(r.kind)];
+    // The event kinds' names, interned once (the "ev" of every event).
+    static PyObject* kind_name(Kind kind) {
+        static const std::vector<PyObject*> names = [] {
+            std::vector<PyObject*> made;
+            for (const char* name : tables::kKindNames) made.push_back(PyUnicode_InternFromString(name));
+            return made;
+        }();
+        PyObject* name = names.at(static_cast<size_t>(kind));
+        if (name == nullptr) throw py::error_already_set();
+        return name;
+    }
+
+    py::object to_dict(const Record& r, const std::vector<ByteRange>& ranges, const std::vector<AllocFact>& facts,
+                       const std::vector<int64_t>& tensor_ids) {
+        EventDict d;
+        d.set(STREAMRACE_KEY("seq"), r.seq);
+        d.set(STREAMRACE_KEY("ev"), kind_name(r.kind));
         auto stack = [&] {
-            if (r.stack >= 0) d["stack"] = r.stack;
+            if (r.stack >= 0) d.set(STREAMRACE_KEY("stack"), r.stack);
         };
         switch (r.kind) {
             case Kind::Stream:
-                d["stream"] = r.stream;
-                d["device"] = r.device;
+                d.set(STREAMRACE_KEY("stream"), r.stream);
+                d.set(STREAMRACE_KEY("device"), r.device);
                 break;
             case Kind::Stack: {
-                d["id"] = r.value;
-                py::list frames;
-                for (const UserFrame& f : stack_frames_.at(static_cast<int>(r.value))) {
-                    py::list frame;
-                    frame.append(py::reinterpret_borrow<py::object>(f.path));
-                    frame.append(f.line);
-                    frame.append(py::reinterpret_borrow<py::object>(f.function));
-                    frames.append(frame);
+                d.set(STREAMRACE_KEY("id"), r.value);
+                const std::vector<UserFrame>& frames = stack_frames_.at(static_cast<int>(r.value));
+                py::object list = steal_or_throw(PyList_New(static_cast<Py_ssize_t>(frames.size())));
+                for (size_t i = 0; i < frames.size(); ++i) {
+                    const UserFrame& f = frames[i];
+                    py::object frame = steal_or_throw(PyList_New(3));
+                    PyList_SET_ITEM(frame.ptr(), 0, py::reinterpret_borrow<py::object>(f.path).release().ptr());
+                    PyList_SET_ITEM(frame.ptr(), 1, int_object(f.line).release().ptr());
+                    PyList_SET_ITEM(frame.ptr(), 2, py::reinterpret_borrow<py::object>(f.function).release().ptr());
+                    PyList_SET_ITEM(list.ptr(), static_cast<Py_ssize_t>(i), frame.release().ptr());
                 }
-                d["frames"] = frames;
+                d.set(STREAMRACE_KEY("frames"), list);
                 break;
             }
             case Kind::Alloc:
-                d["addr"] = r.value;
+                d.set(STREAMRACE_KEY("addr"), r.value);
                 if (r.fact >= 0) {  // exact: the allocator's own facts ("_exact" for the recorder)
                     const AllocFact& f = facts[static_cast<size_t>(r.fact)];
-                    d["size"] = f.size;
-                    d["stream"] = f.stream;
-                    d["device"] = r.device;
+                    d.set(STREAMRACE_KEY("size"), f.size);
+                    d.set(STREAMRACE_KEY("stream"), f.stream);
+                    d.set(STREAMRACE_KEY("device"), r.device);
                     if (f.pool_first != 0 || f.pool_second != 0) {
-                        py::list pool;
-                        pool.append(f.pool_first);
-                        pool.append(f.pool_second);
-                        d["pool"] = pool;
+                        d.set(STREAMRACE_KEY("pool"), pool_list(f.pool_first, f.pool_second));
                     }
-                    d["_exact"] = true;
+                    d.set_true(STREAMRACE_KEY("_exact"));
                 } else {
-                    d["size"] = 1;  // the allocator's history gives the size, later
-                    d["stream"] = r.stream;
-                    d["device"] = r.device;
+                    d.set(STREAMRACE_KEY("size"), 1);  // the allocator's history gives the size, later
+                    d.set(STREAMRACE_KEY("stream"), r.stream);
+                    d.set(STREAMRACE_KEY("device"), r.device);
                 }
                 stack();
-                if (r.graph != 0) d["_graph"] = r.graph;
+                if (r.graph != 0) d.set(STREAMRACE_KEY("_graph"), r.graph);
                 break;
             case Kind::Free:
-                d["addr"] = r.value;
-                d["device"] = r.device;
+                d.set(STREAMRACE_KEY("addr"), r.value);
+                d.set(STREAMRACE_KEY("device"), r.device);
                 stack();
                 break;
             case Kind::Op:
-                d["op"] = text_object(r.text);
-                d["stream"] = r.stream;
-                d["device"] = r.device;
-                d["reads"] = range_list(ranges, r.ranges, r.reads);
-                d["writes"] = range_list(ranges, r.ranges + r.reads, r.writes);
-                if (r.index > 0) d["index"] = range_list(ranges, r.ranges + r.reads + r.writes, r.index);
+                d.set(STREAMRACE_KEY("op"), text_object(r.text));
+                d.set(STREAMRACE_KEY("stream"), r.stream);
+                d.set(STREAMRACE_KEY("device"), r.device);
+                d.set(STREAMRACE_KEY("reads"), range_list(ranges, r.ranges, r.reads));
+                d.set(STREAMRACE_KEY("writes"), range_list(ranges, r.ranges + r.reads, r.writes));
+                if (r.index > 0) {
+                    d.set(STREAMRACE_KEY("index"), range_list(ranges, r.ranges + r.reads + r.writes, r.index));
+                }
                 if (r.tensor_count > 0) {
-                    py::list ids;
-                    for (uint32_t i = r.tensors; i < r.tensors + r.tensor_count; ++i) ids.append(tensor_ids[i]);
-                    d["tensors"] = ids;
+                    d.set(STREAMRACE_KEY("tensors"), int_list(tensor_ids.data() + r.tensors, r.tensor_count));
                 }
                 stack();
                 {
                     uint32_t host = r.ranges + r.reads + r.writes + r.index;
-                    if (r.host_reads > 0) d["host_reads"] = range_list(ranges, host, r.host_reads);
-                    if (r.host_writes > 0) d["host_writes"] = range_list(ranges, host + r.host_reads, r.host_writes);
+                    if (r.host_reads > 0) d.set(STREAMRACE_KEY("host_reads"), range_list(ranges, host, r.host_reads));
+                    if (r.host_writes > 0) {
+                        d.set(STREAMRACE_KEY("host_writes"), range_list(ranges, host + r.host_reads, r.host_writes));
+                    }
                 }
-                if (r.host_blocking) d["host_blocking"] = true;
+                if (r.host_blocking) d.set_true(STREAMRACE_KEY("host_blocking"));
                 break;
             case Kind::View:
-                d["tensor"] = r.value;
-                d["op"] = text_object(r.text);
-                d["ranges"] = range_list(ranges, r.ranges, r.reads);
-                if (r.base != 0) d["base"] = r.base;
-                d["stream"] = r.stream;
-                d["device"] = r.device;
+                d.set(STREAMRACE_KEY("tensor"), r.value);
+                d.set(STREAMRACE_KEY("op"), text_object(r.text));
+                d.set(STREAMRACE_KEY("ranges"), range_list(ranges, r.ranges, r.reads));
+                if (r.base != 0) d.set(STREAMRACE_KEY("base"), r.base);
+                d.set(STREAMRACE_KEY("stream"), r.stream);
+                d.set(STREAMRACE_KEY("device"), r.device);
                 stack();
                 break;
             case Kind::HostOp: {  // an op the host ran on pinned memory: no stream
-                d["op"] = text_object(r.text);
+                d.set(STREAMRACE_KEY("op"), text_object(r.text));
                 uint32_t host = r.ranges + r.reads + r.writes + r.index;
-                d["reads"] = range_list(ranges, host, r.host_reads);
-                d["writes"] = range_list(ranges, host + r.host_reads, r.host_writes);
+                d.set(STREAMRACE_KEY("reads"), range_list(ranges, host, r.host_reads));
+                d.set(STREAMRACE_KEY("writes"), range_list(ranges, host + r.host_reads, r.host_writes));
                 stack();
                 break;
             }
             case Kind::RecordStream:
-                d["addr"] = r.value;
-                d["stream"] = r.stream;
-                d["device"] = r.device;
+                d.set(STREAMRACE_KEY("addr"), r.value);
+                d.set(STREAMRACE_KEY("stream"), r.stream);
+                d.set(STREAMRACE_KEY("device"), r.device);
                 stack();
                 break;
             case Kind::EventCreate:
             case Kind::EventDelete:
             case Kind::EventSync:
-                d["event"] = r.value;
+                d.set(STREAMRACE_KEY("event"), r.value);
                 break;
             case Kind::EventRecord:
             case Kind::EventWait:
-                d["event"] = r.value;
-                d["stream"] = r.stream;
+                d.set(STREAMRACE_KEY("event"), r.value);
+                d.set(STREAMRACE_KEY("stream"), r.stream);
                 stack();
                 break;
             case Kind::StreamSync:
-                d["stream"] = r.stream;
+                d.set(STREAMRACE_KEY("stream"), r.stream);
                 break;
             case Kind::DeviceSync:
-                d["device"] = r.device;
+                d.set(STREAMRACE_KEY("device"), r.device);
                 break;
             case Kind::RecorderError:
-                d["message"] = text_object(r.text);
-                d["where"] = text_object(r.where);
+                d.set(STREAMRACE_KEY("message"), text_object(r.text));
+                d.set(STREAMRACE_KEY("where"), text_object(r.where));
                 break;
             case Kind::Kernel:  // a node no recorded launch made; its accesses come later
-                d["graph"] = r.graph;
-                d["node"] = r.value;
-                d["name"] = text_object(r.text);
-                d["stream"] = r.stream;
-                d["device"] = r.device;
-                d["reads"] = py::list();
-                d["writes"] = py::list();
-                d["inferred"] = true;
+                d.set(STREAMRACE_KEY("graph"), r.graph);
+                d.set(STREAMRACE_KEY("node"), r.value);
+                d.set(STREAMRACE_KEY("name"), text_object(r.text));
+                d.set(STREAMRACE_KEY("stream"), r.stream);
+                d.set(STREAMRACE_KEY("device"), r.device);
+                d.set(STREAMRACE_KEY("reads"), steal_or_throw(PyList_New(0)));
+                d.set(STREAMRACE_KEY("writes"), steal_or_throw(PyList_New(0)));
+                d.set_true(STREAMRACE_KEY("inferred"));
                 stack();
                 break;
         }
-        return d;
+        return d.take();
     }
 
     std::mutex mutex_;  // guards everything here and the capture tracker's state

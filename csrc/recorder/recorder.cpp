@@ -5,6 +5,7 @@
 // record the same events. In parts, one job each, as the Python side is:
 //
 // * event_log.h: the records in seq order, the one mutex, stacks and streams defined;
+// * event_dict.h: a drained record as its trace dict, keys interned once;
 // * capture_tracker.h: which streams capture into which graph, frontiers, claims;
 // * op_hooks.h: the RecordFunction callback for every operator, and Triton's bracket;
 // * gpu_trace_hooks.h: torch's GPU-trace calls (allocations, frees, CUDA events,

@@ -1,0 +1,122 @@
+"""What the native hooks' drain costs an event (the records turned into the trace's dicts, at
+every flush of a recording), for two checkouts side by side: before and after a change.
+
+Each checkout (a directory holding a built ``streamrace`` package and its ``tests/``, e.g.
+``git worktree add`` plus ``python setup.py build_ext --inplace``) gets one worker process that
+records on the fake CUDA of the tests (tests/fake_cuda.py: no GPU needed) with the native hooks.
+A round records ``--events`` events of one mix and drains them, timed in the worker's CPU time
+with the cyclic GC off (as a flush runs it: trace_output.collections_paused); the rounds
+alternate between the two workers so that both see the same load. Mixes: ops on contiguous
+blocks (``nbytes`` ranges), ops on strided views (shape and stride), and allocations and frees.
+Printed per mix: ns an event, fastest and median of each checkout, and after / before.
+
+    python benchmarks/drain_cost.py /tmp/before /path/to/after --rounds 9
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+MIXES = ("contiguous ops", "strided ops", "allocs and frees")
+
+
+def _record(fake, mix: str, events: int) -> None:
+    a, b = fake.alloc(), fake.alloc()
+    if mix == "contiguous ops":
+        for _ in range(events):
+            b.add_(a)
+    elif mix == "strided ops":
+        a2, b2 = a[:64].view(8, 8).t(), b[:64].view(8, 8).t()
+        for _ in range(events):
+            b2.add_(a2)
+    else:
+        for _ in range(events // 2):
+            fake.free(fake.alloc())
+
+
+def worker(events: int) -> None:
+    """Read a mix per line; answer each with the CPU seconds of one drain and its events."""
+    from fake_cuda import FakeCuda, Kernels
+
+    from streamrace.record.recorder import Recorder
+
+    fake = FakeCuda()
+    with Kernels(fake):
+        recorder = Recorder(hooks="native", runtime=fake)
+        recorder.start()
+        hooks = recorder.log.hooks
+        print(json.dumps({"ready": True}), flush=True)
+        with fake.on(0x1000):
+            for line in sys.stdin:
+                mix = json.loads(line)
+                hooks.drain()
+                _record(fake, mix, events)
+                gc.disable()
+                start = time.process_time()
+                drained = hooks.drain()
+                seconds = time.process_time() - start
+                gc.enable()
+                print(json.dumps({"seconds": seconds, "events": len(drained)}), flush=True)
+                del drained
+        recorder.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("before", nargs="?", help="checkout (directory with the streamrace package) before")
+    parser.add_argument("after", nargs="?", help="checkout after")
+    parser.add_argument("--events", type=int, default=20_000, help="events recorded per round")
+    parser.add_argument("--rounds", type=int, default=9, help="timed rounds per checkout and mix")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.events)
+        return
+    if not (args.before and args.after):
+        parser.error("give the two checkouts, before and after")
+    workers = {}
+    for label, tree in (("before", args.before), ("after", args.after)):
+        tree = os.path.abspath(tree)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([tree, os.path.join(tree, "tests")]))
+        workers[label] = subprocess.Popen(
+            [sys.executable, __file__, "--worker", "--events", str(args.events)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+    for proc in workers.values():
+        assert json.loads(proc.stdout.readline())["ready"]
+
+    def run(label: str, mix: str) -> float:
+        proc = workers[label]
+        proc.stdin.write((json.dumps(mix) + "\n").encode())
+        proc.stdin.flush()
+        answer = json.loads(proc.stdout.readline())
+        return answer["seconds"] / answer["events"] * 1e9
+
+    print(f"{'ns an event':20} {'before (min/median)':>21} {'after (min/median)':>21} {'after/before':>13}")
+    for mix in MIXES:
+        times: dict[str, list[float]] = {"before": [], "after": []}
+        for _ in range(args.rounds):
+            for label in times:
+                times[label].append(run(label, mix))
+        before, after = (min(times[k]) for k in ("before", "after"))
+        medians = {k: statistics.median(v) for k, v in times.items()}
+        print(
+            f"{mix:20} {before:10.0f} /{medians['before']:8.0f} {after:10.0f} /{medians['after']:8.0f}"
+            f" {after / before:12.2f}x"
+        )
+    for proc in workers.values():
+        proc.stdin.close()
+        proc.wait()
+
+
+if __name__ == "__main__":
+    main()
