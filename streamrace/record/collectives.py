@@ -37,9 +37,16 @@ Event = dict[str, Any]
 NCCL_STREAM_NAME = "nccl"  # the internal stream's name in reports, where the program gave none
 
 
+# The namespaces of the collectives: an op outside them is none, without splitting its name
+# (order_collectives looks at every op of every drain).
+_COLLECTIVE_NAMESPACES = tuple(sorted({name.split("::", 1)[0] + "::" for name in COLLECTIVE_OUTPUTS}))
+
+
 def collective_name(op: str) -> str | None:
     """``c10d::allreduce_`` for an op event's name (``c10d::allreduce_`` or with an overload)
     that is a collective, else None."""
+    if not op.startswith(_COLLECTIVE_NAMESPACES):
+        return None
     name = op.split(".", 1)[0]
     return name if name in COLLECTIVE_OUTPUTS else None
 

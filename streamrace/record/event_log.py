@@ -107,31 +107,36 @@ class EventLog:
         moved = {id(m.op): m for m in order_collectives(drained)}
         self._collective_streams |= {m.stream for m in moved.values()}
         settlers, keep = self._settlers, self.events.append  # locals: this loop sees every event
-        for event in drained:
-            ev = event["ev"]
-            if ev == "op":
-                if "index" in event:
-                    self.index_ops += 1
-            elif ev == "view":
-                self.views += 1
-            elif ev == "stream":
-                name = _STREAM_NAMES.get(event["stream"]) or self._default_name(event["stream"])
-                if name is not None:
-                    event["name"] = name
-            elif ev == "recorder_error" and len(self.errors) < MAX_ERRORS:
-                self.errors.append(f"{event['where']}: {event['message']}")
-            collective = moved.get(id(event)) if moved else None
-            for settler in settlers.get(ev, ()):
-                event = settler(event)
-            if collective is None:
-                keep(event)
-                continue
-            collective.op = event
-            kernel = own_catch_up_kernel(collective, self.events)
-            if kernel is not None:
-                absorb(kernel, event)  # the node the capture caught up is the collective's
-            else:
-                keep(event)
+        index_ops = views = 0  # counted here, added once: header facts (a pass runs where they are)
+        try:
+            for event in drained:
+                ev = event["ev"]
+                if ev == "op":
+                    if "index" in event:
+                        index_ops += 1
+                elif ev == "view":
+                    views += 1
+                elif ev == "stream":
+                    name = _STREAM_NAMES.get(event["stream"]) or self._default_name(event["stream"])
+                    if name is not None:
+                        event["name"] = name
+                elif ev == "recorder_error" and len(self.errors) < MAX_ERRORS:
+                    self.errors.append(f"{event['where']}: {event['message']}")
+                collective = moved.get(id(event)) if moved else None
+                for settler in settlers.get(ev, ()):
+                    event = settler(event)
+                if collective is None:
+                    keep(event)
+                    continue
+                collective.op = event
+                kernel = own_catch_up_kernel(collective, self.events)
+                if kernel is not None:
+                    absorb(kernel, event)  # the node the capture caught up is the collective's
+                else:
+                    keep(event)
+        finally:
+            self.index_ops += index_ops
+            self.views += views
         self._sorted = False
 
     def _default_name(self, stream: int) -> str | None:
