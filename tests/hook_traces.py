@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -53,9 +54,10 @@ def canonical(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def first_difference(native: list[dict[str, Any]], python: list[dict[str, Any]]) -> str | None:
-    """Where two canonical traces part, or None where they are the same."""
+    """Where two canonical traces part, or None where they are the same: as the trace writes
+    them, so keys in another order part too."""
     for i, (got, want) in enumerate(zip(native, python, strict=False)):
-        if got != want:
+        if got != want or json.dumps(got) != json.dumps(want):
             return f"event {i} differs:\n native {got}\n python {want}"
     if len(native) != len(python):
         return f"the native hooks recorded {len(native)} events, the Python hooks {len(python)}"

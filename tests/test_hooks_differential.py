@@ -307,6 +307,26 @@ def test_the_comparison_catches_a_hook_set_that_drops_a_field(monkeypatch):
     assert difference is not None and "'ev': 'event_wait'" in difference
 
 
+def test_the_comparison_catches_a_hook_set_that_writes_keys_in_another_order(monkeypatch):
+    """The trace writes an event's keys as the dict holds them: the same events with keys in
+    another order are other bytes (the native hooks once put an exact allocation's pool
+    before its stack)."""
+    from streamrace.record import hooks
+
+    drain = hooks.PythonHooks.drain
+
+    def reordered_allocs(self):
+        events = drain(self)
+        for i, event in enumerate(events):
+            if event["ev"] == "alloc":
+                events[i] = dict(reversed(list(event.items())))
+        return events
+
+    monkeypatch.setattr(hooks.PythonHooks, "drain", reordered_allocs)
+    difference = _difference()
+    assert difference is not None and "'ev': 'alloc'" in difference
+
+
 def test_the_comparison_catches_diverging_tables(monkeypatch):
     from streamrace.record import hooks
 

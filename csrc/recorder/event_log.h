@@ -277,25 +277,23 @@ class EventLog {
                 d.set(STREAMRACE_KEY("frames"), list);
                 break;
             }
-            case Kind::Alloc:
+            case Kind::Alloc: {
+                // Keys in the order the Python hooks write them: the pool, a fact, after the stack.
+                const AllocFact* f = r.fact >= 0 ? &facts[static_cast<size_t>(r.fact)] : nullptr;
                 d.set(STREAMRACE_KEY("addr"), r.value);
-                if (r.fact >= 0) {  // exact: the allocator's own facts ("_exact" for the recorder)
-                    const AllocFact& f = facts[static_cast<size_t>(r.fact)];
-                    d.set(STREAMRACE_KEY("size"), f.size);
-                    d.set(STREAMRACE_KEY("stream"), f.stream);
-                    d.set(STREAMRACE_KEY("device"), r.device);
-                    if (f.pool_first != 0 || f.pool_second != 0) {
-                        d.set(STREAMRACE_KEY("pool"), pool_list(f.pool_first, f.pool_second));
+                d.set(STREAMRACE_KEY("size"), f != nullptr ? f->size : 1);  // else the allocator's history gives it, later
+                d.set(STREAMRACE_KEY("stream"), f != nullptr ? f->stream : r.stream);
+                d.set(STREAMRACE_KEY("device"), r.device);
+                stack();
+                if (f != nullptr) {  // exact: the allocator's own facts ("_exact" for the recorder)
+                    if (f->pool_first != 0 || f->pool_second != 0) {
+                        d.set(STREAMRACE_KEY("pool"), pool_list(f->pool_first, f->pool_second));
                     }
                     d.set_true(STREAMRACE_KEY("_exact"));
-                } else {
-                    d.set(STREAMRACE_KEY("size"), 1);  // the allocator's history gives the size, later
-                    d.set(STREAMRACE_KEY("stream"), r.stream);
-                    d.set(STREAMRACE_KEY("device"), r.device);
                 }
-                stack();
                 if (r.graph != 0) d.set(STREAMRACE_KEY("_graph"), r.graph);
                 break;
+            }
             case Kind::Free:
                 d.set(STREAMRACE_KEY("addr"), r.value);
                 d.set(STREAMRACE_KEY("device"), r.device);
