@@ -9,6 +9,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 namespace streamrace {
@@ -55,7 +56,10 @@ class EventDict {
     EventDict() : dict_(steal_or_throw(PyDict_New())) {}
 
     EventDict& set(PyObject* key, py::handle value) {
-        if (key == nullptr || PyDict_SetItem(dict_.ptr(), key, value.ptr()) != 0) throw py::error_already_set();
+        // A key not made (no memory at its first use) stays null: a failure of this drain, not
+        // a crash (there may be no Python error set by then).
+        if (key == nullptr) throw std::runtime_error("a trace key could not be made");
+        if (PyDict_SetItem(dict_.ptr(), key, value.ptr()) != 0) throw py::error_already_set();
         return *this;
     }
     EventDict& set(PyObject* key, int64_t value) { return set(key, int_object(value)); }
