@@ -1,5 +1,6 @@
 """What the native hooks' drain costs an event (the records turned into the trace's dicts, at
-every flush of a recording), for two checkouts side by side: before and after a change.
+every flush of a recording), and what a whole flush costs one (drain, settling, the trace's
+lines written), for two checkouts side by side: before and after a change.
 
 Each checkout (a directory holding a built ``streamrace`` package and its ``tests/``, e.g.
 ``git worktree add`` plus ``python setup.py build_ext --inplace``) gets one worker process that
@@ -7,8 +8,10 @@ records on the fake CUDA of the tests (tests/fake_cuda.py: no GPU needed) with t
 A round records ``--events`` events of one mix and drains them, timed in the worker's CPU time
 with the cyclic GC off (as a flush runs it: trace_output.collections_paused); the rounds
 alternate between the two workers so that both see the same load. Mixes: ops on contiguous
-blocks (``nbytes`` ranges), ops on strided views (shape and stride), and allocations and frees.
-Printed per mix: ns an event, fastest and median of each checkout, and after / before.
+blocks, ops on strided views (shape and stride), and allocations and frees; then a flush of a
+serving step's kinds (an op, an event created and recorded, an allocation and its free), the
+recording's trace file in a temporary directory. Printed per mix: ns an event, fastest and
+median of each checkout, and after / before.
 
     python benchmarks/drain_cost.py /tmp/before /path/to/after --rounds 9
 """
@@ -25,10 +28,11 @@ import sys
 import time
 
 MIXES = ("contiguous ops", "strided ops", "allocs and frees")
+FLUSH = "flush, serving kinds"
 
 
-def _record(fake, mix: str, events: int) -> None:
-    a, b = fake.alloc(), fake.alloc()
+def _record(fake, blocks, mix: str, events: int) -> None:
+    a, b = blocks
     if mix == "contiguous ops":
         for _ in range(events):
             b.add_(a)
@@ -36,35 +40,49 @@ def _record(fake, mix: str, events: int) -> None:
         a2, b2 = a[:64].view(8, 8).t(), b[:64].view(8, 8).t()
         for _ in range(events):
             b2.add_(a2)
-    else:
+    elif mix == "allocs and frees":
         for _ in range(events // 2):
+            fake.free(fake.alloc())
+    else:
+        for _ in range(events // 5):
+            b.add_(a)
+            fake.record(fake.event())
             fake.free(fake.alloc())
 
 
 def worker(events: int) -> None:
-    """Read a mix per line; answer each with the CPU seconds of one drain and its events."""
+    """Read a mix per line; answer each with the CPU seconds of one drain (or flush) and its
+    events."""
+    import tempfile
+
     from fake_cuda import FakeCuda, Kernels
 
     from streamrace.record.recorder import Recorder
 
     fake = FakeCuda()
-    with Kernels(fake):
-        recorder = Recorder(hooks="native", runtime=fake)
+    with tempfile.TemporaryDirectory() as directory, Kernels(fake):
+        recorder = Recorder(trace=os.path.join(directory, "t.jsonl.gz"), hooks="native", runtime=fake)
+        recorder.output.flush_events = 1 << 62  # flushed here only
         recorder.start()
         hooks = recorder.log.hooks
         print(json.dumps({"ready": True}), flush=True)
         with fake.on(0x1000):
+            blocks = fake.alloc(), fake.alloc()  # the fake's blocks are few: made once
             for line in sys.stdin:
                 mix = json.loads(line)
-                hooks.drain()
-                _record(fake, mix, events)
+                recorder.output.flush()
+                first = hooks.peek_seq()
+                _record(fake, blocks, mix, events)
                 gc.disable()
                 start = time.process_time()
-                drained = hooks.drain()
+                if mix == FLUSH:
+                    recorder.output.flush()
+                    count = hooks.peek_seq() - first
+                else:
+                    count = len(hooks.drain())
                 seconds = time.process_time() - start
                 gc.enable()
-                print(json.dumps({"seconds": seconds, "events": len(drained)}), flush=True)
-                del drained
+                print(json.dumps({"seconds": seconds, "events": count}), flush=True)
         recorder.stop()
 
 
@@ -102,7 +120,7 @@ def main() -> None:
         return answer["seconds"] / answer["events"] * 1e9
 
     print(f"{'ns an event':20} {'before (min/median)':>21} {'after (min/median)':>21} {'after/before':>13}")
-    for mix in MIXES:
+    for mix in (*MIXES, FLUSH):
         times: dict[str, list[float]] = {"before": [], "after": []}
         for _ in range(args.rounds):
             for label in times:
