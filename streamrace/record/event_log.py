@@ -63,7 +63,9 @@ class EventLog:
         """A Recorder event, numbered now: fields that are None are left out."""
         with self.lock:
             event = {"seq": self._started().next_seq(), "ev": ev}
-            event.update((k, v) for k, v in fields.items() if v is not None)
+            for key, value in fields.items():  # a loop: half the time of update() over a generator
+                if value is not None:
+                    event[key] = value
             self.events.append(event)
             self._sorted = False
         return event
@@ -73,7 +75,9 @@ class EventLog:
         weakref callback, in a garbage collection): numbered now, so in program order, and
         joined to the events at the next ingest."""
         event = {"seq": self._started().next_seq(), "ev": ev}
-        event.update((k, v) for k, v in fields.items() if v is not None)
+        for key, value in fields.items():
+            if value is not None:
+                event[key] = value
         self._detached.append(event)
 
     def stack(self) -> int | None:
