@@ -10,18 +10,26 @@
 
 #include <cstdint>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 namespace streamrace {
 
 namespace py = pybind11;
 
-// The interned str of a literal key, made at the first use of that line (GIL held), kept for
-// the process (interned strs are the interpreter's: nothing to free).
-#define STREAMRACE_KEY(text)                                                \
-    ([]() -> PyObject* {                                                    \
-        static PyObject* const interned = PyUnicode_InternFromString(text); \
-        return interned;                                                    \
+// The interned str of a literal key, made at the first use of that line (GIL held), its
+// reference kept for the process. Not made (no memory), the drain fails with Python's error
+// and the next use tries again: a static whose initialiser throws is not initialised.
+inline PyObject* interned_or_throw(const char* text) {
+    PyObject* interned = PyUnicode_InternFromString(text);
+    if (interned == nullptr) throw py::error_already_set();
+    return interned;
+}
+
+#define STREAMRACE_KEY(text)                                                   \
+    ([]() -> PyObject* {                                                       \
+        static PyObject* const interned = ::streamrace::interned_or_throw(text); \
+        return interned;                                                       \
     }())
 
 inline py::object steal_or_throw(PyObject* object) {
@@ -56,13 +64,18 @@ class EventDict {
     EventDict() : dict_(steal_or_throw(PyDict_New())) {}
 
     EventDict& set(PyObject* key, py::handle value) {
-        // A key not made (no memory at its first use) stays null: a failure of this drain, not
-        // a crash (there may be no Python error set by then).
-        if (key == nullptr) throw std::runtime_error("a trace key could not be made");
+        if (key == nullptr || !value) throw std::runtime_error("an event's key or value was not made");
         if (PyDict_SetItem(dict_.ptr(), key, value.ptr()) != 0) throw py::error_already_set();
         return *this;
     }
-    EventDict& set(PyObject* key, int64_t value) { return set(key, int_object(value)); }
+    // A signed integer; not a bool (set_true) nor an unsigned word (a pool id: pool_list),
+    // which an int64 would turn into another number without a warning.
+    template <typename Int, typename = std::enable_if_t<std::is_integral_v<Int>>>
+    EventDict& set(PyObject* key, Int value) {
+        static_assert(!std::is_same_v<Int, bool>, "a bool is set_true");
+        static_assert(std::is_signed_v<Int> && sizeof(Int) <= sizeof(int64_t), "a signed integer of 64 bits at most");
+        return set(key, int_object(static_cast<int64_t>(value)));
+    }
     EventDict& set_true(PyObject* key) { return set(key, py::handle(Py_True)); }
 
     py::object take() { return std::move(dict_); }

@@ -237,14 +237,15 @@ class EventLog {
         return out;
     }
 
-    // The event kinds' names, interned once (the "ev" of every event).
+    // The event kinds' names, interned once (the "ev" of every event); not made, the drain
+    // fails and the next one tries again.
     static PyObject* kind_name(Kind kind) {
         static const std::vector<PyObject*> names = [] {
             std::vector<PyObject*> made;
-            for (const char* name : tables::kKindNames) made.push_back(PyUnicode_InternFromString(name));
+            for (const char* name : tables::kKindNames) made.push_back(interned_or_throw(name));
             return made;
         }();
-        return names.at(static_cast<size_t>(kind));  // null where not made: EventDict::set says so
+        return names.at(static_cast<size_t>(kind));
     }
 
     py::object to_dict(const Record& r, const std::vector<ByteRange>& ranges, const std::vector<AllocFact>& facts,
