@@ -62,10 +62,7 @@ class EventLog:
     def emit(self, ev: str, **fields: Any) -> Event:
         """A Recorder event, numbered now: fields that are None are left out."""
         with self.lock:
-            event = {"seq": self._started().next_seq(), "ev": ev}
-            for key, value in fields.items():  # a loop: half the time of update() over a generator
-                if value is not None:
-                    event[key] = value
+            event = self._numbered(ev, fields)
             self.events.append(event)
             self._sorted = False
         return event
@@ -74,11 +71,15 @@ class EventLog:
         """A Recorder event from a callback that may run inside the log's own bookkeeping (a
         weakref callback, in a garbage collection): numbered now, so in program order, and
         joined to the events at the next ingest."""
+        self._detached.append(self._numbered(ev, fields))
+
+    def _numbered(self, ev: str, fields: dict[str, Any]) -> Event:
+        """The event, with the next seq; fields that are None left out."""
         event = {"seq": self._started().next_seq(), "ev": ev}
-        for key, value in fields.items():
+        for key, value in fields.items():  # a loop: half the time of update() over a generator
             if value is not None:
                 event[key] = value
-        self._detached.append(event)
+        return event
 
     def stack(self) -> int | None:
         """The user stack here, as an event's ``stack`` field."""
@@ -111,36 +112,31 @@ class EventLog:
         moved = {id(m.op): m for m in order_collectives(drained)}
         self._collective_streams |= {m.stream for m in moved.values()}
         settlers, keep = self._settlers, self.events.append  # locals: this loop sees every event
-        index_ops = views = 0  # counted here, added once: header facts (a pass runs where they are)
-        try:
-            for event in drained:
-                ev = event["ev"]
-                if ev == "op":
-                    if "index" in event:
-                        index_ops += 1
-                elif ev == "view":
-                    views += 1
-                elif ev == "stream":
-                    name = _STREAM_NAMES.get(event["stream"]) or self._default_name(event["stream"])
-                    if name is not None:
-                        event["name"] = name
-                elif ev == "recorder_error" and len(self.errors) < MAX_ERRORS:
-                    self.errors.append(f"{event['where']}: {event['message']}")
-                collective = moved.get(id(event)) if moved else None
-                for settler in settlers.get(ev, ()):
-                    event = settler(event)
-                if collective is None:
-                    keep(event)
-                    continue
-                collective.op = event
-                kernel = own_catch_up_kernel(collective, self.events)
-                if kernel is not None:
-                    absorb(kernel, event)  # the node the capture caught up is the collective's
-                else:
-                    keep(event)
-        finally:
-            self.index_ops += index_ops
-            self.views += views
+        for event in drained:
+            ev = event["ev"]
+            if ev == "op":
+                if "index" in event:
+                    self.index_ops += 1
+            elif ev == "view":
+                self.views += 1
+            elif ev == "stream":
+                name = _STREAM_NAMES.get(event["stream"]) or self._default_name(event["stream"])
+                if name is not None:
+                    event["name"] = name
+            elif ev == "recorder_error" and len(self.errors) < MAX_ERRORS:
+                self.errors.append(f"{event['where']}: {event['message']}")
+            collective = moved.get(id(event)) if moved else None
+            for settler in settlers.get(ev, ()):
+                event = settler(event)
+            if collective is None:
+                keep(event)
+                continue
+            collective.op = event
+            kernel = own_catch_up_kernel(collective, self.events)
+            if kernel is not None:
+                absorb(kernel, event)  # the node the capture caught up is the collective's
+            else:
+                keep(event)
         self._sorted = False
 
     def _default_name(self, stream: int) -> str | None:
