@@ -6,7 +6,7 @@ Each checkout (a directory holding a built ``streamrace`` package and its ``test
 ``git worktree add`` plus ``python setup.py build_ext --inplace``) gets one worker process that
 records on the fake CUDA of the tests (tests/fake_cuda.py: no GPU needed) with the native hooks.
 A round records ``--events`` events of one mix and drains them, timed in the worker's CPU time
-with the cyclic GC off (as a flush runs it: trace_output.collections_paused); the rounds
+with the cyclic GC off (as a flush runs it: streamrace.collector.collections_paused); the rounds
 alternate between the two workers so that both see the same load. Mixes: ops on contiguous
 blocks, ops on strided views (shape and stride), and allocations and frees; then a flush of a
 serving step's kinds (an op, an event created and recorded, an allocation and its free), the

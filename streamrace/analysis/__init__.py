@@ -11,9 +11,8 @@ detector (streamrace/analysis/detectors/) describes the detections of its kind.
 from __future__ import annotations
 
 import dataclasses
-import gc
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +26,7 @@ from streamrace.analysis.findings import Finding
 from streamrace.analysis.generated_code import GeneratedCode
 from streamrace.analysis.library_protocols import LibraryCalls, set_aside
 from streamrace.analysis.source_names import SourceText
+from streamrace.collector import collections_paused
 from streamrace.trace.events import FORMAT_MINOR, FORMAT_VERSION
 from streamrace.trace.io import SKIPPED_EVENTS, Trace
 
@@ -142,18 +142,6 @@ def _unknown_events_message(skipped: Mapping[str, int], minor: int) -> str:
     )
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector off inside, as it was before after."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 @dataclass
 class AnalysisResult:
     findings: list[Finding]  # deduplicated, by first occurrence
@@ -224,7 +212,7 @@ def analyze(
     # detections were described). So the collector waits until the engine, and with it the
     # events, is gone; reference counting frees meanwhile as before. The Python engine's
     # records may make cycles: it runs with the collector as it was.
-    paused = _collector_paused() if isinstance(engine, CppEngine) else nullcontext()
+    paused = collections_paused() if isinstance(engine, CppEngine) else nullcontext()
     with paused:
         engine.run(events, progress)
         found: list[object] = list(engine.detections)
