@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
-import statistics
-import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from checkouts import Checkouts, fastest_and_medians, serve
 
 SHAPES = {
     "capture set (3 streams, 12 captures)": ("synthetic_events", {"layers": 60, "ops_per_layer": 40, "captures": 12}),
@@ -29,7 +30,7 @@ SHAPES = {
 
 
 def worker() -> None:
-    """Read ``shape core`` lines; answer each with the seconds of one analysis."""
+    """Answer each ``[shape, core]`` request with the seconds of one analysis."""
     import synthetic
 
     from streamrace.analysis import analyze
@@ -37,14 +38,16 @@ def worker() -> None:
 
     traces = {name: list(getattr(synthetic, fn)(**kwargs)) for name, (fn, kwargs) in SHAPES.items()}
     gc.freeze()
-    print(json.dumps({"ready": True}), flush=True)
-    for line in sys.stdin:
-        shape, core = json.loads(line)
+
+    def answer(request: list[str]) -> dict[str, float]:
+        shape, core = request
         os.environ[CORE_ENV] = core
         gc.collect()
         start = time.process_time()
         analyze(synthetic.header(), traces[shape])
-        print(json.dumps({"seconds": time.process_time() - start}), flush=True)
+        return {"seconds": time.process_time() - start}
+
+    serve(answer)
 
 
 def main() -> None:
@@ -61,40 +64,19 @@ def main() -> None:
     if not (args.before and args.after):
         parser.error("give the two checkouts, before and after")
     here = os.path.dirname(os.path.abspath(__file__))
-    workers = {}
-    for label, tree in (("before", args.before), ("after", args.after)):
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.abspath(tree), here]))
-        proc = subprocess.Popen(
-            [sys.executable, __file__, "--worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
-        )
-        workers[label] = proc
-    for proc in workers.values():
-        assert json.loads(proc.stdout.readline())["ready"]
-
-    def run(label: str, shape: str, core: str) -> float:
-        proc = workers[label]
-        proc.stdin.write((json.dumps([shape, core]) + "\n").encode())
-        proc.stdin.flush()
-        return json.loads(proc.stdout.readline())["seconds"]
-
+    checkouts = Checkouts(__file__, (args.before, args.after), lambda tree: [tree, here])
     print(f"{'':40} {'engine':7} {'before (CPU s, min/median)':>27} {'after':>21} {'after/before':>12}")
     for shape in SHAPES:
         for core, runs in (("cpp", args.runs), ("python", args.python_runs)):
             if runs == 0:
                 continue
-            times: dict[str, list[float]] = {"before": [], "after": []}
-            for _ in range(runs):
-                for label in times:
-                    times[label].append(run(label, shape, core))
-            before, after = (min(times[k]) for k in ("before", "after"))
-            medians = {k: statistics.median(v) for k, v in times.items()}
+            times = checkouts.alternate([shape, core], runs, lambda answer: answer["seconds"])
+            before, before_median, after, after_median = fastest_and_medians(times)
             print(
-                f"{shape:40} {core:7} {before:10.3f} /{medians['before']:8.3f} {after:10.3f} /{medians['after']:8.3f}"
+                f"{shape:40} {core:7} {before:10.3f} /{before_median:8.3f} {after:10.3f} /{after_median:8.3f}"
                 f" {after / before:11.2f}x"
             )
-    for proc in workers.values():
-        proc.stdin.close()
-        proc.wait()
+    checkouts.close()
 
 
 if __name__ == "__main__":

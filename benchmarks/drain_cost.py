@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
-import statistics
-import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from checkouts import Checkouts, fastest_and_medians, serve
 
 MIXES = ("contiguous ops", "strided ops", "allocs and frees")
 FLUSH = "flush, serving kinds"
@@ -51,8 +52,7 @@ def _record(fake, blocks, mix: str, events: int) -> None:
 
 
 def worker(events: int) -> None:
-    """Read a mix per line; answer each with the CPU seconds of one drain (or flush) and its
-    events."""
+    """Answer each mix with the CPU seconds of one drain (or flush) and its events."""
     import tempfile
 
     from fake_cuda import FakeCuda, Kernels
@@ -65,24 +65,25 @@ def worker(events: int) -> None:
         recorder.output.flush_events = 1 << 62  # flushed here only
         recorder.start()
         hooks = recorder.log.hooks
-        print(json.dumps({"ready": True}), flush=True)
+
+        def answer(mix: str) -> dict[str, float]:
+            recorder.output.flush()
+            first = hooks.peek_seq()
+            _record(fake, blocks, mix, events)
+            gc.disable()
+            start = time.process_time()
+            if mix == FLUSH:
+                recorder.output.flush()
+                count = hooks.peek_seq() - first
+            else:
+                count = len(hooks.drain())
+            seconds = time.process_time() - start
+            gc.enable()
+            return {"seconds": seconds, "events": count}
+
         with fake.on(0x1000):
             blocks = fake.alloc(), fake.alloc()  # the fake's blocks are few: made once
-            for line in sys.stdin:
-                mix = json.loads(line)
-                recorder.output.flush()
-                first = hooks.peek_seq()
-                _record(fake, blocks, mix, events)
-                gc.disable()
-                start = time.process_time()
-                if mix == FLUSH:
-                    recorder.output.flush()
-                    count = hooks.peek_seq() - first
-                else:
-                    count = len(hooks.drain())
-                seconds = time.process_time() - start
-                gc.enable()
-                print(json.dumps({"seconds": seconds, "events": count}), flush=True)
+            serve(answer)
         recorder.stop()
 
 
@@ -99,41 +100,20 @@ def main() -> None:
         return
     if not (args.before and args.after):
         parser.error("give the two checkouts, before and after")
-    workers = {}
-    for label, tree in (("before", args.before), ("after", args.after)):
-        tree = os.path.abspath(tree)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([tree, os.path.join(tree, "tests")]))
-        workers[label] = subprocess.Popen(
-            [sys.executable, __file__, "--worker", "--events", str(args.events)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
-        )
-    for proc in workers.values():
-        assert json.loads(proc.stdout.readline())["ready"]
-
-    def run(label: str, mix: str) -> float:
-        proc = workers[label]
-        proc.stdin.write((json.dumps(mix) + "\n").encode())
-        proc.stdin.flush()
-        answer = json.loads(proc.stdout.readline())
-        return answer["seconds"] / answer["events"] * 1e9
-
+    checkouts = Checkouts(
+        __file__,
+        (args.before, args.after),
+        lambda tree: [tree, os.path.join(tree, "tests")],
+        ("--worker", "--events", str(args.events)),
+    )
     print(f"{'ns an event':20} {'before (min/median)':>21} {'after (min/median)':>21} {'after/before':>13}")
     for mix in (*MIXES, FLUSH):
-        times: dict[str, list[float]] = {"before": [], "after": []}
-        for _ in range(args.rounds):
-            for label in times:
-                times[label].append(run(label, mix))
-        before, after = (min(times[k]) for k in ("before", "after"))
-        medians = {k: statistics.median(v) for k, v in times.items()}
+        times = checkouts.alternate(mix, args.rounds, lambda answer: answer["seconds"] / answer["events"] * 1e9)
+        before, before_median, after, after_median = fastest_and_medians(times)
         print(
-            f"{mix:20} {before:10.0f} /{medians['before']:8.0f} {after:10.0f} /{medians['after']:8.0f}"
-            f" {after / before:12.2f}x"
+            f"{mix:20} {before:10.0f} /{before_median:8.0f} {after:10.0f} /{after_median:8.0f} {after / before:12.2f}x"
         )
-    for proc in workers.values():
-        proc.stdin.close()
-        proc.wait()
+    checkouts.close()
 
 
 if __name__ == "__main__":
