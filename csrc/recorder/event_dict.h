@@ -39,11 +39,21 @@ inline py::object steal_or_throw(PyObject* object) {
 
 inline py::object int_object(int64_t value) { return steal_or_throw(PyLong_FromLongLong(value)); }
 
+// A list of n items made at its length, item(i) giving each (a py::object it owns): the one
+// place a list's slots are filled, each with a reference of its own.
+template <typename Item>
+inline py::object make_list(size_t n, Item item) {
+    py::object list = steal_or_throw(PyList_New(static_cast<Py_ssize_t>(n)));
+    for (size_t i = 0; i < n; ++i) {
+        py::object value = item(i);
+        PyList_SET_ITEM(list.ptr(), static_cast<Py_ssize_t>(i), value.release().ptr());
+    }
+    return list;
+}
+
 // A list of ints (a shape, a stride, an op's read identities).
 inline py::object int_list(const int64_t* values, size_t n) {
-    py::object list = steal_or_throw(PyList_New(static_cast<Py_ssize_t>(n)));
-    for (size_t i = 0; i < n; ++i) PyList_SET_ITEM(list.ptr(), static_cast<Py_ssize_t>(i), int_object(values[i]).release().ptr());
-    return list;
+    return make_list(n, [&](size_t i) { return int_object(values[i]); });
 }
 
 template <typename Ints>  // std::vector, c10::SmallVector
@@ -53,10 +63,8 @@ inline py::object int_list(const Ints& values) {
 
 // A memory pool's id, (uint64, uint64) as torch gives it.
 inline py::object pool_list(uint64_t first, uint64_t second) {
-    py::object list = steal_or_throw(PyList_New(2));
-    PyList_SET_ITEM(list.ptr(), 0, steal_or_throw(PyLong_FromUnsignedLongLong(first)).release().ptr());
-    PyList_SET_ITEM(list.ptr(), 1, steal_or_throw(PyLong_FromUnsignedLongLong(second)).release().ptr());
-    return list;
+    const uint64_t words[2] = {first, second};
+    return make_list(2, [&](size_t i) { return steal_or_throw(PyLong_FromUnsignedLongLong(words[i])); });
 }
 
 class EventDict {

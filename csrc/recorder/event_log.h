@@ -201,10 +201,8 @@ class EventLog {
             facts.swap(facts_);
             tensor_ids.swap(tensor_ids_);
         }
-        py::object out = steal_or_throw(PyList_New(static_cast<Py_ssize_t>(records.size())));
-        for (size_t i = 0; i < records.size(); ++i) {
-            PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), to_dict(records[i], ranges, facts, tensor_ids).release().ptr());
-        }
+        py::object out =
+            make_list(records.size(), [&](size_t i) { return to_dict(records[i], ranges, facts, tensor_ids); });
         return py::reinterpret_steal<py::list>(out.release());
     }
 
@@ -220,8 +218,7 @@ class EventLog {
     }
 
     static py::object range_list(const std::vector<ByteRange>& ranges, uint32_t begin, uint32_t n) {
-        py::object out = steal_or_throw(PyList_New(static_cast<Py_ssize_t>(n)));
-        for (uint32_t i = 0; i < n; ++i) {
+        return make_list(n, [&](size_t i) {
             const ByteRange& r = ranges[begin + i];
             EventDict d;
             d.set(STREAMRACE_KEY("addr"), r.addr);
@@ -232,9 +229,8 @@ class EventLog {
                 d.set(STREAMRACE_KEY("stride"), int_list(r.stride));
                 d.set(STREAMRACE_KEY("itemsize"), r.itemsize);
             }
-            PyList_SET_ITEM(out.ptr(), static_cast<Py_ssize_t>(i), d.take().release().ptr());
-        }
-        return out;
+            return d.take();
+        });
     }
 
     // The event kinds' names, interned once (the "ev" of every event); not made, the drain
@@ -264,16 +260,12 @@ class EventLog {
             case Kind::Stack: {
                 d.set(STREAMRACE_KEY("id"), r.value);
                 const std::vector<UserFrame>& frames = stack_frames_.at(static_cast<int>(r.value));
-                py::object list = steal_or_throw(PyList_New(static_cast<Py_ssize_t>(frames.size())));
-                for (size_t i = 0; i < frames.size(); ++i) {
-                    const UserFrame& f = frames[i];
-                    py::object frame = steal_or_throw(PyList_New(3));
-                    PyList_SET_ITEM(frame.ptr(), 0, py::reinterpret_borrow<py::object>(f.path).release().ptr());
-                    PyList_SET_ITEM(frame.ptr(), 1, int_object(f.line).release().ptr());
-                    PyList_SET_ITEM(frame.ptr(), 2, py::reinterpret_borrow<py::object>(f.function).release().ptr());
-                    PyList_SET_ITEM(list.ptr(), static_cast<Py_ssize_t>(i), frame.release().ptr());
-                }
-                d.set(STREAMRACE_KEY("frames"), list);
+                d.set(STREAMRACE_KEY("frames"), make_list(frames.size(), [&](size_t i) {
+                          const UserFrame& f = frames[i];
+                          py::object frame[3] = {py::reinterpret_borrow<py::object>(f.path), int_object(f.line),
+                                                 py::reinterpret_borrow<py::object>(f.function)};
+                          return make_list(3, [&](size_t k) { return std::move(frame[k]); });
+                      }));
                 break;
             }
             case Kind::Alloc: {
