@@ -51,42 +51,47 @@ class LifetimeList {
         }
         return *this;
     }
-    LifetimeList(LifetimeList&& o) noexcept {  // leaves o empty
-        if (o.data_ == o.inline_) {
+    LifetimeList(LifetimeList&& o) noexcept : size_(o.size_), capacity_(o.capacity_) {  // leaves o empty
+        if (o.capacity_ == INLINE)
             std::copy(o.inline_, o.inline_ + o.size_, inline_);
-        } else {
-            data_ = std::exchange(o.data_, o.inline_);
-            capacity_ = std::exchange(o.capacity_, 2);
-        }
-        size_ = std::exchange(o.size_, 0);
+        else
+            heap_ = o.heap_;
+        o.size_ = 0;
+        o.capacity_ = INLINE;
     }
     LifetimeList& operator=(LifetimeList&&) = delete;
     ~LifetimeList() {
-        if (data_ != inline_) delete[] data_;
+        if (capacity_ != INLINE) delete[] heap_;
     }
 
     void push_back(Lifetime* l) {
         if (size_ == capacity_) {
+            Lifetime** grown = new Lifetime*[2 * capacity_];
+            std::copy(begin(), end(), grown);
+            if (capacity_ != INLINE) delete[] heap_;
+            heap_ = grown;
             capacity_ *= 2;
-            Lifetime** grown = new Lifetime*[capacity_];
-            std::copy(data_, data_ + size_, grown);
-            if (data_ != inline_) delete[] data_;
-            data_ = grown;
         }
-        data_[size_++] = l;
+        data()[size_++] = l;
     }
     size_t size() const { return size_; }
     bool empty() const { return size_ == 0; }
-    Lifetime* operator[](size_t i) const { return data_[i]; }
-    Lifetime** begin() { return data_; }
-    Lifetime** end() { return data_ + size_; }
-    Lifetime* const* begin() const { return data_; }
-    Lifetime* const* end() const { return data_ + size_; }
+    Lifetime* operator[](size_t i) const { return data()[i]; }
+    Lifetime** begin() { return data(); }
+    Lifetime** end() { return data() + size_; }
+    Lifetime* const* begin() const { return data(); }
+    Lifetime* const* end() const { return data() + size_; }
 
    private:
-    Lifetime* inline_[2];
-    Lifetime** data_ = inline_;
-    size_t size_ = 0, capacity_ = 2;
+    // Two inline, else on the heap: 24 bytes, kept by every record and program step.
+    static constexpr unsigned INLINE = 2;
+    Lifetime** data() { return capacity_ == INLINE ? inline_ : heap_; }
+    Lifetime* const* data() const { return capacity_ == INLINE ? inline_ : heap_; }
+    union {
+        Lifetime* inline_[INLINE];
+        Lifetime** heap_;
+    };
+    unsigned size_ = 0, capacity_ = INLINE;
 };
 
 struct Rec {
