@@ -213,10 +213,10 @@ class Core {
         if (kind == "op" || kind == "kernel") {
             op(ev, kind == "op", stream_obj != nullptr, stream);
         } else if (kind == "alloc") {
-            engine_.alloc(ev, as_range_int(need(ev, K.addr)), as_range_int(need(ev, K.size)), need_stream(stream_obj, stream),
+            engine_.alloc(EventRef(ev), as_range_int(need(ev, K.addr)), as_range_int(need(ev, K.size)), need_stream(stream_obj, stream),
                           device(ev, stream_obj != nullptr, stream), seq_of(ev), truthy(ev, K.pool));
         } else if (kind == "free") {
-            engine_.free(ev, as_int(need(ev, K.addr)), device(ev, stream_obj != nullptr, stream), seq_of(ev));
+            engine_.free(EventRef(ev), as_int(need(ev, K.addr)), device(ev, stream_obj != nullptr, stream), seq_of(ev));
         } else if (kind == "event_record") {
             engine_.hb.record(as_int(need(ev, K.event)), engine_.appear(need_stream(stream_obj, stream)));
         } else if (kind == "event_wait") {
@@ -225,7 +225,7 @@ class Core {
             engine_.hb.forget(as_int(need(ev, K.event)));
         } else if (kind == "record_stream") {
             i64 s = need_stream(stream_obj, stream);
-            engine_.record_stream(ev, as_int(need(ev, K.addr)), s, device(ev, stream_obj != nullptr, stream));
+            engine_.record_stream(EventRef(ev), as_int(need(ev, K.addr)), s, device(ev, stream_obj != nullptr, stream));
         } else if (kind == "stream") {
             i64 s = need_stream(stream_obj, stream);
             PyObject* name = get(ev, K.name);
@@ -295,6 +295,39 @@ class Core {
         if (PyErr_Occurred()) fail();
     }
 
+    // Feed the rest of a trace from its C++ line reader (the direct reader): a line it takes
+    // (reader::accept_tree) is read from its tree, and kept, where the engine keeps it, as a
+    // copy made from the tree; no Python object is made for it unless a finding names it.
+    // Every other line goes as it would to run(): its Python event, or the reader's error.
+    void run_lines(py::handle lines, py::object progress, i64 every) {
+        if (Py_TYPE(lines.ptr()) != reader::line_reader_type) throw py::type_error("run_lines takes a line_reader");
+        auto* r = reinterpret_cast<reader::LineReader*>(lines.ptr());
+        struct CollectorPaused {
+            const int was = PyGC_Disable();
+            ~CollectorPaused() {
+                if (was) PyGC_Enable();
+            }
+        } paused;
+        const char *begin, *end;
+        while (reader::next_line(r, begin, end)) {
+            // A line cut at the limit is the Python path's to refuse, even where its start parses.
+            const bool cut = size_t(end - begin) >= r->line_read && end[-1] != '\n';
+            if (!cut && reader::accept_tree(r, begin, end)) {
+                feed_tree(*r->tree);
+            } else {
+                PyObject* ev = cut ? nullptr : reader::accept(r, begin, end);
+                if (ev == nullptr) ev = reader::defer(r, begin, end);
+                if (ev == nullptr) fail();
+                py::object owned = py::reinterpret_steal<py::object>(ev);
+                if (ev == Py_None) continue;  // a line that holds no event
+                feed(owned);
+            }
+            if (!progress.is_none() && events_ % every == 0) report(progress);
+            if (events_ % 4096 == 0 && PyErr_CheckSignals() != 0) fail();
+        }
+        if (PyErr_Occurred()) fail();
+    }
+
     void report(py::object& progress) {
         progress(events_, engine_.ops, engine_.accesses, engine_.graphs, engine_.replays);
     }
@@ -346,6 +379,7 @@ class Core {
         engine_.accesses += PySequence_Fast_GET_SIZE(fast[0]) + PySequence_Fast_GET_SIZE(fast[1]);
         if (!has_stream) return;  // a kernel node nobody placed on a stream: nothing to order it by
         engine_.begin_op(stream, device(ev, true, stream), seq_of(ev));
+        const EventRef event(ev);
         for (int w = 0; w < 2; ++w) {
             // A range's lookups may run Python code (a key's __eq__) that changes the list: its
             // size is read again each time, and the range is held while it is read.
@@ -354,8 +388,158 @@ class Core {
                 ByteRange rng = normalize(item.ptr());
                 if (rng.empty()) continue;
                 if (sink_ != nullptr) capture_range(sink_, rng, w == 1);
-                engine_.access(ev, item.ptr(), unsigned(i), std::move(rng), w == 1);
+                engine_.access(event, item.ptr(), unsigned(i), std::move(rng), w == 1);
             }
+        }
+    }
+
+    // One event the direct reader took. The kinds whose fields the engine reads are read
+    // from the tree; any other kind, or a field as the tree cannot tell it (a bool for an
+    // int, a field missing that feed_event needs), goes to feed() as its Python event, made
+    // from the copy: the same object the reader would have handed over.
+    void feed_tree(const trace_tree::Tree& t) {
+        using trace_tree::Kind;
+        using trace_tree::Node;
+        encoder_.clear();
+        t.encode(encoder_);
+        const EventRef event(HeldEvent::encoded(encoder_.data(), encoder_.size()));
+        const reader::TreeValues a{t};
+        i64 seq = 0;
+        a.int64(t.get(0, reader::TreeKeys::get().seq), seq);  // the reader checked it
+        try {
+            if (feed_read(t, a, event, seq)) return;
+        } catch (const RangeLimit& e) {
+            throw RangeLimit("event seq " + std::to_string(seq) + ": " + e.what());
+        }
+        PyObject* ev = event.object();
+        if (ev == nullptr) fail();
+        feed(ev);
+    }
+
+    // feed_event's work for the kinds it reads from a tree; false, having changed nothing,
+    // for one it leaves to feed().
+    bool feed_read(const trace_tree::Tree& t, const reader::TreeValues& a, const EventRef& event, i64 seq) {
+        using trace_tree::Kind;
+        using trace_tree::Node;
+        const reader::TreeKeys& keys = reader::TreeKeys::get();
+        auto field = [&](const trace_tree::Key& key) { return t.get(0, key); };
+        // An int field (absent or null: `fallback` unless optional), as feed_event reads it.
+        bool ok = true;
+        auto int_of = [&](const trace_tree::Key& key, bool optional, i64& out) {
+            const Node* n = field(key);
+            if (reader::TreeValues::absent(n)) {
+                ok = ok && optional;
+                return false;
+            }
+            ok = ok && a.int64(n, out);
+            return true;
+        };
+        i64 stream = 0, device = 0, addr = 0, size = 0, id = 0;
+        const bool has_stream = int_of(keys.stream, true, stream);
+        const bool has_device = int_of(keys.device, true, device);
+        if (!ok) return false;
+        const std::string_view kind = field(keys.ev)->str();
+        auto device_of = [&]() { return has_device ? device : (has_stream ? engine_.device_of(stream) : 0); };
+        if (kind == "op" || kind == "kernel") {
+            const Node* reads = field(keys.reads);
+            const Node* writes = field(keys.writes);
+            if (reads == nullptr || writes == nullptr || reads->kind != Kind::LIST || writes->kind != Kind::LIST) return false;
+            begin(has_stream, stream);
+            if (kind == "op") ++engine_.ops;
+            engine_.accesses += i64(reads->size) + i64(writes->size);
+            if (!has_stream) return true;
+            engine_.begin_op(stream, device_of(), seq);
+            const Node* lists[2] = {reads, writes};
+            for (int w = 0; w < 2; ++w) {
+                unsigned index = 0;
+                for (unsigned j = t.first(t.index(lists[w])); j < lists[w]->end; j = t.at(j).end, ++index) {
+                    ByteRange rng = normalize_tree(t, a, t.at(j));
+                    if (!rng.empty()) engine_.access(event, nullptr, index, std::move(rng), w == 1);
+                }
+            }
+        } else if (kind == "alloc") {
+            int_of(keys.addr, false, addr);
+            int_of(keys.size, false, size);
+            if (!ok || !has_stream) return false;
+            begin(has_stream, stream);
+            engine_.alloc(event, addr, size, stream, device_of(), seq, tree_truthy(field(keys.pool)));
+        } else if (kind == "free") {
+            int_of(keys.addr, false, addr);
+            if (!ok) return false;
+            begin(has_stream, stream);
+            engine_.free(event, addr, device_of(), seq);
+        } else if (kind == "event_record" || kind == "event_wait") {
+            int_of(keys.event, false, id);
+            if (!ok || !has_stream) return false;
+            begin(has_stream, stream);
+            const unsigned index = engine_.appear(stream);
+            if (kind == "event_record")
+                engine_.hb.record(id, index);
+            else
+                engine_.hb.wait(id, index);
+        } else if (kind == "event_create" || kind == "event_delete" || kind == "event_sync") {
+            int_of(keys.event, false, id);
+            if (!ok) return false;
+            begin(has_stream, stream);
+            if (kind == "event_sync")
+                engine_.hb.event_sync(id);
+            else
+                engine_.hb.forget(id);
+        } else if (kind == "record_stream") {
+            int_of(keys.addr, false, addr);
+            if (!ok || !has_stream) return false;
+            begin(has_stream, stream);
+            engine_.record_stream(event, addr, stream, device_of());
+        } else if (kind == "stream_sync") {
+            if (!has_stream) return false;
+            begin(has_stream, stream);
+            engine_.hb.stream_sync(engine_.appear(stream));
+        } else if (kind == "device_sync") {
+            begin(has_stream, stream);
+            engine_.hb.device_sync();
+        } else {
+            return false;
+        }
+        return true;
+    }
+
+    // What feed_event does first for every event.
+    void begin(bool has_stream, i64 stream) {
+        ++events_;
+        if (has_stream) engine_.appear(stream);
+    }
+
+    // normalize() of a range the reader checked (an int addr, and an int nbytes or a shape,
+    // stride and itemsize of ints).
+    static ByteRange normalize_tree(const trace_tree::Tree& t, const reader::TreeValues& a, const trace_tree::Node& raw) {
+        const reader::TreeKeys& keys = reader::TreeKeys::get();
+        const unsigned at = t.index(&raw);
+        i64 addr = 0, nbytes = 0, itemsize = 0;
+        a.int64(t.get(at, keys.addr), addr);
+        if (a.int64(t.get(at, keys.nbytes), nbytes)) return interval(addr, nbytes);
+        const trace_tree::Node* shape = t.get(at, keys.shape);
+        const trace_tree::Node* stride = t.get(at, keys.stride);
+        a.int64(t.get(at, keys.itemsize), itemsize);
+        std::vector<i64> dims, steps;
+        for (unsigned j = t.first(t.index(shape)); j < shape->end; j = t.at(j).end) dims.push_back(t.at(j).value);
+        for (unsigned j = t.first(t.index(stride)); j < stride->end; j = t.at(j).end) steps.push_back(t.at(j).value);
+        return normalize_strided(addr, dims, steps, itemsize);
+    }
+
+    // Python's truth of the value (absent: false), as `if ev.get(key)` has it.
+    static bool tree_truthy(const trace_tree::Node* n) {
+        using trace_tree::Kind;
+        if (n == nullptr) return false;
+        switch (n->kind) {
+            case Kind::NUL:
+            case Kind::FALSE:
+                return false;
+            case Kind::TRUE:
+                return true;
+            case Kind::INT:
+                return n->value != 0;
+            default:
+                return n->size != 0;
         }
     }
 
@@ -384,6 +568,7 @@ class Core {
     py::dict captures_;  // stream -> the graphs captured on it, in order
     i64 events_ = 0;
     Capture* sink_ = nullptr;  // where the current launch's ranges also go (the graph check's)
+    held::Encoder encoder_;    // the direct reader's copies are written here first
 };
 
 // The records as Python sees them: each class mirrors the Python engine's record of its name
@@ -449,7 +634,7 @@ void bind_records(py::module_& m) {
         .def_readonly("pending", &UnsafeFree::pending);
     py::class_<RecordStreamNoop, std::shared_ptr<RecordStreamNoop>>(
         m, "RecordStreamNoop", "Mirrors streamrace.analysis.engine.RecordStreamNoop.")
-        .def_property_readonly("event", [](const RecordStreamNoop& d) { return object(d.event.get()); })
+        .def_property_readonly("event", [](const RecordStreamNoop& d) { return object(made(d.event)); })
         .def_readonly("lifetime", &RecordStreamNoop::lifetime)
         .def_property_readonly("domain", [](const RecordStreamNoop& d) { return domain(d.domain); })
         .def_readonly("users", &RecordStreamNoop::users);
@@ -826,6 +1011,7 @@ PYBIND11_MODULE(_core, m) {
         .def(py::init<py::dict, bool>(), py::arg("stacks"), py::arg("copy_events") = true)
         .def("feed", &Core::feed, py::arg("event"))
         .def("run", &Core::run, py::arg("events"), py::arg("progress"), py::arg("every"))
+        .def("run_lines", &Core::run_lines, py::arg("lines"), py::arg("progress"), py::arg("every"))
         .def("report", &Core::report, py::arg("progress"))
         .def("detections", &Core::detections)
         .def("appearance", &Core::appearance)
@@ -908,4 +1094,22 @@ PYBIND11_MODULE(_core, m) {
             return value != nullptr ? py::reinterpret_steal<py::object>(value) : py::none();
         },
         py::arg("line"), "The C++ reader's JSON of one line, None where it gives up (for tests).");
+    m.def(
+        "parse_trace_tree",
+        [](py::bytes line) -> py::object {
+            trace_tree::Tree tree;
+            char* data;
+            Py_ssize_t size;
+            if (PyBytes_AsStringAndSize(line.ptr(), &data, &size) < 0) throw py::error_already_set();
+            if (!tree.parse(data, data + size)) return py::none();
+            held::Encoder encoder;
+            tree.encode(encoder);
+            HeldEvent copy = HeldEvent::encoded(encoder.data(), encoder.size());
+            PyObject* made = copy.get();
+            if (made == nullptr) throw py::error_already_set();
+            return py::reinterpret_borrow<py::object>(made);
+        },
+        py::arg("line"),
+        "The direct reader's JSON of one line, as the copy it keeps makes it again; None where it gives up (for "
+        "tests).");
 }

@@ -44,7 +44,7 @@ struct UnsafeFree {
 };
 
 struct RecordStreamNoop {
-    PyRef event;  // the record_stream event
+    HeldEvent event;  // the record_stream event
     Ref<Lifetime> lifetime;
     i64 domain = EAGER;
     std::vector<i64> users;  // other streams that used the block so far
@@ -149,7 +149,7 @@ class Engine {
         lifetimes_.end_domain(graph);
     }
 
-    void alloc(PyObject* event, i64 addr, i64 size, i64 owner, i64 device, i64 seq, bool pooled) {
+    void alloc(const EventRef& event, i64 addr, i64 size, i64 owner, i64 device, i64 seq, bool pooled) {
         Lifetimes::check_block(addr, size);  // before anything changes, as the Python engine
         i64 domain;
         const VectorClock& clock = hb.current(appear(owner), domain);
@@ -170,7 +170,7 @@ class Engine {
         if (waiting != ownerless_.end()) take_freed_inputs(lifetime, waiting);
     }
 
-    void free(PyObject* event, i64 addr, i64 device, i64 seq) {
+    void free(const EventRef& event, i64 addr, i64 device, i64 seq) {
         Lifetime* lifetime = lifetimes_.free(addr, device, event, seq);
         if (lifetime == nullptr) return;
         Ref<Lifetime> block(lifetime);
@@ -195,7 +195,7 @@ class Engine {
         }
     }
 
-    void record_stream(PyObject* event, i64 addr, i64 stream, i64 device) {
+    void record_stream(const EventRef& event, i64 addr, i64 stream, i64 device) {
         Lifetime* lifetime = lifetimes_.containing(addr, device);
         if (lifetime == nullptr) return;
         if (stream != lifetime->owner) {
@@ -204,7 +204,7 @@ class Engine {
             return;
         }
         auto d = std::make_shared<RecordStreamNoop>();
-        d->event = PyRef(event);
+        d->event = event.live();
         d->lifetime = Ref<Lifetime>(lifetime);
         d->domain = hb.domain(appear(stream));
         auto& users = d->users;
@@ -231,7 +231,7 @@ class Engine {
     }
 
     // The op's `index`-th read or write, `raw` as the trace has it.
-    void access(PyObject* event, PyObject* raw, unsigned index, ByteRange&& rng, bool write) {
+    void access(const EventRef& event, PyObject* raw, unsigned index, ByteRange&& rng, bool write) {
         Rec* rec = new Rec();
         retain(rec);
         rec->order = order_++;
@@ -246,10 +246,10 @@ class Engine {
         rec->index = index;
         if (op_program_ != nullptr && copy_events_) {
             // Kept as long as its graph: one copy of the event for all the op's accesses.
-            if (!op_event_) op_event_ = HeldEvent::copied(event);
+            if (!op_event_) op_event_ = event.copied();
             rec->event = op_event_;
         } else {
-            rec->event = HeldEvent::live(event);
+            rec->event = event.live();
         }
         if (!rec->event.is_copy()) {
             Py_INCREF(raw);

@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 #include <algorithm>
@@ -52,6 +54,22 @@ class KeyTable {
 
     PyObject* key(int id) const { return keys_[size_t(id)]; }  // borrowed
 
+    static constexpr int FAILED = -2;
+
+    // The id of the key spelled `name` (its interned str made on first sight), or -1 (the
+    // table is full), or FAILED with a Python error set.
+    int id(std::string_view name) {
+        auto found = by_text_.find(std::string(name));  // a key is short: no allocation
+        if (found != by_text_.end()) return found->second;
+        PyObject* key = PyUnicode_FromStringAndSize(name.data(), Py_ssize_t(name.size()));
+        if (key == nullptr) return FAILED;
+        PyUnicode_InternInPlace(&key);
+        int id = this->id(key);
+        Py_DECREF(key);  // the table holds it, if it took it
+        if (id >= 0) by_text_.emplace(std::string(name), id);
+        return id;
+    }
+
    private:
     static constexpr size_t SLOTS = 512;  // at most half full
     struct Slot {
@@ -60,6 +78,7 @@ class KeyTable {
     };
     Slot slots_[SLOTS];
     std::vector<PyObject*> keys_;  // by id, owned
+    std::unordered_map<std::string, int> by_text_;  // the ids of keys looked up by their text
 };
 
 // Appends an object's copy to a growing buffer (reused from copy to copy).
@@ -69,20 +88,16 @@ class Encoder {
     // no Python code: only exact built-in types are walked.
     bool encode(PyObject* obj, int depth = 0) {
         if (obj == Py_None) {
-            room(1);
-            *p_++ = TAG_NONE;
+            none();
         } else if (obj == Py_False || obj == Py_True) {
-            room(1);
-            *p_++ = obj == Py_True ? TAG_TRUE : TAG_FALSE;
+            boolean(obj == Py_True);
         } else if (PyLong_CheckExact(obj)) {
             int overflow = 0;
             long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
             // Beyond 64 bits: kept as it is (as text it would be made again under whatever
             // digit limit, sys.set_int_max_str_digits, holds then).
             if (overflow) return false;
-            room(11);
-            *p_++ = TAG_INT;
-            varint((uint64_t(v) << 1) ^ uint64_t(v >> 63));  // zigzag: small negatives stay short
+            integer(v);
         } else if (PyFloat_CheckExact(obj)) {
             double d = PyFloat_AS_DOUBLE(obj);
             room(1 + sizeof d);
@@ -95,15 +110,11 @@ class Encoder {
             return false;
         } else if (PyList_CheckExact(obj)) {
             Py_ssize_t n = PyList_GET_SIZE(obj);
-            room(11);
-            *p_++ = TAG_LIST;
-            varint(uint64_t(n));
+            list(uint64_t(n));
             for (Py_ssize_t i = 0; i < n; ++i)
                 if (!encode(PyList_GET_ITEM(obj, i), depth + 1)) return false;
         } else if (PyDict_CheckExact(obj)) {
-            room(11);
-            *p_++ = TAG_DICT;
-            varint(uint64_t(PyDict_GET_SIZE(obj)));
+            dict(uint64_t(PyDict_GET_SIZE(obj)));
             Py_ssize_t pos = 0;
             PyObject *key, *value;
             while (PyDict_Next(obj, &pos, &key, &value)) {
@@ -117,6 +128,49 @@ class Encoder {
             return false;
         }
         return true;
+    }
+
+    // The pieces of a copy, for a writer of values that are not Python objects (the direct
+    // reader's trees, trace_tree.h): each appends what encode() does for the like object.
+    void none() {
+        room(1);
+        *p_++ = TAG_NONE;
+    }
+    void boolean(bool yes) {
+        room(1);
+        *p_++ = yes ? TAG_TRUE : TAG_FALSE;
+    }
+    void integer(long long v) {
+        room(11);
+        *p_++ = TAG_INT;
+        varint((uint64_t(v) << 1) ^ uint64_t(v >> 63));  // zigzag: small negatives stay short
+    }
+    void ascii(const char* s, size_t n) {
+        room(n + 11);
+        *p_++ = TAG_STR;
+        varint(uint64_t(n));
+        std::memcpy(p_, s, n);
+        p_ += n;
+    }
+    void list(uint64_t n) {
+        room(11);
+        *p_++ = TAG_LIST;
+        varint(n);
+    }
+    void dict(uint64_t n) {
+        room(11);
+        *p_++ = TAG_DICT;
+        varint(n);
+    }
+    // A dict's key (ASCII): its id in the table, else (-1) written out.
+    void key(int id, std::string_view name) {
+        room(name.size() + 11);
+        *p_++ = char(id >= 0 ? id : KeyTable::INLINE_KEY);
+        if (id < 0) {
+            varint(name.size());
+            std::memcpy(p_, name.data(), name.size());
+            p_ += name.size();
+        }
     }
 
     // Ready for the next copy (after each); a buffer grown for a large one goes.
@@ -304,6 +358,15 @@ class HeldEvent {
         return e;
     }
 
+    // A copy already encoded (the direct reader's, from its tree).
+    static HeldEvent encoded(const char* data, size_t size) {
+        HeldEvent e;
+        e.copy_ = new held::Copy();
+        e.copy_->bytes.assign(data, size);
+        ++e.copy_->refs;
+        return e;
+    }
+
     HeldEvent(const HeldEvent& o) : live_(o.live_), copy_(o.copy_) {
         Py_XINCREF(live_);
         if (copy_ != nullptr) ++copy_->refs;
@@ -354,6 +417,24 @@ class HeldEvent {
    private:
     PyObject* live_ = nullptr;
     held::Copy* copy_ = nullptr;
+};
+
+// The event being fed to the engine: a Python object (held as it is, or copied, as the engine
+// decides), or the copy the direct reader made of its line, which stands for it either way.
+class EventRef {
+   public:
+    explicit EventRef(PyObject* obj) : obj_(obj) {}
+    explicit EventRef(HeldEvent copy) : copy_(std::move(copy)) {}
+
+    HeldEvent live() const { return obj_ != nullptr ? HeldEvent::live(obj_) : copy_; }
+    HeldEvent copied() const { return obj_ != nullptr ? HeldEvent::copied(obj_) : copy_; }
+    // The Python object (borrowed; made from the copy on first use: null with a Python error
+    // if it could not be).
+    PyObject* object() const { return obj_ != nullptr ? obj_ : copy_.get(); }
+
+   private:
+    PyObject* obj_ = nullptr;
+    HeldEvent copy_;
 };
 
 }  // namespace streamrace

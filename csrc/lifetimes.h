@@ -50,7 +50,7 @@ class Lifetimes {
         if (addr < 0 || addr >= LIMIT || size >= LIMIT || addr + size >= LIMIT) too_large();
     }
 
-    Lifetime* alloc(i64 addr, i64 size, i64 owner, i64 device, PyObject* event, i64 domain = EAGER, i64 seq = 0,
+    Lifetime* alloc(i64 addr, i64 size, i64 owner, i64 device, const EventRef& event, i64 domain = EAGER, i64 seq = 0,
                     bool pooled = false) {
         check_block(addr, size);
         auto& live = live_[device];
@@ -83,7 +83,7 @@ class Lifetimes {
 
     // End the lifetime of the block at addr (null if the trace never allocated it); the
     // caller owns the returned reference.
-    Lifetime* free(i64 addr, i64 device, PyObject* event, i64 seq) {
+    Lifetime* free(i64 addr, i64 device, const EventRef& event, i64 seq) {
         auto& live = live_[device];
         auto it = live.find(addr);
         if (it == live.end()) return nullptr;
@@ -247,8 +247,8 @@ class Lifetimes {
     }
 
     // A capture's lifetimes last as long as its program's records: their events are copied.
-    HeldEvent held(PyObject* event, i64 domain) const {
-        return domain != EAGER && copy_events ? HeldEvent::copied(event) : HeldEvent::live(event);
+    HeldEvent held(const EventRef& event, i64 domain) const {
+        return domain != EAGER && copy_events ? event.copied() : event.live();
     }
 
    private:

@@ -21,9 +21,12 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "trace_json.h"
+#include "trace_tree.h"
 
 namespace streamrace::reader {
 
@@ -32,15 +35,18 @@ using i64 = long long;
 enum class Type { INT, NONNEG, POS, STR, BOOL, POOL, INTS, RANGES, FRAMES };
 
 struct Field {
-    PyObject* name;  // interned, owned by Keys::names
+    PyObject* name;        // interned, owned by Keys::names
+    trace_tree::Key key;   // the same, for a tree; its text lives with `name`
     Type type;
     bool required;  // else it may be absent or null
 };
 
 struct KindCheck {
+    std::string kind;
     std::vector<Field> fields;
     PyObject* block_addr = nullptr;  // the block end's fields (BLOCK_ENDS), or null
     PyObject* block_size = nullptr;
+    trace_tree::Key block_addr_key{-1, {}}, block_size_key{-1, {}};
 };
 
 constexpr i64 ADDRESS_END = i64(1) << 62;
@@ -48,6 +54,17 @@ constexpr Py_ssize_t READ_SIZE = 1 << 16;  // io.py's buffer size
 
 struct Names {
     PyObject *ev, *seq, *stack, *stream, *addr, *nbytes, *shape, *stride, *itemsize, *last_seq;
+};
+
+// The names a tree is read by, for the direct reader (made on first use: they need Python).
+struct TreeKeys {
+    trace_tree::Key ev{"ev"}, seq{"seq"}, stack{"stack"}, stream{"stream"}, device{"device"}, addr{"addr"},
+        nbytes{"nbytes"}, shape{"shape"}, stride{"stride"}, itemsize{"itemsize"}, size{"size"}, reads{"reads"},
+        writes{"writes"}, event{"event"}, pool{"pool"};
+    static const TreeKeys& get() {
+        static const TreeKeys* keys = new TreeKeys();  // never destroyed, as the key table
+        return *keys;
+    }
 };
 
 // A Python int of 64 bits (bool excluded, as `type(v) is int` does), else false.
@@ -60,6 +77,59 @@ inline bool int64(PyObject* v, i64& out) {
 
 // The value of key, borrowed; null when absent. Never an error: the keys are str.
 inline PyObject* item(PyObject* dict, PyObject* key) { return PyDict_GetItemWithError(dict, key); }
+
+// How the checks read a Python event: absent is a missing key or None, as .get() has it.
+struct PyValues {
+    using V = PyObject*;
+    V get(V dict, PyObject* name, const trace_tree::Key&) const { return item(dict, name); }
+    static bool missing(V v) { return v == nullptr; }
+    static bool absent(V v) { return v == nullptr || v == Py_None; }
+    static bool int64(V v, i64& out) { return reader::int64(v, out); }
+    static bool str(V v) { return PyUnicode_CheckExact(v); }
+    static bool boolean(V v) { return PyBool_Check(v); }
+    static bool list(V v) { return PyList_CheckExact(v); }
+    static bool dict(V v) { return PyDict_CheckExact(v); }
+    static size_t size(V list) { return size_t(PyList_GET_SIZE(list)); }
+    static V at(V list, size_t i) { return PyList_GET_ITEM(list, Py_ssize_t(i)); }
+};
+
+// And a line's tree (trace_tree.h), alike: a node stands for the object trace_json.h makes.
+struct TreeValues {
+    using V = const trace_tree::Node*;
+    using Kind = trace_tree::Kind;
+    const trace_tree::Tree& tree;
+    V get(V dict, PyObject*, const trace_tree::Key& key) const { return tree.get(tree.index(dict), key); }
+    static bool missing(V v) { return v == nullptr; }
+    static bool absent(V v) { return v == nullptr || v->kind == Kind::NUL; }
+    static bool int64(V v, i64& out) {
+        if (v == nullptr || v->kind != Kind::INT) return false;
+        out = v->value;
+        return true;
+    }
+    static bool str(V v) { return v->kind == Kind::STR; }
+    static bool boolean(V v) { return v->kind == Kind::TRUE || v->kind == Kind::FALSE; }
+    static bool list(V v) { return v->kind == Kind::LIST; }
+    static bool dict(V v) { return v->kind == Kind::DICT; }
+    static size_t size(V list) { return list->size; }
+    // The i-th item: walked to, as a list's items are not indexed; from the last one asked
+    // for, where it can, since the checks read each list in order.
+    V at(V list, size_t i) const {
+        size_t k = 0;
+        unsigned j = trace_tree::Tree::first(tree.index(list));
+        if (list == last_list_ && i >= last_i_) {
+            k = last_i_;
+            j = last_j_;
+        }
+        for (; k < i; ++k) j = tree.at(j).end;
+        last_list_ = list;
+        last_i_ = i;
+        last_j_ = j;
+        return &tree.at(j);
+    }
+    mutable V last_list_ = nullptr;
+    mutable size_t last_i_ = 0;
+    mutable unsigned last_j_ = 0;
+};
 
 class Checks {
    public:
@@ -98,7 +168,12 @@ class Checks {
                     Py_DECREF(listed);
                     return false;
                 }
-                check.fields.push_back({interned, t, required != 0});
+                const char* text = PyUnicode_AsUTF8(interned);
+                if (text == nullptr) {
+                    Py_DECREF(listed);
+                    return false;
+                }
+                check.fields.push_back({interned, trace_tree::Key(text), t, required != 0});
             }
             Py_DECREF(listed);
             if (block != Py_None) {
@@ -106,7 +181,18 @@ class Checks {
                 Py_INCREF(addr);
                 Py_INCREF(size);
                 if ((check.block_addr = name(addr)) == nullptr || (check.block_size = name(size)) == nullptr) return false;
+                const char* addr_text = PyUnicode_AsUTF8(check.block_addr);
+                const char* size_text = addr_text != nullptr ? PyUnicode_AsUTF8(check.block_size) : nullptr;
+                if (size_text == nullptr) return false;
+                check.block_addr_key = trace_tree::Key(addr_text);
+                check.block_size_key = trace_tree::Key(size_text);
             }
+            const char* kind_text = PyUnicode_Check(kind) ? PyUnicode_AsUTF8(kind) : nullptr;
+            if (kind_text == nullptr) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "the check table's kinds must be str");
+                return false;
+            }
+            check.kind = kind_text;
             PyObject* index = PyLong_FromSize_t(checks_.size());
             if (index == nullptr) return false;
             const int stored = PyDict_SetItem(kinds_, kind, index);
@@ -137,21 +223,32 @@ class Checks {
     }
 
     // Certainly valid (the Python fast check of its kind would say True); false: look closer.
-    bool valid(PyObject* event, const KindCheck& check) const {
+    // `event` is a Python object (PyValues) or a tree's node (TreeValues): one check for both.
+    template <class A>
+    bool valid(const A& a, typename A::V event, const KindCheck& check) const {
         for (const Field& f : check.fields) {
-            PyObject* v = item(event, f.name);
-            if (v == nullptr || v == Py_None) {
+            typename A::V v = a.get(event, f.name, f.key);
+            if (a.absent(v)) {
                 if (f.required) return false;
                 continue;
             }
-            if (!value(f.type, v)) return false;
+            if (!value(a, f.type, v)) return false;
         }
         if (check.block_addr != nullptr) {
             i64 addr, size, end;
-            if (!int64(item(event, check.block_addr), addr) || !int64(item(event, check.block_size), size)) return false;
+            if (!a.int64(a.get(event, check.block_addr, check.block_addr_key), addr) ||
+                !a.int64(a.get(event, check.block_size, check.block_size_key), size))
+                return false;
             if (__builtin_add_overflow(addr, size, &end) || end >= ADDRESS_END) return false;
         }
         return true;
+    }
+
+    // The kind's check by its name's text, or null (the direct reader's find).
+    const KindCheck* find(std::string_view kind) const {
+        for (const KindCheck& check : checks_)
+            if (check.kind == kind) return &check;
+        return nullptr;
     }
 
    private:
@@ -179,69 +276,75 @@ class Checks {
         return false;
     }
 
-    bool value(Type type, PyObject* v) const {
+    template <class A>
+    bool value(const A& a, Type type, typename A::V v) const {
         i64 n;
         switch (type) {
             case Type::INT:
-                return int64(v, n);
+                return a.int64(v, n);
             case Type::NONNEG:
-                return int64(v, n) && n >= 0;
+                return a.int64(v, n) && n >= 0;
             case Type::POS:
-                return int64(v, n) && n > 0;
+                return a.int64(v, n) && n > 0;
             case Type::STR:
-                return PyUnicode_CheckExact(v);
+                return a.str(v);
             case Type::BOOL:
-                return PyBool_Check(v);
+                return a.boolean(v);
             case Type::POOL:
-                return PyList_CheckExact(v) && PyList_GET_SIZE(v) == 2 && ints(v);
+                return a.list(v) && a.size(v) == 2 && ints(a, v);
             case Type::INTS:
-                return PyList_CheckExact(v) && ints(v);
+                return a.list(v) && ints(a, v);
             case Type::RANGES:
-                return ranges(v);
+                return ranges(a, v);
             case Type::FRAMES:
-                return frames(v);
+                return frames(a, v);
         }
         return false;
     }
 
-    static bool ints(PyObject* list) {
+    template <class A>
+    static bool ints(const A& a, typename A::V list) {
         i64 n;
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i)
-            if (!int64(PyList_GET_ITEM(list, i), n)) return false;
+        for (size_t i = 0; i < a.size(list); ++i)
+            if (!a.int64(a.at(list, i), n)) return false;
         return true;
     }
 
-    bool ranges(PyObject* list) const {
-        if (!PyList_CheckExact(list)) return false;
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i) {
-            PyObject* range = PyList_GET_ITEM(list, i);
-            if (!PyDict_CheckExact(range)) return false;
+    template <class A>
+    bool ranges(const A& a, typename A::V list) const {
+        const TreeKeys& keys = TreeKeys::get();
+        if (!a.list(list)) return false;
+        for (size_t i = 0; i < a.size(list); ++i) {
+            typename A::V range = a.at(list, i);
+            if (!a.dict(range)) return false;
             i64 addr, nbytes, end;
-            if (!int64(item(range, k.addr), addr) || addr < 0) return false;
-            PyObject* count = item(range, k.nbytes);
-            if (count != nullptr) {  // contiguous; a null nbytes is the Python path's to word
-                if (!int64(count, nbytes) || nbytes < 0) return false;
+            if (!a.int64(a.get(range, k.addr, keys.addr), addr) || addr < 0) return false;
+            typename A::V count = a.get(range, k.nbytes, keys.nbytes);
+            if (!a.missing(count)) {  // contiguous; a null nbytes is the Python path's to word
+                if (!a.int64(count, nbytes) || nbytes < 0) return false;
                 if (__builtin_add_overflow(addr, nbytes, &end) || end >= ADDRESS_END) return false;
-            } else if (!strided(addr, range)) {
+            } else if (!strided(a, addr, range)) {
                 return false;
             }
         }
         return true;
     }
 
-    bool strided(i64 addr, PyObject* range) const {
-        PyObject* shape = item(range, k.shape);
-        PyObject* stride = item(range, k.stride);
+    template <class A>
+    bool strided(const A& a, i64 addr, typename A::V range) const {
+        const TreeKeys& keys = TreeKeys::get();
+        typename A::V shape = a.get(range, k.shape, keys.shape);
+        typename A::V stride = a.get(range, k.stride, keys.stride);
         i64 itemsize;
-        if (shape == nullptr || stride == nullptr || !PyList_CheckExact(shape) || !PyList_CheckExact(stride)) return false;
-        if (!int64(item(range, k.itemsize), itemsize) || itemsize <= 0) return false;
-        const Py_ssize_t dims = PyList_GET_SIZE(shape);
-        if (PyList_GET_SIZE(stride) != dims) return false;
+        if (a.missing(shape) || a.missing(stride) || !a.list(shape) || !a.list(stride)) return false;
+        if (!a.int64(a.get(range, k.itemsize, keys.itemsize), itemsize) || itemsize <= 0) return false;
+        const size_t dims = a.size(shape);
+        if (a.size(stride) != dims) return false;
         i64 lo = addr, hi = addr;
         bool empty = false;
-        for (Py_ssize_t d = 0; d < dims; ++d) {
+        for (size_t d = 0; d < dims; ++d) {
             i64 n, s, reach;
-            if (!int64(PyList_GET_ITEM(shape, d), n) || n < 0 || !int64(PyList_GET_ITEM(stride, d), s)) return false;
+            if (!a.int64(a.at(shape, d), n) || n < 0 || !a.int64(a.at(stride, d), s)) return false;
             if (n == 0) {
                 empty = true;
                 continue;
@@ -254,15 +357,14 @@ class Checks {
         return lo >= 0 && !__builtin_add_overflow(hi, itemsize, &end) && end < ADDRESS_END;
     }
 
-    static bool frames(PyObject* list) {
-        if (!PyList_CheckExact(list)) return false;
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); ++i) {
-            PyObject* frame = PyList_GET_ITEM(list, i);
+    template <class A>
+    static bool frames(const A& a, typename A::V list) {
+        if (!a.list(list)) return false;
+        for (size_t i = 0; i < a.size(list); ++i) {
+            typename A::V frame = a.at(list, i);
             i64 line;
-            if (!PyList_CheckExact(frame) || PyList_GET_SIZE(frame) != 3) return false;
-            if (!PyUnicode_CheckExact(PyList_GET_ITEM(frame, 0)) || !PyUnicode_CheckExact(PyList_GET_ITEM(frame, 2)) ||
-                !int64(PyList_GET_ITEM(frame, 1), line))
-                return false;
+            if (!a.list(frame) || a.size(frame) != 3) return false;
+            if (!a.str(a.at(frame, 0)) || !a.str(a.at(frame, 2)) || !a.int64(a.at(frame, 1), line)) return false;
         }
         return true;
     }
@@ -282,6 +384,9 @@ struct LineReader {
     PyObject* streams;  // and of streams seen
     Checks* checks;
     trace_json::Parser* parser;
+    trace_tree::Tree* tree;                 // the direct reader's (Core::run_lines)
+    std::unordered_set<i64>* known_stacks;  // ids found in `stacks`, and of streams in `streams`:
+    std::unordered_set<i64>* known_streams;  // those sets only grow, so a hit stays true
     std::string* buffer;
     size_t start, scanned;  // the buffer's next line starts at `start`; no '\n' before `scanned`
     size_t line_read;       // the most of one line handed on (io.py's _LINE_READ)
@@ -300,6 +405,9 @@ inline void line_reader_dealloc(PyObject* self) {
     Py_XDECREF(r->streams);
     delete r->checks;
     delete r->parser;
+    delete r->tree;
+    delete r->known_stacks;
+    delete r->known_streams;
     delete r->buffer;
     PyTypeObject* type = Py_TYPE(self);
     type->tp_free(self);
@@ -354,7 +462,7 @@ inline PyObject* accept(LineReader* r, const char* begin, const char* end) {
     i64 seq = 0, id = 0;
     PyObject* kind = PyDict_CheckExact(event) ? item(event, c.k.ev) : nullptr;
     if (kind != nullptr) check = c.find(kind);
-    if (check == nullptr || !c.valid(event, *check) || !int64(item(event, c.k.seq), seq) || seq <= r->last_seq) {
+    if (check == nullptr || !c.valid(PyValues{}, event, *check) || !int64(item(event, c.k.seq), seq) || seq <= r->last_seq) {
         Py_DECREF(event);
         return nullptr;
     }
@@ -376,6 +484,44 @@ inline PyObject* accept(LineReader* r, const char* begin, const char* end) {
     }
     r->last_seq = seq;
     return event;
+}
+
+// Is id in the Python set (added, when `add` and the set is below `limit`)? Errors are
+// cleared: the Python path meets them again.
+inline bool known(PyObject* set, std::unordered_set<i64>& found, i64 id, bool add, i64 limit) {
+    if (found.count(id) != 0) return true;
+    PyObject* n = PyLong_FromLongLong(id);
+    int in = n != nullptr ? PySet_Contains(set, n) : -1;
+    if (in == 0 && add && PySet_GET_SIZE(set) < limit) in = PySet_Add(set, n) == 0;
+    Py_XDECREF(n);
+    if (in != 1) {
+        PyErr_Clear();
+        return false;
+    }
+    found.insert(id);
+    return true;
+}
+
+// The direct reader's accept(): the line parsed into r->tree, if this path takes it, under the
+// same checks as accept() in the same order; else false, and the line goes the other ways.
+inline bool accept_tree(LineReader* r, const char* begin, const char* end) {
+    const trace_tree::Tree& t = *r->tree;
+    if (!r->tree->parse(begin, end)) return false;
+    const Checks& c = *r->checks;
+    const TreeValues a{t};
+    const TreeKeys& keys = TreeKeys::get();
+    const trace_tree::Node* kind = t.get(0, keys.ev);
+    const KindCheck* check = kind != nullptr && a.str(kind) ? c.find(kind->str()) : nullptr;
+    i64 seq = 0, id = 0;
+    if (check == nullptr || !c.valid(a, &t.root(), *check) || !a.int64(t.get(0, keys.seq), seq) || seq <= r->last_seq)
+        return false;
+    const trace_tree::Node* stack = t.get(0, keys.stack);
+    if (!a.absent(stack) && (!a.int64(stack, id) || !known(r->stacks, *r->known_stacks, id, false, 0))) return false;
+    const trace_tree::Node* stream = t.get(0, keys.stream);
+    if (!a.absent(stream) && (!a.int64(stream, id) || !known(r->streams, *r->known_streams, id, true, r->max_streams)))
+        return false;
+    r->last_seq = seq;
+    return true;
 }
 
 // The line through the Python path, with the checker's seq kept in step: the event, None, or
@@ -476,6 +622,9 @@ inline PyObject* new_line_reader(PyObject* stream, PyObject* table, PyObject* ch
     r->checker = checker;
     r->checks = checks.release();
     r->parser = new trace_json::Parser();
+    r->tree = new trace_tree::Tree();
+    r->known_stacks = new std::unordered_set<i64>();
+    r->known_streams = new std::unordered_set<i64>();
     r->buffer = new std::string();
     r->start = r->scanned = 0;
     r->lineno = line;

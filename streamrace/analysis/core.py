@@ -34,6 +34,7 @@ from streamrace.analysis.engine import (
 from streamrace.analysis.lifetimes import Lifetime
 from streamrace.analysis.shadow import AccessRecord
 from streamrace.errors import TraceLimitError, UsageError
+from streamrace.trace.io import TraceEvents
 
 try:
     import streamrace._core as _core
@@ -109,16 +110,20 @@ class CppEngine:
     def run(self, events: Iterable[Mapping[str, Any]], progress: Callable[[Progress], None] | None = None) -> None:
         """Feed every event; ``progress`` as for ``Engine.run``. A range the analysis cannot
         take is a ``TraceLimitError``, as in the Python engine."""
-        try:
-            if progress is None:
-                self._core.run(events, None, PROGRESS_EVERY)
-                return
+        report: Callable[[int, int, int, int, int], None] | None = None
+        if progress is not None:
 
             def report(events: int, ops: int, accesses: int, graphs: int, replays: int) -> None:
                 progress(Progress(events, ops, accesses, graphs, replays))
 
-            self._core.run(events, report, PROGRESS_EVERY)
-            self._core.report(report)
+        try:
+            if isinstance(events, TraceEvents) and events.can_hand_over():
+                # The direct reader: the core reads the trace's lines itself (csrc/core.cpp, run_lines).
+                events.hand_over(lambda lines: self._core.run_lines(lines, report, PROGRESS_EVERY))
+            else:
+                self._core.run(events, report, PROGRESS_EVERY)
+            if report is not None:
+                self._core.report(report)
         except _core.RangeLimit as exc:
             raise TraceLimitError(str(exc)) from None
 

@@ -385,14 +385,72 @@ def _read_failed(name: str, lineno: int, exc: Exception) -> TraceError:
     return TraceError(name, None, exc.strerror or str(exc))
 
 
-def iter_trace(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+class TraceEvents(Iterator[dict[str, Any]]):
+    """What ``iter_trace`` returns: the header, then the events, as an iterator; and, once the
+    header alone has been taken, the rest of the trace handed over whole to a consumer of the
+    C++ line reader (``hand_over``), so that the C++ core reads the lines itself (the direct
+    reader, docs/analysis.md) while errors are raised and worded as they are when iterating."""
+
+    def __init__(self, path: str) -> None:
+        self._consumer: Callable[[Any], None] | None = None
+        self._taken = 0
+        self._stream: IO[bytes] | None = None
+        self._native = _native_line_reader()
+        self._lines = _read_lines(path, self._native, self._hand_over_to, self._opened)
+
+    def __next__(self) -> dict[str, Any]:
+        item = next(self._lines)
+        self._taken += 1
+        return item
+
+    def _hand_over_to(self) -> Callable[[Any], None] | None:
+        return self._consumer
+
+    def _opened(self, stream: IO[bytes]) -> None:
+        self._stream = stream
+
+    def position(self) -> int | None:
+        """How much of the trace's text has been read so far (bytes, uncompressed), where the
+        stream can tell (a progress bar's measure); else None."""
+        try:
+            return self._stream.tell() if self._stream is not None else 0
+        except (OSError, ValueError):  # a pipe, or the stream closed at the end
+            return None
+
+    def can_hand_over(self) -> bool:
+        """Whether ``hand_over`` will hand the lines over: the C++ reader is built, and exactly
+        the header has been taken."""
+        return self._native is not None and self._taken == 1
+
+    def hand_over(self, consumer: Callable[[Any], None]) -> None:
+        """Call ``consumer`` with the C++ line reader of the lines after the header (csrc/reader.h)
+        instead of yielding their events; a ``TraceError`` for what the reader meets, as iterating
+        raises it. Only where ``can_hand_over()``."""
+        if not self.can_hand_over():
+            raise RuntimeError("the trace's lines can be handed over only once, right after its header")
+        self._consumer = consumer
+        for _ in self._lines:  # the consumer took every line: nothing is yielded
+            raise AssertionError("a trace handed over yielded an event")
+
+
+def iter_trace(path: str | os.PathLike[str]) -> TraceEvents:
     """Yield the header, then every event, validated; ``-`` reads standard input. Raises
     TraceError on the first problem.
 
     Events of kinds this version does not know (a newer minor version's) are skipped; the
     header then gets ``skipped_events``, ``{kind: count}``, complete once the events run out.
     """
-    path = os.fspath(path)
+    return TraceEvents(os.fspath(path))
+
+
+def _read_lines(
+    path: str,
+    native: Callable[..., Any] | None,
+    consumer: Callable[[], Callable[[Any], None] | None],
+    opened: Callable[[IO[bytes]], None],
+) -> Iterator[dict[str, Any]]:
+    """iter_trace's generator; the C++ reader, once made, goes to ``consumer()`` where it names
+    one (TraceEvents.hand_over); the stream, once open, to ``opened``."""
     name = display_name(path)
     if path != STDIN:
         if not os.path.exists(path):
@@ -401,10 +459,10 @@ def iter_trace(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
             raise TraceError(name, None, "is a directory, not a trace file")
     lineno = 0
     checker = _Checker()
-    native = _native_line_reader()
     lines = None  # the C++ reader, once it reads: it counts the lines then
     try:
         with _open_binary(path) as stream:
+            opened(stream)
             first = stream.readline(_LINE_READ)
             if not first:
                 raise TraceError(name, None, "empty file: no trace header")
@@ -415,7 +473,11 @@ def iter_trace(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
             take = _line_taker(checker, header)
             if native is not None:
                 lines = native(stream, _native_table(), checker, take, lineno, MAX_STREAMS, _LINE_READ)
-                yield from lines
+                direct = consumer()
+                if direct is not None:
+                    direct(lines)
+                else:
+                    yield from lines
                 lineno = lines.lineno
             else:
                 for line in iter(partial(stream.readline, _LINE_READ), b""):
