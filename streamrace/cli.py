@@ -221,7 +221,7 @@ def _analyze_one(
 
     shown = display_name(path)
     # Streaming: the engine consumes events as they are read, never the whole trace.
-    events = iter_trace(path)
+    events: Iterator[dict[str, Any]] = iter_trace(path)
     header = next(events)
     if observer is not None:
         events = observer(events)
@@ -231,9 +231,10 @@ def _analyze_one(
 
         builder = TimelineBuilder()
         events = builder.observe(events)
-    with analysis_progress(path, events) as counted:
+    with analysis_progress(path, events) as feed:
         try:
-            result = analyze(header, counted, sources=source_reader(header, source_roots), keep_raw=False)
+            sources = source_reader(header, source_roots)
+            result = analyze(header, feed.events, progress=feed.progress, sources=sources, keep_raw=False)
         except TraceLimitError as exc:  # the trace loads, but what it holds is not a recording
             raise TraceError(shown, None, str(exc)) from None
         timeline = builder.timeline() if builder is not None else None

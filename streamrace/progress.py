@@ -1,10 +1,11 @@
 """A progress bar for long analyses: rich, on stderr, only when stderr is a terminal and the
 trace is large, so pipes, files and CI logs never see it.
 
-The reader streams events and the engine consumes them one by one, so neither knows how far
-through the file it is. The bar's total is the trace's size as text (the file's size, or for
-gzip the uncompressed size its trailer records) and its progress is estimated from the
-encoded size of one event in every ``SAMPLE``: cheap, and close enough for a bar.
+The bar's total is the trace's size as text (the file's size, or for gzip the uncompressed
+size its trailer records). Where the C++ core reads the file itself (the direct reader), its
+progress is how far the reader's stream is, asked at the analysis's progress calls; events
+handed over one by one are counted instead, by the encoded size of one event in every
+``SAMPLE``: cheap, and close enough for a bar.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ import os
 import stat
 import struct
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from streamrace.analysis.engine import Progress
 
 LARGE = 32 << 20  # bytes of trace text: below this an analysis takes a few seconds at most
 SAMPLE = 256
@@ -41,17 +45,25 @@ def text_size(path: str) -> int | None:
     return isize if isize >= size else None
 
 
+class Feed(NamedTuple):
+    """What to hand the analysis: the events, and its progress callback (None: no bar)."""
+
+    events: Iterator[dict[str, Any]]
+    progress: Callable[[Progress], None] | None
+
+
 @contextmanager
 def analysis_progress(
     path: str, events: Iterator[dict[str, Any]], stream: IO[str] | None = None, threshold: int = LARGE
-) -> Iterator[Iterator[dict[str, Any]]]:
-    """``events`` unchanged, with a transient progress bar on ``stream`` (stderr) while they
-    are consumed, when the stream is a terminal and the trace has at least ``threshold``
-    bytes of text."""
+) -> Iterator[Feed]:
+    """``events``, with a transient progress bar on ``stream`` (stderr) while they are
+    analysed, when the stream is a terminal and the trace has at least ``threshold`` bytes of
+    text. Events that can tell their reader's position (iter_trace's) are handed on unchanged
+    and the bar moves at the analysis's progress calls; any others are counted on their way."""
     stream = stream if stream is not None else sys.stderr
     total = text_size(path) if stream.isatty() else None
     if total is None or total < threshold:
-        yield events
+        yield Feed(events, None)
         return
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
@@ -59,6 +71,17 @@ def analysis_progress(
     columns = (TextColumn("analysing {task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
     with Progress(*columns, console=Console(file=stream), transient=True) as bar:
         task = bar.add_task(os.path.basename(path), total=total)
+        position: Callable[[], int | None] | None = getattr(events, "position", None)
+        if position is not None:
+
+            def moved(_: object) -> None:
+                read = position()
+                if read is not None:
+                    bar.update(task, completed=min(total, read))
+
+            yield Feed(events, moved)
+            bar.update(task, completed=total)
+            return
 
         def counted() -> Iterator[dict[str, Any]]:
             for index, event in enumerate(events):
@@ -68,7 +91,7 @@ def analysis_progress(
                 yield event
             bar.update(task, completed=total)
 
-        yield counted()
+        yield Feed(counted(), None)
 
 
-__all__ = ["LARGE", "analysis_progress", "text_size"]
+__all__ = ["LARGE", "Feed", "analysis_progress", "text_size"]

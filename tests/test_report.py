@@ -403,19 +403,54 @@ def test_progress_only_on_a_terminal_for_large_traces(tmp_path: Path) -> None:
     expected = list(iter_trace(race))
 
     quiet = io.StringIO()
-    with analysis_progress(str(race), iter(expected), stream=quiet, threshold=0) as events:
-        assert list(events) == expected
+    with analysis_progress(str(race), iter(expected), stream=quiet, threshold=0) as feed:
+        assert list(feed.events) == expected and feed.progress is None
     assert quiet.getvalue() == "", "not a terminal: no bar"
 
     shown = Terminal()
-    with analysis_progress(str(race), iter(expected), stream=shown, threshold=0) as events:
-        assert list(events) == expected
+    with analysis_progress(str(race), iter(expected), stream=shown, threshold=0) as feed:
+        assert list(feed.events) == expected
     assert "analysing dsv4_mini_race.jsonl.gz" in shown.getvalue()
 
     small = Terminal()
-    with analysis_progress(str(race), iter(expected), stream=small) as events:
-        assert list(events) == expected
+    with analysis_progress(str(race), iter(expected), stream=small) as feed:
+        assert list(feed.events) == expected
     assert small.getvalue() == "", "a small trace: no bar"
+
+
+def test_progress_of_a_trace_read_directly_follows_its_reader(tmp_path: Path) -> None:
+    """The C++ core reads the file itself: the bar asks the reader how far it is."""
+    import io
+
+    from streamrace.analysis import Progress, analyze
+    from streamrace.progress import analysis_progress
+    from streamrace.trace import iter_trace
+    from streamrace.trace.io import make_header, write_trace
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    path = tmp_path / "long.jsonl.gz"
+    syncs = ({"seq": seq, "ev": "stream_sync", "stream": 7} for seq in range(40_000))
+    write_trace(path, make_header(), syncs)
+    events = iter_trace(path)
+    header = next(events)
+    shown = Terminal()
+    read: list[int | None] = []
+    with analysis_progress(str(path), events, stream=shown, threshold=0) as feed:
+        assert feed.events is events, "handed on unchanged, so the core may read the lines itself"
+        assert feed.progress is not None
+        progress = feed.progress
+
+        def watched(now: Progress) -> None:
+            read.append(events.position())
+            progress(now)
+
+        analyze(header, feed.events, progress=watched)
+    assert "analysing long.jsonl.gz" in shown.getvalue()
+    moved = [at for at in read if at is not None]
+    assert len(moved) >= 3 and moved == sorted(moved) and moved[-1] > 0
 
 
 def test_text_wraps_at_the_documented_width(monkeypatch: pytest.MonkeyPatch) -> None:
