@@ -5,7 +5,8 @@ decompresses the trace and parses every line with orjson, and does nothing else.
 each as a whole process, in turn (so drift on a shared machine hits all alike):
 
 * **reader**: ``iter_trace`` over the file: parsing, validation and the whole-trace checks;
-* **analyze**: ``streamrace analyze TRACE`` with the C++ core, the report written to /dev/null;
+* **analyze**: ``streamrace analyze TRACE`` with the C++ core, the report written to /dev/null
+  (the C++ core reads the file's lines itself: the direct reader, docs/analysis.md);
 * **analyze, no orjson**: the same with orjson hidden, so the standard library parses;
 * **analyze, freeing before exit**: ``cli.main`` run as a script, which frees what the analysis
   kept object by object before the process exits (the console script leaves it to the exit).
@@ -14,9 +15,10 @@ Each is timed by the CPU time the kernel charges the child (user + system; the w
 on a shared machine, also counts other people's work) and printed as a ratio to the floor,
 the median run of each and the fastest (the least disturbed by other work);
 each runs once untimed first, so that its bytecode is cached as in an installed package.
-Then, in this process, what the C++ core adds to the reader when the events stream from the
-file (as in analyze) and what it costs on events already in memory, to split analyze's time
-into the floor, the reader's own work, the core, and the rest (start-up and the report).
+Each child's peak memory (its largest resident set) is printed too, as a ratio to the trace's
+uncompressed size. Then, in this process, ``analyze`` three ways: reading the file directly,
+handed the reader's Python events (what the direct reader saves), and on events already in
+memory (a list, as the Python API takes one).
 
 The trace is benchmarks/synthetic.py's capture set (36 captures x 60 layers x 40 ops, 978,480
 accesses), the one benchmarks/analysis_throughput.py uses. docs/performance.md has our figures.
@@ -31,16 +33,11 @@ import argparse
 import gc
 import gzip
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-
-import synthetic
-
-from streamrace.trace.io import write_trace
 
 FLOOR = """
 import gzip, sys, orjson
@@ -72,12 +69,17 @@ def child_env(pycache: str) -> dict[str, str]:
     return env
 
 
+def child_usage(env: dict[str, str], code: str, *args: str) -> tuple[float, float]:
+    """CPU seconds (user + system) and peak resident memory (MB) of ``python -c code args``."""
+    child = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.DEVNULL, env=env)
+    _, _, usage = os.wait4(child.pid, 0)
+    child.returncode = 0  # reaped here: Popen must not wait for it again
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
 def child_cpu(env: dict[str, str], code: str, *args: str) -> float:
     """CPU seconds (user + system) of ``python -c code args``."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-c", code, *args], stdout=subprocess.DEVNULL, env=env, check=False)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return child_usage(env, code, *args)[0]
 
 
 def core_alone(path: str) -> float:
@@ -98,24 +100,22 @@ def core_alone(path: str) -> float:
     return seconds
 
 
-def core_streamed(path: str, runs: int) -> float:
-    """CPU seconds the C++ core adds when the events stream from the file, as in analyze:
-    analyze() over iter_trace minus iter_trace alone, in this process (medians)."""
+def in_process(path: str, runs: int) -> dict[str, float]:
+    """CPU seconds of analyze() in this process (medians): reading the file directly, and
+    handed the reader's events as Python objects."""
     from streamrace.analysis import analyze
     from streamrace.trace import iter_trace
 
     os.environ["STREAMRACE_CORE"] = "cpp"
-    both, alone = [], []
+    times: dict[str, list[float]] = {"direct": [], "python events": []}
     for _ in range(runs):
-        start = time.process_time()
-        events = iter_trace(path)
-        analyze(next(events), events)
-        both.append(time.process_time() - start)
-        start = time.process_time()
-        for _event in iter_trace(path):
-            pass
-        alone.append(time.process_time() - start)
-    return statistics.median(both) - statistics.median(alone)
+        for way in times:
+            start = time.process_time()
+            events = iter_trace(path)
+            header = next(events)
+            analyze(header, events if way == "direct" else (event for event in events))
+            times[way].append(time.process_time() - start)
+    return {way: statistics.median(values) for way, values in times.items()}
 
 
 def main() -> None:
@@ -132,7 +132,12 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "capture_set.jsonl.gz")
-        write_trace(path, synthetic.header(), synthetic.synthetic_events(args.layers, args.ops, args.captures))
+        # Written by a child: a child's peak memory, as the kernel counts it, starts from this
+        # process's size when it was forked, so this process stays small until they have run.
+        write = "import sys, synthetic; synthetic.write_capture_set(sys.argv[1], *map(int, sys.argv[2:]))"
+        here = os.path.dirname(os.path.abspath(__file__))
+        shape = [str(args.layers), str(args.ops), str(args.captures)]
+        subprocess.run([sys.executable, "-c", write, path, *shape], cwd=here, check=True)
         print(f"trace: {args.captures} captures x {args.layers} layers x {args.ops} ops, ", end="")
         print(f"{os.path.getsize(path) / 1e6:.1f} MB gzip; {args.runs} runs of each, in turn; CPU seconds\n")
         rows = {
@@ -142,15 +147,20 @@ def main() -> None:
             "streamrace analyze, no orjson": (WITHOUT_ORJSON, "analyze", path, "-o", os.devnull),
             "analyze, freeing before exit": (FREEING, "analyze", path, "-o", os.devnull),
         }
+        with gzip.open(path, "rb") as trace:
+            uncompressed = sum(len(chunk) for chunk in iter(lambda: trace.read(1 << 20), b"")) / 2**20
         env = child_env(os.path.join(tmp, "pycache"))
         for code, *argv in rows.values():  # once untimed, to cache the bytecode
-            child_cpu(env, code, *argv)
+            child_usage(env, code, *argv)
         times: dict[str, list[float]] = {name: [] for name in rows}
+        peaks: dict[str, float] = dict.fromkeys(rows, 0.0)
         for _ in range(args.runs):
             for name, (code, *argv) in rows.items():
-                times[name].append(child_cpu(env, code, *argv))
+                seconds, peak = child_usage(env, code, *argv)
+                times[name].append(seconds)
+                peaks[name] = max(peaks[name], peak)
         core = core_alone(path)
-        streamed = core_streamed(path, args.runs)
+        ways = in_process(path, args.runs)
 
     median = {name: statistics.median(values) for name, values in times.items()}
     fastest = {name: min(values) for name, values in times.items()}
@@ -162,15 +172,14 @@ def main() -> None:
         quickest = fastest[name]
         print(f"{name:34} {seconds:7.2f} {seconds / floor:7.2f}x   {quickest:7.2f} {quickest / floor_fastest:7.2f}x")
 
-    analyze = median["streamrace analyze, C++ core"]
-    reader = median["reader (iter_trace)"]
-    rest = analyze - reader - streamed
-    print("\nwhere analyze's time goes (x floor):")
-    print(f"  reading floor                      {floor:6.2f} s {1.0:6.2f}x")
-    print(f"  the reader's own work              {reader - floor:6.2f} s {(reader - floor) / floor:6.2f}x")
-    print(f"  C++ core, streamed from the file   {streamed:6.2f} s {streamed / floor:6.2f}x")
-    print(f"    of which on events in memory     {core:6.2f} s {core / floor:6.2f}x")
-    print(f"  the rest (start-up, report)        {rest:6.2f} s {rest / floor:6.2f}x")
+    print(f"\npeak memory (largest resident set; the trace is {uncompressed:.0f} MB uncompressed):")
+    for name, peak in peaks.items():
+        print(f"  {name:34} {peak:6.0f} MB {peak / uncompressed:6.2f}x")
+
+    print("\nanalyze() in this process (x floor):")
+    print(f"  reading the file directly          {ways['direct']:6.2f} s {ways['direct'] / floor:6.2f}x")
+    print(f"  handed the reader's Python events  {ways['python events']:6.2f} s {ways['python events'] / floor:6.2f}x")
+    print(f"  on events in memory (a list)       {core:6.2f} s {core / floor:6.2f}x")
 
 
 if __name__ == "__main__":

@@ -342,6 +342,13 @@ def header() -> dict[str, Any]:
     return {"format": "streamrace-trace", "version": 1, "producer": "benchmarks/synthetic.py"}
 
 
+def write_capture_set(path: str, layers: int = 60, ops: int = 40, captures: int = 36) -> None:
+    """The capture set (synthetic_events) as a trace file."""
+    from streamrace.trace.io import write_trace
+
+    write_trace(path, header(), synthetic_events(layers, ops, captures))
+
+
 def with_captured_graphs(events: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     """The events with each capture's graph read back after its ``capture_end``, built the
     way CUDA's stream capture builds it: one kernel node per captured op, depending on its

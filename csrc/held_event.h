@@ -333,7 +333,8 @@ inline PyObject* LIST_KEYS[2] = {nullptr, nullptr};
 
 }  // namespace held
 
-// An owned event (or none): the Python object itself, or its copy.
+// An owned event (or none): the Python object itself, or its copy. One word: every access
+// record and program step holds one, a million on a long trace.
 class HeldEvent {
    public:
     HeldEvent() = default;
@@ -341,82 +342,83 @@ class HeldEvent {
     static HeldEvent live(PyObject* obj) {
         HeldEvent e;
         Py_XINCREF(obj);
-        e.live_ = obj;
+        e.bits_ = reinterpret_cast<uintptr_t>(obj);
         return e;
     }
     // Its copy, where one can be made exactly; else the object itself.
     static HeldEvent copied(PyObject* obj) {
         static held::Encoder* encoder = new held::Encoder();  // reused; never destroyed
         bool copied = obj != nullptr && encoder->encode(obj);
-        HeldEvent e = copied ? HeldEvent() : live(obj);
-        if (copied) {
-            e.copy_ = new held::Copy();
-            e.copy_->bytes.assign(encoder->data(), encoder->size());
-            ++e.copy_->refs;
-        }
+        HeldEvent e = copied ? encoded(encoder->data(), encoder->size()) : live(obj);
         encoder->clear();
         return e;
     }
 
     // A copy already encoded (the direct reader's, from its tree).
     static HeldEvent encoded(const char* data, size_t size) {
+        auto* copy = new held::Copy();
+        copy->bytes.assign(data, size);
+        ++copy->refs;
         HeldEvent e;
-        e.copy_ = new held::Copy();
-        e.copy_->bytes.assign(data, size);
-        ++e.copy_->refs;
+        e.bits_ = reinterpret_cast<uintptr_t>(copy) | COPY;
         return e;
     }
 
-    HeldEvent(const HeldEvent& o) : live_(o.live_), copy_(o.copy_) {
-        Py_XINCREF(live_);
-        if (copy_ != nullptr) ++copy_->refs;
+    HeldEvent(const HeldEvent& o) : bits_(o.bits_) {
+        Py_XINCREF(live_object());
+        if (held::Copy* c = copy()) ++c->refs;
     }
-    HeldEvent(HeldEvent&& o) noexcept : live_(std::exchange(o.live_, nullptr)), copy_(std::exchange(o.copy_, nullptr)) {}
+    HeldEvent(HeldEvent&& o) noexcept : bits_(std::exchange(o.bits_, 0)) {}
     HeldEvent& operator=(HeldEvent o) noexcept {
-        std::swap(live_, o.live_);
-        std::swap(copy_, o.copy_);
+        std::swap(bits_, o.bits_);
         return *this;
     }
     ~HeldEvent() {
-        Py_XDECREF(live_);
-        if (copy_ != nullptr && --copy_->refs == 0) delete copy_;
+        Py_XDECREF(live_object());
+        held::Copy* c = copy();
+        if (c != nullptr && --c->refs == 0) delete c;
     }
 
-    explicit operator bool() const { return live_ != nullptr || copy_ != nullptr; }
-    bool is_copy() const { return copy_ != nullptr; }
+    explicit operator bool() const { return bits_ != 0; }
+    bool is_copy() const { return (bits_ & COPY) != 0; }
 
     // The event (borrowed; null for none, or with a Python error if it could not be made).
     PyObject* get() const {
-        if (copy_ == nullptr) return live_;
-        if (copy_->made == nullptr) {
-            const std::string& b = copy_->bytes;
+        held::Copy* c = copy();
+        if (c == nullptr) return live_object();
+        if (c->made == nullptr) {
+            const std::string& b = c->bytes;
             PyObject* made = held::Decoder(b.data(), b.data() + b.size()).value();
             if (made == nullptr) return nullptr;
             for (int i = 0; i < 2; ++i) {  // exact dicts and str keys: no Python code runs
                 PyObject* list = PyDict_Check(made) && held::LIST_KEYS[i] != nullptr
                                      ? PyDict_GetItemWithError(made, held::LIST_KEYS[i])
                                      : nullptr;
-                if (list != nullptr && PyList_CheckExact(list) && (copy_->lists[i] = PySequence_Tuple(list)) == nullptr) {
+                if (list != nullptr && PyList_CheckExact(list) && (c->lists[i] = PySequence_Tuple(list)) == nullptr) {
                     Py_DECREF(made);
                     return nullptr;
                 }
             }
-            copy_->made = made;
+            c->made = made;
         }
-        return copy_->made;
+        return c->made;
     }
 
     // The index-th item of the made event's list under LIST_KEYS[which], as it was made
     // (borrowed); null if there is none, or before get().
     PyObject* item(int which, size_t index) const {
-        PyObject* items = copy_ != nullptr ? copy_->lists[which] : nullptr;
+        held::Copy* c = copy();
+        PyObject* items = c != nullptr ? c->lists[which] : nullptr;
         if (items == nullptr || index >= size_t(PyTuple_GET_SIZE(items))) return nullptr;
         return PyTuple_GET_ITEM(items, Py_ssize_t(index));
     }
 
    private:
-    PyObject* live_ = nullptr;
-    held::Copy* copy_ = nullptr;
+    // The object's address, or the copy's with its low bit set (both are aligned).
+    static constexpr uintptr_t COPY = 1;
+    PyObject* live_object() const { return is_copy() ? nullptr : reinterpret_cast<PyObject*>(bits_); }
+    held::Copy* copy() const { return is_copy() ? reinterpret_cast<held::Copy*>(bits_ & ~COPY) : nullptr; }
+    uintptr_t bits_ = 0;
 };
 
 // The event being fed to the engine: a Python object (held as it is, or copied, as the engine
