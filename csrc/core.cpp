@@ -312,8 +312,9 @@ class Core {
         while (reader::next_line(r, begin, end)) {
             // A line cut at the limit is the Python path's to refuse, even where its start parses.
             const bool cut = size_t(end - begin) >= r->line_read && end[-1] != '\n';
-            if (!cut && reader::accept_tree(r, begin, end)) {
-                feed_tree(*r->tree);
+            const reader::KindCheck* taken = cut ? nullptr : reader::accept_tree(r, begin, end);
+            if (taken != nullptr) {
+                feed_tree(*r->tree, taken->id);
             } else {
                 PyObject* ev = cut ? nullptr : reader::accept(r, begin, end);
                 if (ev == nullptr) ev = reader::defer(r, begin, end);
@@ -397,7 +398,7 @@ class Core {
     // from the tree; any other kind, or a field as the tree cannot tell it (a bool for an
     // int, a field missing that feed_event needs), goes to feed() as its Python event, made
     // from the copy: the same object the reader would have handed over.
-    void feed_tree(const trace_tree::Tree& t) {
+    void feed_tree(const trace_tree::Tree& t, reader::EventKind kind) {
         using trace_tree::Kind;
         using trace_tree::Node;
         encoder_.clear();
@@ -407,7 +408,7 @@ class Core {
         i64 seq = 0;
         a.int64(t.get(0, reader::TreeKeys::get().seq), seq);  // the reader checked it
         try {
-            if (feed_read(t, a, event, seq)) return;
+            if (feed_read(t, a, event, seq, kind)) return;
         } catch (const RangeLimit& e) {
             throw RangeLimit("event seq " + std::to_string(seq) + ": " + e.what());
         }
@@ -418,8 +419,9 @@ class Core {
 
     // feed_event's work for the kinds it reads from a tree; false, having changed nothing,
     // for one it leaves to feed().
-    bool feed_read(const trace_tree::Tree& t, const reader::TreeValues& a, const EventRef& event, i64 seq) {
-        using trace_tree::Kind;
+    bool feed_read(const trace_tree::Tree& t, const reader::TreeValues& a, const EventRef& event, i64 seq,
+                   reader::EventKind kind) {
+        using Kind = reader::EventKind;
         using trace_tree::Node;
         const reader::TreeKeys& keys = reader::TreeKeys::get();
         auto field = [&](const trace_tree::Key& key) { return t.get(0, key); };
@@ -438,14 +440,15 @@ class Core {
         const bool has_stream = int_of(keys.stream, true, stream);
         const bool has_device = int_of(keys.device, true, device);
         if (!ok) return false;
-        const std::string_view kind = field(keys.ev)->str();
         auto device_of = [&]() { return has_device ? device : (has_stream ? engine_.device_of(stream) : 0); };
-        if (kind == "op" || kind == "kernel") {
+        if (kind == Kind::op || kind == Kind::kernel) {
             const Node* reads = field(keys.reads);
             const Node* writes = field(keys.writes);
-            if (reads == nullptr || writes == nullptr || reads->kind != Kind::LIST || writes->kind != Kind::LIST) return false;
+            if (reads == nullptr || writes == nullptr || reads->kind != trace_tree::Kind::LIST ||
+                writes->kind != trace_tree::Kind::LIST)
+                return false;
             begin(has_stream, stream);
-            if (kind == "op") ++engine_.ops;
+            if (kind == Kind::op) ++engine_.ops;
             engine_.accesses += i64(reads->size) + i64(writes->size);
             if (!has_stream) return true;
             engine_.begin_op(stream, device_of(), seq);
@@ -457,44 +460,44 @@ class Core {
                     if (!rng.empty()) engine_.access(event, nullptr, index, std::move(rng), w == 1);
                 }
             }
-        } else if (kind == "alloc") {
+        } else if (kind == Kind::alloc) {
             int_of(keys.addr, false, addr);
             int_of(keys.size, false, size);
             if (!ok || !has_stream) return false;
             begin(has_stream, stream);
             engine_.alloc(event, addr, size, stream, device_of(), seq, tree_truthy(field(keys.pool)));
-        } else if (kind == "free") {
+        } else if (kind == Kind::free) {
             int_of(keys.addr, false, addr);
             if (!ok) return false;
             begin(has_stream, stream);
             engine_.free(event, addr, device_of(), seq);
-        } else if (kind == "event_record" || kind == "event_wait") {
+        } else if (kind == Kind::event_record || kind == Kind::event_wait) {
             int_of(keys.event, false, id);
             if (!ok || !has_stream) return false;
             begin(has_stream, stream);
             const unsigned index = engine_.appear(stream);
-            if (kind == "event_record")
+            if (kind == Kind::event_record)
                 engine_.hb.record(id, index);
             else
                 engine_.hb.wait(id, index);
-        } else if (kind == "event_create" || kind == "event_delete" || kind == "event_sync") {
+        } else if (kind == Kind::event_create || kind == Kind::event_delete || kind == Kind::event_sync) {
             int_of(keys.event, false, id);
             if (!ok) return false;
             begin(has_stream, stream);
-            if (kind == "event_sync")
+            if (kind == Kind::event_sync)
                 engine_.hb.event_sync(id);
             else
                 engine_.hb.forget(id);
-        } else if (kind == "record_stream") {
+        } else if (kind == Kind::record_stream) {
             int_of(keys.addr, false, addr);
             if (!ok || !has_stream) return false;
             begin(has_stream, stream);
             engine_.record_stream(event, addr, stream, device_of());
-        } else if (kind == "stream_sync") {
+        } else if (kind == Kind::stream_sync) {
             if (!has_stream) return false;
             begin(has_stream, stream);
             engine_.hb.stream_sync(engine_.appear(stream));
-        } else if (kind == "device_sync") {
+        } else if (kind == Kind::device_sync) {
             begin(has_stream, stream);
             engine_.hb.device_sync();
         } else {

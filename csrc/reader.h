@@ -25,12 +25,44 @@
 #include <unordered_set>
 #include <vector>
 
+#include "trace_fields.h"
 #include "trace_json.h"
 #include "trace_tree.h"
 
 namespace streamrace::reader {
 
 using i64 = long long;
+
+// The names a tree is read by, for the direct reader: every field of the declaration
+// (trace_fields.h), made on first use (they need Python).
+struct TreeKeys {
+#define STREAMRACE_TREE_KEY(field) trace_tree::Key field{#field};
+    STREAMRACE_TRACE_FIELDS(STREAMRACE_TREE_KEY)
+#undef STREAMRACE_TREE_KEY
+    static const TreeKeys& get() {
+        static const TreeKeys* keys = new TreeKeys();  // never destroyed, as the key table
+        return *keys;
+    }
+};
+
+// The event kinds of the declaration, in its order, and NONE for a kind it does not have.
+enum class EventKind {
+#define STREAMRACE_EVENT_KIND(kind) kind,
+    STREAMRACE_EVENT_KINDS(STREAMRACE_EVENT_KIND)
+#undef STREAMRACE_EVENT_KIND
+        NONE
+};
+
+inline EventKind event_kind(std::string_view name) {
+    static const std::pair<std::string_view, EventKind> kinds[] = {
+#define STREAMRACE_EVENT_KIND(kind) {#kind, EventKind::kind},
+        STREAMRACE_EVENT_KINDS(STREAMRACE_EVENT_KIND)
+#undef STREAMRACE_EVENT_KIND
+    };
+    for (const auto& [spelled, kind] : kinds)
+        if (spelled == name) return kind;
+    return EventKind::NONE;
+}
 
 enum class Type { INT, NONNEG, POS, STR, BOOL, POOL, INTS, RANGES, FRAMES };
 
@@ -43,6 +75,7 @@ struct Field {
 
 struct KindCheck {
     std::string kind;
+    EventKind id = EventKind::NONE;
     std::vector<Field> fields;
     PyObject* block_addr = nullptr;  // the block end's fields (BLOCK_ENDS), or null
     PyObject* block_size = nullptr;
@@ -54,17 +87,6 @@ constexpr Py_ssize_t READ_SIZE = 1 << 16;  // io.py's buffer size
 
 struct Names {
     PyObject *ev, *seq, *stack, *stream, *addr, *nbytes, *shape, *stride, *itemsize, *last_seq;
-};
-
-// The names a tree is read by, for the direct reader (made on first use: they need Python).
-struct TreeKeys {
-    trace_tree::Key ev{"ev"}, seq{"seq"}, stack{"stack"}, stream{"stream"}, device{"device"}, addr{"addr"},
-        nbytes{"nbytes"}, shape{"shape"}, stride{"stride"}, itemsize{"itemsize"}, size{"size"}, reads{"reads"},
-        writes{"writes"}, event{"event"}, pool{"pool"};
-    static const TreeKeys& get() {
-        static const TreeKeys* keys = new TreeKeys();  // never destroyed, as the key table
-        return *keys;
-    }
 };
 
 // A Python int of 64 bits (bool excluded, as `type(v) is int` does), else false.
@@ -193,6 +215,7 @@ class Checks {
                 return false;
             }
             check.kind = kind_text;
+            check.id = event_kind(check.kind);
             PyObject* index = PyLong_FromSize_t(checks_.size());
             if (index == nullptr) return false;
             const int stored = PyDict_SetItem(kinds_, kind, index);
@@ -503,10 +526,11 @@ inline bool known(PyObject* set, std::unordered_set<i64>& found, i64 id, bool ad
 }
 
 // The direct reader's accept(): the line parsed into r->tree, if this path takes it, under the
-// same checks as accept() in the same order; else false, and the line goes the other ways.
-inline bool accept_tree(LineReader* r, const char* begin, const char* end) {
+// same checks as accept() in the same order: its kind's check; else null, and the line goes
+// the other ways.
+inline const KindCheck* accept_tree(LineReader* r, const char* begin, const char* end) {
     const trace_tree::Tree& t = *r->tree;
-    if (!r->tree->parse(begin, end)) return false;
+    if (!r->tree->parse(begin, end)) return nullptr;
     const Checks& c = *r->checks;
     const TreeValues a{t};
     const TreeKeys& keys = TreeKeys::get();
@@ -514,14 +538,14 @@ inline bool accept_tree(LineReader* r, const char* begin, const char* end) {
     const KindCheck* check = kind != nullptr && a.str(kind) ? c.find(kind->str()) : nullptr;
     i64 seq = 0, id = 0;
     if (check == nullptr || !c.valid(a, &t.root(), *check) || !a.int64(t.get(0, keys.seq), seq) || seq <= r->last_seq)
-        return false;
+        return nullptr;
     const trace_tree::Node* stack = t.get(0, keys.stack);
-    if (!a.absent(stack) && (!a.int64(stack, id) || !known(r->stacks, *r->known_stacks, id, false, 0))) return false;
+    if (!a.absent(stack) && (!a.int64(stack, id) || !known(r->stacks, *r->known_stacks, id, false, 0))) return nullptr;
     const trace_tree::Node* stream = t.get(0, keys.stream);
     if (!a.absent(stream) && (!a.int64(stream, id) || !known(r->streams, *r->known_streams, id, true, r->max_streams)))
-        return false;
+        return nullptr;
     r->last_seq = seq;
-    return true;
+    return check;
 }
 
 // The line through the Python path, with the checker's seq kept in step: the event, None, or
