@@ -25,6 +25,7 @@ accesses), the one benchmarks/analysis_throughput.py uses. docs/performance.md h
 
     python benchmarks/end_to_end.py
     python benchmarks/end_to_end.py --runs 5 --captures 360
+    python benchmarks/end_to_end.py --graphs    # each capture's graph too, as recorded traces have
 """
 
 from __future__ import annotations
@@ -124,6 +125,9 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=40, help="ops per layer")
     parser.add_argument("--captures", type=int, default=36, help="captured batch sizes (36: ~1M accesses)")
     parser.add_argument("--runs", type=int, default=3, help="runs of each process (the median and fastest)")
+    parser.add_argument(
+        "--graphs", action="store_true", help="each capture's graph in the trace, as a recorder reads it back"
+    )
     args = parser.parse_args()
     try:
         import orjson  # noqa: F401  (the floor is defined by it)
@@ -136,9 +140,10 @@ def main() -> None:
         # process's size when it was forked, so this process stays small until they have run.
         write = "import sys, synthetic; synthetic.write_capture_set(sys.argv[1], *map(int, sys.argv[2:]))"
         here = os.path.dirname(os.path.abspath(__file__))
-        shape = [str(args.layers), str(args.ops), str(args.captures)]
+        shape = [str(args.layers), str(args.ops), str(args.captures), str(int(args.graphs))]
         subprocess.run([sys.executable, "-c", write, path, *shape], cwd=here, check=True)
-        print(f"trace: {args.captures} captures x {args.layers} layers x {args.ops} ops, ", end="")
+        graphs = " (with their graphs)" if args.graphs else ""
+        print(f"trace: {args.captures} captures{graphs} x {args.layers} layers x {args.ops} ops, ", end="")
         print(f"{os.path.getsize(path) / 1e6:.1f} MB gzip; {args.runs} runs of each, in turn; CPU seconds\n")
         rows = {
             "floor (gzip + orjson per line)": (FLOOR, path),

@@ -342,11 +342,16 @@ def header() -> dict[str, Any]:
     return {"format": "streamrace-trace", "version": 1, "producer": "benchmarks/synthetic.py"}
 
 
-def write_capture_set(path: str, layers: int = 60, ops: int = 40, captures: int = 36) -> None:
-    """The capture set (synthetic_events) as a trace file."""
+def write_capture_set(path: str, layers: int = 60, ops: int = 40, captures: int = 36, graphs: int = 0) -> None:
+    """The capture set (synthetic_events) as a trace file; with each capture's graph (as a
+    recorder reads it back) if ``graphs``."""
     from streamrace.trace.io import write_trace
 
-    write_trace(path, header(), synthetic_events(layers, ops, captures))
+    events = synthetic_events(layers, ops, captures)
+    if graphs:
+        write_trace(path, graph_header(), with_captured_graphs(events))
+    else:
+        write_trace(path, header(), events)
 
 
 def with_captured_graphs(events: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:

@@ -157,6 +157,9 @@ class GraphCollector;
 Capture* collect(PyObject* events, PyObject* ev);  // the capture ev's ranges go to, if any
 PyObject* observed_source(PyObject* events);       // an observer's events, else null
 void capture_range(Capture* capture, const ByteRange& range, bool write);
+// The capture a launch the direct reader took goes to (GraphCollector::feed_launch), if any.
+Capture* collect_launch(PyObject* events, bool kernel, const trace_tree::Node* graph, i64 seq, i64 stream,
+                        const HeldEvent& event);
 
 class Core {
    public:
@@ -299,8 +302,10 @@ class Core {
     // (reader::accept_tree) is read from its tree, and kept, where the engine keeps it, as a
     // copy made from the tree; no Python object is made for it unless a finding names it.
     // Every other line goes as it would to run(): its Python event, or the reader's error.
-    void run_lines(py::handle lines, py::object progress, i64 every) {
+    void run_lines(py::handle lines, py::object progress, i64 every, py::object observer) {
         if (Py_TYPE(lines.ptr()) != reader::line_reader_type) throw py::type_error("run_lines takes a line_reader");
+        if (!observer.is_none() && observed_source(observer.ptr()) == nullptr)
+            throw py::type_error("run_lines' observer must be a GraphCollector's");
         auto* r = reinterpret_cast<reader::LineReader*>(lines.ptr());
         struct CollectorPaused {
             const int was = PyGC_Disable();
@@ -308,6 +313,7 @@ class Core {
                 if (was) PyGC_Enable();
             }
         } paused;
+        watcher_ = observer.is_none() ? nullptr : observer.ptr();
         const char *begin, *end;
         while (reader::next_line(r, begin, end)) {
             // A line cut at the limit is the Python path's to refuse, even where its start parses.
@@ -321,7 +327,7 @@ class Core {
                 if (ev == nullptr) fail();
                 py::object owned = py::reinterpret_steal<py::object>(ev);
                 if (ev == Py_None) continue;  // a line that holds no event
-                feed(owned);
+                feed_watched(ev);
             }
             if (!progress.is_none() && events_ % every == 0) report(progress);
             if (events_ % 4096 == 0 && PyErr_CheckSignals() != 0) fail();
@@ -414,7 +420,14 @@ class Core {
         }
         PyObject* ev = event.object();
         if (ev == nullptr) fail();
+        feed_watched(ev);
+    }
+
+    // feed(), the graph check's collector (run_lines' observer, if any) seeing the event first.
+    void feed_watched(PyObject* ev) {
+        sink_ = watcher_ != nullptr ? collect(watcher_, ev) : nullptr;
         feed(ev);
+        sink_ = nullptr;
     }
 
     // feed_event's work for the kinds it reads from a tree; false, having changed nothing,
@@ -451,15 +464,22 @@ class Core {
             if (kind == Kind::op) ++engine_.ops;
             engine_.accesses += i64(reads->size) + i64(writes->size);
             if (!has_stream) return true;
+            // The graph check's collector gets the launch, and below, its ranges.
+            sink_ = watcher_ != nullptr ? collect_launch(watcher_, kind == Kind::kernel, field(keys.graph), seq, stream,
+                                                         event.copied())
+                                        : nullptr;
             engine_.begin_op(stream, device_of(), seq);
             const Node* lists[2] = {reads, writes};
             for (int w = 0; w < 2; ++w) {
                 unsigned index = 0;
                 for (unsigned j = t.first(t.index(lists[w])); j < lists[w]->end; j = t.at(j).end, ++index) {
                     ByteRange rng = normalize_tree(t, a, t.at(j));
-                    if (!rng.empty()) engine_.access(event, nullptr, index, std::move(rng), w == 1);
+                    if (rng.empty()) continue;
+                    if (sink_ != nullptr) capture_range(sink_, rng, w == 1);
+                    engine_.access(event, nullptr, index, std::move(rng), w == 1);
                 }
             }
+            sink_ = nullptr;
         } else if (kind == Kind::alloc) {
             int_of(keys.addr, false, addr);
             int_of(keys.size, false, size);
@@ -572,6 +592,7 @@ class Core {
     i64 events_ = 0;
     Capture* sink_ = nullptr;  // where the current launch's ranges also go (the graph check's)
     held::Encoder encoder_;    // the direct reader's copies are written here first
+    PyObject* watcher_ = nullptr;  // run_lines' observer (the graph check's collector), if any
 };
 
 // The records as Python sees them: each class mirrors the Python engine's record of its name
@@ -708,16 +729,23 @@ bool exact_int(PyObject* value, i64& out) {
 // is in the cache then (read again at the end, a capture of thousands of launches costs a
 // cache miss per field), and when the engine runs alongside, its own reading of the ranges.
 struct Capture {
-    py::list events;  // the launches, in program order
+    // The launches, in program order: each the event itself, or the direct reader's copy of it
+    // (made into a Python object only where the check names it: Launches below).
+    std::vector<HeldEvent> events;
     std::vector<i64> seqs, streams;
     std::vector<graph_truth::Access> accesses;  // `launch` = position in `events`
     std::vector<ByteRange> strided;
     bool unusual = false;  // a number beyond the C++ core's 64 (62) bits
 
     void add_launch(PyObject* ev) {
-        if (PyList_Append(events.ptr(), ev) < 0) fail();
         i64 seq = 0, stream = 0;
-        if (!exact_int(need(ev, K.seq), seq) || !exact_int(need(ev, K.stream), stream)) unusual = true;
+        const bool usual = exact_int(need(ev, K.seq), seq) && exact_int(need(ev, K.stream), stream);
+        add_launch(HeldEvent::live(ev), seq, stream, usual);
+    }
+
+    void add_launch(HeldEvent ev, i64 seq, i64 stream, bool usual = true) {
+        events.push_back(std::move(ev));
+        unusual = unusual || !usual;
         seqs.push_back(seq);
         streams.push_back(stream);
     }
@@ -855,6 +883,19 @@ py::object check_capture(Capture& capture, PyObject* graph_ev) {
     return py::make_tuple(py::cast(std::move(index)), pairs);
 }
 
+// A capture's launches as the graph check's Python side reads them (a sequence: their number,
+// each by its position, in order); each made into its Python object on first use.
+struct Launches {
+    std::vector<HeldEvent> events;
+
+    size_t size() const { return events.size(); }
+    py::object at(Py_ssize_t i) const {
+        if (i < 0) i += Py_ssize_t(events.size());
+        if (i < 0 || size_t(i) >= events.size()) throw py::index_error("launch index out of range");
+        return object(made(events[size_t(i)]));
+    }
+};
+
 // graph_truth.py's GraphTruth.feed, for the C++ core: each capture's launches kept until its
 // graph arrives, then check_capture, then on_graph(graph, launches, graph_event, result).
 class GraphCollector {
@@ -912,9 +953,33 @@ class GraphCollector {
             std::unique_ptr<Capture> capture = std::move(captures_.at(key));
             captures_.erase(key);
             py::object result = check_capture(*capture, ev);
-            py::reinterpret_borrow<py::object>(on_graph)(graph, capture->events, py::handle(ev), result);
+            py::object launches = py::cast(Launches{std::move(capture->events)});
+            py::reinterpret_borrow<py::object>(on_graph)(graph, launches, py::handle(ev), result);
         }
         return nullptr;
+    }
+
+    // feed() of a launch the direct reader took: its kind (a kernel names its graph: `graph`,
+    // null where it does not), seq and stream, and its copy.
+    Capture* feed_launch(bool kernel, const trace_tree::Node* graph, i64 seq, i64 stream, const HeldEvent& event) {
+        PyObject* slot = nullptr;
+        if (!kernel || graph == nullptr || graph->kind == trace_tree::Kind::NUL) {  // its capture is the one open, if only one is
+            if (PyDict_GET_SIZE(open_.ptr()) != 1) return nullptr;
+            Py_ssize_t at = 0;
+            PyObject* key;
+            PyDict_Next(open_.ptr(), &at, &key, &slot);
+        } else {
+            if (graph->kind != trace_tree::Kind::INT) return nullptr;  // the reader took only an int
+            py::int_ key(graph->value);
+            slot = PyDict_GetItemWithError(open_.ptr(), key.ptr());
+            if (slot == nullptr) {
+                if (PyErr_Occurred()) fail();
+                return nullptr;
+            }
+        }
+        Capture* capture = captures_.at(as_int(slot)).get();
+        capture->add_launch(event, seq, stream);
+        return capture;
     }
 
    private:
@@ -999,6 +1064,11 @@ Capture* collect(PyObject* events, PyObject* ev) {
 
 void capture_range(Capture* capture, const ByteRange& range, bool write) { capture->add_range(range, write); }
 
+Capture* collect_launch(PyObject* events, bool kernel, const trace_tree::Node* graph, i64 seq, i64 stream,
+                        const HeldEvent& event) {
+    return reinterpret_cast<Observer*>(events)->impl->feed_launch(kernel, graph, seq, stream, event);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -1014,7 +1084,8 @@ PYBIND11_MODULE(_core, m) {
         .def(py::init<py::dict, bool>(), py::arg("stacks"), py::arg("copy_events") = true)
         .def("feed", &Core::feed, py::arg("event"))
         .def("run", &Core::run, py::arg("events"), py::arg("progress"), py::arg("every"))
-        .def("run_lines", &Core::run_lines, py::arg("lines"), py::arg("progress"), py::arg("every"))
+        .def("run_lines", &Core::run_lines, py::arg("lines"), py::arg("progress"), py::arg("every"),
+             py::arg("observer") = py::none())
         .def("report", &Core::report, py::arg("progress"))
         .def("detections", &Core::detections)
         .def("appearance", &Core::appearance)
@@ -1035,6 +1106,21 @@ PYBIND11_MODULE(_core, m) {
     m.def(
         "graph_unordered", &graph_unordered, py::arg("launches"), py::arg("graph_event"),
         "GraphCollector's check of one capture, given its launches (for tests).");
+    py::class_<Launches>(m, "Launches", "A capture's launches, each made into its event on first use.")
+        .def("__len__", &Launches::size)
+        .def("__getitem__", &Launches::at)
+        .def("__iter__", [](const Launches& l) {
+            py::list out;  // the reference check, which reads every launch (a malformed graph)
+            for (size_t i = 0; i < l.size(); ++i) out.append(l.at(Py_ssize_t(i)));
+            return py::iter(out);
+        });
+    m.def(
+        "observed_source",
+        [](py::handle events) -> py::object {
+            PyObject* source = observed_source(events.ptr());
+            return source != nullptr ? py::reinterpret_borrow<py::object>(source) : py::none();
+        },
+        py::arg("events"), "The events a GraphCollector's observe() iterator reads, else None.");
     py::class_<GraphCollector>(m, "GraphCollector")
         .def(py::init<>())
         .def(

@@ -117,9 +117,13 @@ class CppEngine:
                 progress(Progress(events, ops, accesses, graphs, replays))
 
         try:
-            if isinstance(events, TraceEvents) and events.can_hand_over():
-                # The direct reader: the core reads the trace's lines itself (csrc/core.cpp, run_lines).
-                events.hand_over(lambda lines: self._core.run_lines(lines, report, PROGRESS_EVERY))
+            # The direct reader: the core reads the trace's lines itself (csrc/core.cpp,
+            # run_lines), the graph check's collector beside it when it watches them.
+            watched = _core.observed_source(events)
+            source = events if watched is None else watched
+            observer = None if watched is None else events
+            if isinstance(source, TraceEvents) and source.can_hand_over():
+                source.hand_over(lambda lines: self._core.run_lines(lines, report, PROGRESS_EVERY, observer))
             else:
                 self._core.run(events, report, PROGRESS_EVERY)
             if report is not None:
