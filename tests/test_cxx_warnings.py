@@ -90,3 +90,25 @@ def test_the_analysis_core_compiles_without_warnings():
     system = [pybind11.get_include(), sysconfig.get_paths()["include"]]
     errors = _warnings(ROOT / "csrc" / "core.cpp", flags, [str(ROOT / "csrc")], system)
     assert errors == "", errors
+
+
+@pytest.mark.parametrize(("key", "declared"), [("addr", True), ("_exact", True), ("adrr", False)])
+def test_a_recorder_key_the_trace_does_not_declare_fails_the_build(tmp_path, key, declared):
+    """The native hooks' keys (STREAMRACE_KEY) are held at compile time to the field names
+    streamrace/trace/kinds.py declares (trace_fields.h), the recorder's own '_' keys aside."""
+    pytest.importorskip("torch")
+    from torch.utils import cpp_extension
+
+    from streamrace.record import native
+
+    for name, text in native.generated_headers().items():
+        (tmp_path / name).write_text(text)
+    source = tmp_path / "key.cpp"
+    source.write_text(f'#include "event_dict.h"\nPyObject* key() {{ return STREAMRACE_KEY("{key}"); }}\n')
+    system = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
+    includes = [str(ROOT / "csrc" / "recorder"), str(tmp_path)]
+    errors = _warnings(source, [*native.CFLAGS, "-fPIC"], includes, system)
+    if declared:
+        assert errors == "", errors
+    else:
+        assert "not a field of the trace format" in errors

@@ -10,8 +10,11 @@
 
 #include <cstdint>
 #include <stdexcept>
+#include <string_view>
 #include <type_traits>
 #include <vector>
+
+#include "trace_fields.h"  // generated when the hooks are built (native.py)
 
 namespace streamrace {
 
@@ -26,10 +29,23 @@ inline PyObject* interned_or_throw(const char* text) {
     return interned;
 }
 
-#define STREAMRACE_KEY(text)                                                   \
-    ([]() -> PyObject* {                                                       \
-        static PyObject* const interned = ::streamrace::interned_or_throw(text); \
-        return interned;                                                       \
+// A key the trace format declares (trace_fields.h, generated from streamrace/trace/kinds.py
+// when the hooks are built), or one of the recorder's own, which begin with '_' and are taken
+// off before an event is written: a key typed here that the declaration lacks fails the build.
+constexpr bool declared_key(std::string_view text) {
+    if (!text.empty() && text[0] == '_') return true;
+#define STREAMRACE_DECLARED_KEY(field) \
+    if (text == #field) return true;
+    STREAMRACE_TRACE_FIELDS(STREAMRACE_DECLARED_KEY)
+#undef STREAMRACE_DECLARED_KEY
+    return false;
+}
+
+#define STREAMRACE_KEY(text)                                                                             \
+    ([]() -> PyObject* {                                                                                 \
+        static_assert(::streamrace::declared_key(text), "not a field of the trace format (kinds.py): " text); \
+        static PyObject* const interned = ::streamrace::interned_or_throw(text);                           \
+        return interned;                                                                                 \
     }())
 
 inline py::object steal_or_throw(PyObject* object) {

@@ -170,19 +170,23 @@ Tracker = tuple[list[str], list[str], list[str]]  # tracker_build's (cflags, inc
 
 
 def generated_headers(without_interposer: str | None = None) -> dict[str, str]:
-    """The headers the build writes: the hook tables, and the GPU-trace forwarding vtable
+    """The headers the build writes: the hook tables, the trace's field names (the same
+    csrc/trace_fields.h the analysis core includes), and the GPU-trace forwarding vtable
     written from this torch's own header (trace_forwarding.py), or, with
     ``without_interposer`` (why not), none."""
     from torch.utils import cpp_extension
 
     from streamrace.record import hook_tables, trace_forwarding
+    from streamrace.trace import generate
 
     forwarding = (
         trace_forwarding.without_interposer(without_interposer)
         if without_interposer is not None
         else trace_forwarding.generate(cpp_extension.include_paths())
     )
-    return {"hook_tables.h": hook_tables.cpp_header(), "trace_forwarding.h": forwarding}
+    # The trace's field names (the recorder's keys are held to them at compile time).
+    fields = generate.cpp_header()
+    return {"hook_tables.h": hook_tables.cpp_header(), "trace_forwarding.h": forwarding, "trace_fields.h": fields}
 
 
 def _build_dir_for(tracker: Tracker | None, without_interposer: str | None) -> pathlib.Path:
