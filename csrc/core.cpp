@@ -385,7 +385,7 @@ class Core {
         py::object hold1 = py::reinterpret_steal<py::object>(fast[1]);
         engine_.accesses += PySequence_Fast_GET_SIZE(fast[0]) + PySequence_Fast_GET_SIZE(fast[1]);
         if (!has_stream) return;  // a kernel node nobody placed on a stream: nothing to order it by
-        engine_.begin_op(stream, device(ev, true, stream), seq_of(ev));
+        engine_.begin_op(stream, device(ev, true, stream), seq_of(ev), is_op);
         const EventRef event(ev);
         for (int w = 0; w < 2; ++w) {
             // A range's lookups may run Python code (a key's __eq__) that changes the list: its
@@ -468,7 +468,7 @@ class Core {
             sink_ = watcher_ != nullptr ? collect_launch(watcher_, kind == Kind::kernel, field(keys.graph), seq, stream,
                                                          event.copied())
                                         : nullptr;
-            engine_.begin_op(stream, device_of(), seq);
+            engine_.begin_op(stream, device_of(), seq, kind == Kind::op);
             const Node* lists[2] = {reads, writes};
             for (int w = 0; w < 2; ++w) {
                 unsigned index = 0;
@@ -641,7 +641,8 @@ void bind_records(py::module_& m) {
         .def_property_readonly("alloc", [](const Lifetime& l) { return object(made(l.alloc)); })
         .def_property_readonly("free", [](const Lifetime& l) { return object(made(l.free)); })
         .def_property_readonly("domain", [](const Lifetime& l) { return domain(l.domain); })
-        .def_property_readonly("end", &Lifetime::end);
+        .def_property_readonly("end", &Lifetime::end)
+        .def_readonly("kept", &Lifetime::kept);
     py::class_<Race, std::shared_ptr<Race>>(m, "Race", "Mirrors streamrace.analysis.engine.Race.")
         .def_readonly("earlier", &Race::earlier)
         .def_readonly("later", &Race::later)

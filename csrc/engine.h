@@ -216,7 +216,8 @@ class Engine {
     }
 
     // One op (or kernel) on stream: begin it, then hand over each of its non-empty ranges.
-    void begin_op(i64 stream, i64 device, i64 seq) {
+    void begin_op(i64 stream, i64 device, i64 seq, bool is_op = true) {
+        op_is_op_ = is_op;
         op_stream_ = stream;
         op_index_ = appear(stream);
         op_device_ = device;
@@ -256,6 +257,7 @@ class Engine {
             rec->raw = raw;
         }
         lifetimes_.touched(*rec);
+        if (write && op_is_op_) keeps_state(*rec);
         if (op_domain_ == EAGER)
             execute(rec, *op_writes_);
         else if (op_program_ != nullptr)
@@ -643,6 +645,14 @@ class Engine {
     ShadowMemory* op_shadow_ = nullptr;
     LastWrites* op_writes_ = nullptr;  // the device's last writes, for an eager op
     std::vector<Step>* op_program_ = nullptr;  // the program the op's capture is adding to, if any
+    // An op's write through live blocks: each allocated in a capture and written by eager work
+    // or another graph's op is one the program keeps its state in.
+    void keeps_state(const Rec& rec) const {
+        for (Lifetime* l : rec.lifetimes)
+            if (l->domain != EAGER && (op_domain_ == EAGER || op_domain_ != l->domain)) l->kept = true;
+    }
+
+    bool op_is_op_ = true;  // the op begun is an `op` event (a `kernel` keeps no state: §8.10)
     bool copy_events_ = true;
     HeldEvent op_event_;                           // its copied event, once an access needs it
 };

@@ -187,6 +187,9 @@ struct Lifetime {
     i64 free_seq = -1;     // the free event's seq, once freed
     bool pooled = false;   // the alloc event names a pool (a graph's): not a graph input
     bool ended = false;    // ended silently by an overlapping allocation (a malformed trace)
+    // Allocated in a capture and written, while live, by an op of eager work or of another
+    // graph: the program keeps its own state in it (docs/analysis.md §8.10, the escape check).
+    bool kept = false;
     HeldEvent alloc;  // the alloc event (a capture's: its copy, kept with the capture's records)
     HeldEvent free;   // the free event, once freed
     std::vector<i64> recorded;  // streams named by record_stream

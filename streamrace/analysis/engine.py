@@ -325,7 +325,8 @@ class Engine:
 
     # -- work ----------------------------------------------------------------------------------
     def _op(self, ev: Mapping[str, Any]) -> None:
-        if ev["ev"] == "op":
+        is_op = ev["ev"] == "op"
+        if is_op:
             self.ops += 1
         reads, writes = ev["reads"], ev["writes"]
         self.accesses += len(reads) + len(writes)
@@ -345,6 +346,8 @@ class Engine:
                 rec = AccessRecord(self._order, stream, tick, write, rng, domain, device, ev, raw)
                 self._order += 1
                 rec.lifetimes = self.lifetimes.touched(rng, device)
+                if write and is_op:
+                    _keeps_state(rec.lifetimes, domain)
                 if domain is EAGER:
                     self._execute(rec)
                 elif program is not None:
@@ -596,3 +599,11 @@ def _block_of(a: AccessRecord, b: AccessRecord) -> Lifetime | None:
         if overlaps(a.rng, b.rng, (lifetime.addr, lifetime.end)):
             return lifetime
     return None
+
+
+def _keeps_state(lifetimes: Iterable[Lifetime], domain: Domain) -> None:
+    """An op of ``domain`` wrote these live blocks: each allocated in a capture and written by
+    eager work or another graph's op is one the program keeps its state in (``kept``)."""
+    for lifetime in lifetimes:
+        if lifetime.domain is not EAGER and (domain is EAGER or domain != lifetime.domain):
+            lifetime.kept = True

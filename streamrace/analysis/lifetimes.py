@@ -41,6 +41,9 @@ class Lifetime:
     # last op that touched the block, in order (the op's reads, then its writes).
     last_use: dict[tuple[Domain, int], list[AccessRecord]] = field(default_factory=dict)
     domain: Domain = EAGER  # where it was allocated: the eager domain or a capture
+    # Allocated in a capture and written, while live, by an op of eager work or of another
+    # graph: the program keeps its own state in it (docs/analysis.md §8.10, the escape check).
+    kept: bool = False
 
     @property
     def end(self) -> int:

@@ -11,7 +11,7 @@ detections, which both engines make alike.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,20 +34,20 @@ class EscapedAllocation:
 
 
 class EscapedAllocationPass:
-    """The escape check: the events, then the engine's stale reads."""
+    """The escape check: the engine's stale reads, and the blocks it marked as the program's
+    state (``Lifetime.kept``) as the ops went by; it reads no event itself."""
 
     def __init__(self) -> None:
-        from streamrace.analysis.escaped_allocations import EscapedAllocationCheck  # only for traces that need it
-
-        self.check = EscapedAllocationCheck()
         self._found: list[EscapedAllocation] = []
         self._explained: set[int] = set()
 
-    def observe(self, events: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
-        return self.check.observe(events)
+    def observe(self, events: Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]:
+        return events  # handed on as they are: the C++ core may read a trace's lines itself
 
     def detections(self, results: EngineResults) -> list[object]:
-        self._found = self.check.reclassify(list(results.detections))
+        from streamrace.analysis.escaped_allocations import escapes  # only for traces that need it
+
+        self._found = escapes(list(results.detections))
         self._explained = {id(f.stale) for f in self._found}
         return list(self._found)
 

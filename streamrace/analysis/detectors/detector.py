@@ -51,8 +51,9 @@ class EngineResults:
 class TracePass(Protocol):
     """A check over the whole trace, beside the engine's one pass over the accesses."""
 
-    def observe(self, events: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
-        """Pass every event through unchanged, looking at each on the way."""
+    def observe(self, events: Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]:
+        """Pass every event through unchanged, looking at each on the way (or hand them on
+        as they are, for a pass that reads none)."""
         ...
 
     def detections(self, results: EngineResults) -> list[object]:
