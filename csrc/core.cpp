@@ -302,10 +302,17 @@ class Core {
     // (reader::accept_tree) is read from its tree, and kept, where the engine keeps it, as a
     // copy made from the tree; no Python object is made for it unless a finding names it.
     // Every other line goes as it would to run(): its Python event, or the reader's error.
-    void run_lines(py::handle lines, py::object progress, i64 every, py::object observer) {
+    //
+    // `reads` and `see`, where given: the events Python passes read, taken one at a time
+    // (analysis/event_order.py's EventWatch, merged): kind -> None (every event of it) or the
+    // fields one of which must be there and true; `see` is called with each such event, before
+    // the engine reads it. Only those events of the lines read here are made into objects.
+    void run_lines(py::handle lines, py::object progress, i64 every, py::object observer, py::object reads,
+                   py::object see) {
         if (Py_TYPE(lines.ptr()) != reader::line_reader_type) throw py::type_error("run_lines takes a line_reader");
         if (!observer.is_none() && observed_source(observer.ptr()) == nullptr)
             throw py::type_error("run_lines' observer must be a GraphCollector's");
+        watch(reads, see);
         auto* r = reinterpret_cast<reader::LineReader*>(lines.ptr());
         struct CollectorPaused {
             const int was = PyGC_Disable();
@@ -327,12 +334,56 @@ class Core {
                 if (ev == nullptr) fail();
                 py::object owned = py::reinterpret_steal<py::object>(ev);
                 if (ev == Py_None) continue;  // a line that holds no event
+                see_event(ev);
                 feed_watched(ev);
             }
             if (!progress.is_none() && events_ % every == 0) report(progress);
             if (events_ % 4096 == 0 && PyErr_CheckSignals() != 0) fail();
         }
         if (PyErr_Occurred()) fail();
+    }
+
+    // The passes' wants (run_lines' `reads`), by kind.
+    void watch(py::object reads, py::object see) {
+        wants_.assign(size_t(reader::EventKind::NONE) + 1, Want{});
+        see_ = see;
+        reads_ = reads.is_none() ? py::dict() : py::dict(reads);
+        for (auto [kind, fields] : reads_) {
+            const reader::EventKind id = reader::event_kind(py::str(kind).cast<std::string>());
+            if (id == reader::EventKind::NONE) continue;  // never a tree's: seen as a Python event
+            Want& want = wants_[size_t(id)];
+            want.any = true;
+            if (fields.is_none()) {
+                want.all = true;
+                continue;
+            }
+            for (py::handle field : fields) want.fields.push_back(field.cast<std::string>());
+        }
+        for (Want& want : wants_)
+            for (const std::string& name : want.fields) want.keys.emplace_back(name);
+    }
+
+    // A Python event to the passes, if they read its kind.
+    void see_event(PyObject* ev) {
+        if (see_.is_none()) return;
+        PyObject* kind = get(ev, K.ev);
+        if (kind == nullptr) return;
+        const int wanted = PyDict_Contains(reads_.ptr(), kind);
+        if (wanted < 0) fail();
+        if (wanted) see_(py::handle(ev));
+    }
+
+    // A tree's event to the passes, made into its object, if they read it.
+    void see_tree(const trace_tree::Tree& t, reader::EventKind kind, const EventRef& event) {
+        if (see_.is_none()) return;
+        const Want& want = wants_[size_t(kind)];
+        if (!want.any) return;
+        bool wanted = want.all;
+        for (size_t i = 0; !wanted && i < want.keys.size(); ++i) wanted = tree_truthy(t.get(0, want.keys[i]));
+        if (!wanted) return;
+        PyObject* ev = event.object();
+        if (ev == nullptr) fail();
+        see_(py::handle(ev));
     }
 
     void report(py::object& progress) {
@@ -410,6 +461,7 @@ class Core {
         encoder_.clear();
         t.encode(encoder_);
         const EventRef event(HeldEvent::encoded(encoder_.data(), encoder_.size()));
+        see_tree(t, kind, event);
         const reader::TreeValues a{t};
         i64 seq = 0;
         a.int64(t.get(0, reader::TreeKeys::get().seq), seq);  // the reader checked it
@@ -593,6 +645,15 @@ class Core {
     Capture* sink_ = nullptr;  // where the current launch's ranges also go (the graph check's)
     held::Encoder encoder_;    // the direct reader's copies are written here first
     PyObject* watcher_ = nullptr;  // run_lines' observer (the graph check's collector), if any
+    // What the Python passes read (run_lines' reads and see), by event kind.
+    struct Want {
+        bool any = false, all = false;
+        std::vector<std::string> fields;
+        std::vector<trace_tree::Key> keys;  // of fields
+    };
+    std::vector<Want> wants_;
+    py::dict reads_;
+    py::object see_ = py::none();
 };
 
 // The records as Python sees them: each class mirrors the Python engine's record of its name
@@ -1086,7 +1147,7 @@ PYBIND11_MODULE(_core, m) {
         .def("feed", &Core::feed, py::arg("event"))
         .def("run", &Core::run, py::arg("events"), py::arg("progress"), py::arg("every"))
         .def("run_lines", &Core::run_lines, py::arg("lines"), py::arg("progress"), py::arg("every"),
-             py::arg("observer") = py::none())
+             py::arg("observer") = py::none(), py::arg("reads") = py::none(), py::arg("see") = py::none())
         .def("report", &Core::report, py::arg("progress"))
         .def("detections", &Core::detections)
         .def("appearance", &Core::appearance)

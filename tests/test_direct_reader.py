@@ -1,8 +1,9 @@
 """The direct reader (csrc/core.cpp, run_lines; csrc/trace_tree.h): the C++ core reads a trace
-file's lines itself, and makes Python objects only for what a finding names. Nothing a user
-sees may change: every committed trace gives the same JSON, SARIF and text, with the same exit
-code, read directly or as Python events; a line the tree gives up on goes the old way in the
-middle of a trace; and what the tree takes, it takes as the Python reader would read it.
+file's lines itself, and makes Python objects only for what a finding names and what the
+Python passes read (each pass's EventWatch). Nothing a user sees may change: every committed
+trace gives the same JSON, SARIF and text, with the same exit code, read directly or as Python
+events; a line the tree gives up on goes the old way in the middle of a trace; and what the
+tree takes, it takes as the Python reader would read it.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ def test_committed_traces_report_alike_read_directly(
 ) -> None:
     for fmt in FORMATS:
         direct, events, handed = _both(path, fmt, capsys, monkeypatch)
+        assert handed == 1, "every pass takes the events one at a time, or is the core's own graph check"
         assert direct == events, fmt
     for graph_check in (False, True):
         plain = _without_passes(path, tmp_path / "plain.jsonl", graph_check)

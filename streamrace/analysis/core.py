@@ -16,8 +16,8 @@ the same detectors describe both engines' detections.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from streamrace.analysis.engine import (
     PROGRESS_EVERY,
@@ -35,6 +35,9 @@ from streamrace.analysis.lifetimes import Lifetime
 from streamrace.analysis.shadow import AccessRecord
 from streamrace.errors import TraceLimitError, UsageError
 from streamrace.trace.io import TraceEvents
+
+if TYPE_CHECKING:
+    from streamrace.analysis.event_order import EventWatch
 
 try:
     import streamrace._core as _core
@@ -98,6 +101,12 @@ def new_engine(
     return Engine(stacks)
 
 
+def _seen(events: Iterable[Mapping[str, Any]], see: Callable[[Mapping[str, Any]], None]) -> Iterator[Mapping[str, Any]]:
+    for ev in events:
+        see(ev)
+        yield ev
+
+
 class CppEngine:
     """The C++ core behind the Python engine's interface (feed, run, counters, detections)."""
 
@@ -107,9 +116,29 @@ class CppEngine:
         self._core = _core.Core(dict(stacks or {}), copy_events=not events_kept)
         self.feed: Callable[[Mapping[str, Any]], None] = self._core.feed
 
-    def run(self, events: Iterable[Mapping[str, Any]], progress: Callable[[Progress], None] | None = None) -> None:
+    def run(
+        self,
+        events: Iterable[Mapping[str, Any]],
+        progress: Callable[[Progress], None] | None = None,
+        watches: Sequence[EventWatch] = (),
+    ) -> None:
         """Feed every event; ``progress`` as for ``Engine.run``. A range the analysis cannot
-        take is a ``TraceLimitError``, as in the Python engine."""
+        take is a ``TraceLimitError``, as in the Python engine. ``watches``: passes that take
+        the events one at a time (``TracePass.watch``), each given those it reads before the
+        engine reads them; where the core reads a trace's lines itself, it makes only those
+        into Python objects."""
+        reads: dict[str, tuple[str, ...] | None] = {}
+        for watch in watches:
+            for kind, needs in watch.reads.items():
+                known = reads.get(kind, ())
+                reads[kind] = None if needs is None or (kind in reads and known is None) else (*(known or ()), *needs)
+
+        def see(ev: Mapping[str, Any]) -> None:
+            kind = ev["ev"]
+            for watch in watches:
+                if kind in watch.reads:
+                    watch.see(ev)
+
         report: Callable[[int, int, int, int, int], None] | None = None
         if progress is not None:
 
@@ -123,9 +152,11 @@ class CppEngine:
             source = events if watched is None else watched
             observer = None if watched is None else events
             if isinstance(source, TraceEvents) and source.can_hand_over():
-                source.hand_over(lambda lines: self._core.run_lines(lines, report, PROGRESS_EVERY, observer))
+                core = self._core
+                watched = (reads, see) if watches else (None, None)
+                source.hand_over(lambda lines: core.run_lines(lines, report, PROGRESS_EVERY, observer, *watched))
             else:
-                self._core.run(events, report, PROGRESS_EVERY)
+                self._core.run(_seen(events, see) if watches else events, report, PROGRESS_EVERY)
             if report is not None:
                 self._core.report(report)
         except _core.RangeLimit as exc:

@@ -7,6 +7,7 @@ checks that run captured work again at replays, each graph's program (``ProgramC
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
 from streamrace.analysis.clocks import HappensBefore
@@ -16,23 +17,43 @@ Handler = Callable[[Any, Mapping[str, Any]], None]
 Program = TypeVar("Program")
 
 
+@dataclass(frozen=True)
+class EventWatch:
+    """The events a check reads, taken one at a time (the direct reader's way: the C++ core
+    makes only these into Python objects): ``reads``, kind -> None (every event of it) or the
+    fields without which an event of that kind is nothing to the check (one of them must be
+    there and true); ``see``, called with each such event, in order."""
+
+    reads: Mapping[str, tuple[str, ...] | None]
+    see: Callable[[Mapping[str, Any]], None]
+
+
 class EventOrderCheck:
-    """Fed every event in order (``observe``); a subclass sets ``HANDLERS``, event kind ->
-    its method, starting from ``ORDER_HANDLERS``."""
+    """Fed every event in order (``observe``, or ``see`` one at a time); a subclass sets
+    ``HANDLERS``, event kind -> its method, starting from ``ORDER_HANDLERS``, and in
+    ``NEEDS``, for a kind whose handler ignores most of its events, the fields one of which
+    an event needs for the handler to read it (``EventWatch.reads``)."""
 
     HANDLERS: ClassVar[dict[str, Handler]] = {}
+    NEEDS: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def __init__(self) -> None:
         self._hb = HappensBefore()
         self._devices = StreamDevices()
 
     def observe(self, events: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
-        handlers = self.HANDLERS
+        see = self.see
         for ev in events:
-            handler = handlers.get(ev["ev"])
-            if handler is not None:
-                handler(self, ev)
+            see(ev)
             yield ev
+
+    def see(self, ev: Mapping[str, Any]) -> None:
+        handler = self.HANDLERS.get(ev["ev"])
+        if handler is not None:
+            handler(self, ev)
+
+    def watch(self) -> EventWatch:
+        return EventWatch({kind: self.NEEDS.get(kind) for kind in self.HANDLERS}, self.see)
 
     def _stream(self, ev: Mapping[str, Any]) -> None:
         self._devices.declare(ev)

@@ -275,6 +275,8 @@ def _ranges(reads: Any, writes: Any) -> list[tuple[ByteRange, bool]]:
     return found
 
 
+# An op or kernel without host ranges is nothing to the check (_op, _kernel return at once).
+HostMemoryCheck.NEEDS = {"op": ("host_reads", "host_writes", "host_blocking"), "kernel": ("host_ranges",)}
 HostMemoryCheck.HANDLERS = {
     **PROGRAM_HANDLERS,
     "stream_sync": HostMemoryCheck._stream_sync,

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamrace.analysis.describe import Describer, at
 from streamrace.analysis.detectors.detector import Detector, EngineResults, SarifRule, TracePass
 from streamrace.analysis.findings import Finding
+
+if TYPE_CHECKING:
+    from streamrace.analysis.event_order import EventWatch
 
 KIND = "capture-allocation-escaped"
 
@@ -43,6 +46,11 @@ class EscapedAllocationPass:
 
     def observe(self, events: Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]:
         return events  # handed on as they are: the C++ core may read a trace's lines itself
+
+    def watch(self) -> EventWatch:
+        from streamrace.analysis.event_order import EventWatch
+
+        return EventWatch({}, lambda ev: None)  # no event
 
     def detections(self, results: EngineResults) -> list[object]:
         from streamrace.analysis.escaped_allocations import escapes  # only for traces that need it

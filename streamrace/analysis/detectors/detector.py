@@ -20,6 +20,7 @@ from streamrace.analysis.clocks import Domain
 
 if TYPE_CHECKING:
     from streamrace.analysis.describe import Describer, Suggestion
+    from streamrace.analysis.event_order import EventWatch
     from streamrace.analysis.findings import Finding
 
 Severity = Literal["error", "warning"]
@@ -56,6 +57,11 @@ class TracePass(Protocol):
         as they are, for a pass that reads none)."""
         ...
 
+    def watch(self) -> EventWatch | None:
+        """The events the pass reads, taken one at a time (the C++ core reading the trace's
+        lines itself makes only those into Python objects); None: it must ``observe`` them."""
+        ...
+
     def detections(self, results: EngineResults) -> list[object]:
         """The pass's own detections, once the engine is done."""
         ...
@@ -75,6 +81,8 @@ class EventCheck(Protocol):
 
     def observe(self, events: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]: ...
 
+    def watch(self) -> EventWatch: ...
+
 
 class CheckPass:
     """An ``EventCheck`` as a ``TracePass``: it reads nothing of the engine's, so both engines
@@ -85,6 +93,9 @@ class CheckPass:
 
     def observe(self, events: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
         return self.check.observe(events)
+
+    def watch(self) -> EventWatch:
+        return self.check.watch()
 
     def detections(self, results: EngineResults) -> list[object]:
         return list(self.check.found)

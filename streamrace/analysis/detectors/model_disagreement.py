@@ -58,6 +58,11 @@ class GraphTruthPass:
     def observe(self, events: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
         return self.truth.observe(events)
 
+    def watch(self) -> None:
+        """None: it observes (with the C++ core, through the core's own collector, which the
+        direct reader feeds)."""
+        return None
+
     def detections(self, results: EngineResults) -> list[object]:
         return list(self.truth.disagreements(results.unordered))
 

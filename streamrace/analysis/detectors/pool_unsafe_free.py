@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamrace.analysis.describe import OWNER, USER, Describer, at, join_code, op_name, what, where
 from streamrace.analysis.detectors.detector import Detector, EngineResults, SarifRule, TracePass
 from streamrace.analysis.findings import Access, Finding
 from streamrace.analysis.lifetimes import Lifetime
+
+if TYPE_CHECKING:
+    from streamrace.analysis.event_order import EventWatch
 
 KIND = "pool-unsafe-free"
 
@@ -58,6 +61,9 @@ class AppPoolPass:
 
     def observe(self, events: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
         return self.check.observe(events)
+
+    def watch(self) -> EventWatch:
+        return self.check.watch()
 
     def detections(self, results: EngineResults) -> list[object]:
         return list(self.check.found)
