@@ -26,6 +26,7 @@ accesses), the one benchmarks/analysis_throughput.py uses. docs/performance.md h
     python benchmarks/end_to_end.py
     python benchmarks/end_to_end.py --runs 5 --captures 360
     python benchmarks/end_to_end.py --graphs    # each capture's graph too, as recorded traces have
+    python benchmarks/end_to_end.py --graphs --recorded    # and the header facts a recorder writes
 """
 
 from __future__ import annotations
@@ -128,6 +129,11 @@ def main() -> None:
     parser.add_argument(
         "--graphs", action="store_true", help="each capture's graph in the trace, as a recorder reads it back"
     )
+    parser.add_argument(
+        "--recorded",
+        action="store_true",
+        help="the header facts of today's recorder (format 1.6, host memory on): its whole-trace checks run",
+    )
     args = parser.parse_args()
     try:
         import orjson  # noqa: F401  (the floor is defined by it)
@@ -140,9 +146,10 @@ def main() -> None:
         # process's size when it was forked, so this process stays small until they have run.
         write = "import sys, synthetic; synthetic.write_capture_set(sys.argv[1], *map(int, sys.argv[2:]))"
         here = os.path.dirname(os.path.abspath(__file__))
-        shape = [str(args.layers), str(args.ops), str(args.captures), str(int(args.graphs))]
+        shape = [str(args.layers), str(args.ops), str(args.captures), str(int(args.graphs)), str(int(args.recorded))]
         subprocess.run([sys.executable, "-c", write, path, *shape], cwd=here, check=True)
         graphs = " (with their graphs)" if args.graphs else ""
+        graphs += ", today's recorder header" if args.recorded else ""
         print(f"trace: {args.captures} captures{graphs} x {args.layers} layers x {args.ops} ops, ", end="")
         print(f"{os.path.getsize(path) / 1e6:.1f} MB gzip; {args.runs} runs of each, in turn; CPU seconds\n")
         rows = {

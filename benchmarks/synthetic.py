@@ -342,16 +342,25 @@ def header() -> dict[str, Any]:
     return {"format": "streamrace-trace", "version": 1, "producer": "benchmarks/synthetic.py"}
 
 
-def write_capture_set(path: str, layers: int = 60, ops: int = 40, captures: int = 36, graphs: int = 0) -> None:
+# What today's recorder writes in a header of a whole-program recording with no views, index
+# ops or application pools (format 1.6): every whole-trace check it calls for runs.
+RECORDER_FACTS = {"minor": 6, "views": 0, "index_ops": 0, "app_pools": 0, "host_memory": True}
+
+
+def write_capture_set(
+    path: str, layers: int = 60, ops: int = 40, captures: int = 36, graphs: int = 0, recorded: int = 0
+) -> None:
     """The capture set (synthetic_events) as a trace file; with each capture's graph (as a
-    recorder reads it back) if ``graphs``."""
+    recorder reads it back) if ``graphs``, and the header facts of today's recorder if
+    ``recorded``."""
     from streamrace.trace.io import write_trace
 
     events = synthetic_events(layers, ops, captures)
+    facts = RECORDER_FACTS if recorded else {}
     if graphs:
-        write_trace(path, graph_header(), with_captured_graphs(events))
+        write_trace(path, {**graph_header(), **facts}, with_captured_graphs(events))
     else:
-        write_trace(path, header(), events)
+        write_trace(path, {**header(), **facts}, events)
 
 
 def with_captured_graphs(events: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:

@@ -64,7 +64,7 @@ inline EventKind event_kind(std::string_view name) {
     return EventKind::NONE;
 }
 
-enum class Type { INT, NONNEG, POS, STR, BOOL, POOL, INTS, RANGES, FRAMES };
+enum class Type { INT, NONNEG, POS, STR, BOOL, POOL, INTS, RANGES, FRAMES, NODES, EDGES };
 
 struct Field {
     PyObject* name;        // interned, owned by Keys::names
@@ -83,10 +83,12 @@ struct KindCheck {
 };
 
 constexpr i64 ADDRESS_END = i64(1) << 62;
+constexpr size_t MAX_TREE_LINE = size_t(4) << 20;  // the longest line the direct reader parses
 constexpr Py_ssize_t READ_SIZE = 1 << 16;  // io.py's buffer size
 
 struct Names {
-    PyObject *ev, *seq, *stack, *stream, *addr, *nbytes, *shape, *stride, *itemsize, *last_seq;
+    PyObject *ev, *seq, *stack, *stream, *addr, *nbytes, *shape, *stride, *itemsize, *last_seq, *id, *type, *op, *name,
+        *event, *nodes, *edges;
 };
 
 // A Python int of 64 bits (bool excluded, as `type(v) is int` does), else false.
@@ -120,6 +122,7 @@ struct TreeValues {
     using V = const trace_tree::Node*;
     using Kind = trace_tree::Kind;
     const trace_tree::Tree& tree;
+    explicit TreeValues(const trace_tree::Tree& t) : tree(t) {}
     V get(V dict, PyObject*, const trace_tree::Key& key) const { return tree.get(tree.index(dict), key); }
     static bool missing(V v) { return v == nullptr; }
     static bool absent(V v) { return v == nullptr || v->kind == Kind::NUL; }
@@ -133,24 +136,35 @@ struct TreeValues {
     static bool list(V v) { return v->kind == Kind::LIST; }
     static bool dict(V v) { return v->kind == Kind::DICT; }
     static size_t size(V list) { return list->size; }
-    // The i-th item: walked to, as a list's items are not indexed; from the last one asked
-    // for, where it can, since the checks read each list in order.
+    // The i-th item: walked to, as a list's items are not indexed; from where the last walk of
+    // that list stopped, where it can. The checks read each list in order, a few at once (a
+    // range list, and a range's shape and stride in turn), so a few places are kept: each
+    // list is walked once, however long (a place per list in flight, else a walk per item
+    // would make a line of a million dims take the square of that).
     V at(V list, size_t i) const {
-        size_t k = 0;
-        unsigned j = trace_tree::Tree::first(tree.index(list));
-        if (list == last_list_ && i >= last_i_) {
-            k = last_i_;
-            j = last_j_;
+        Place* place = nullptr;
+        Place* oldest = &places_[0];
+        for (Place& p : places_) {
+            if (p.list == list) place = &p;
+            if (p.used < oldest->used) oldest = &p;
         }
-        for (; k < i; ++k) j = tree.at(j).end;
-        last_list_ = list;
-        last_i_ = i;
-        last_j_ = j;
-        return &tree.at(j);
+        if (place == nullptr || i < place->i) {
+            if (place == nullptr) place = oldest;  // the list used longest ago gives up its place
+            *place = Place{list, 0, trace_tree::Tree::first(tree.index(list)), 0};
+        }
+        place->used = ++clock_;
+        for (; place->i < i; ++place->i) place->j = tree.at(place->j).end;
+        return &tree.at(place->j);
     }
-    mutable V last_list_ = nullptr;
-    mutable size_t last_i_ = 0;
-    mutable unsigned last_j_ = 0;
+    struct Place {
+        V list = nullptr;
+        size_t i = 0;    // the item it stands at
+        unsigned j = 0;  // and its node
+        size_t used = 0;
+    };
+    static constexpr size_t PLACES = 4;
+    mutable Place places_[PLACES];
+    mutable size_t clock_ = 0;
 };
 
 class Checks {
@@ -162,9 +176,11 @@ class Checks {
     // table: kind -> (((name, field kind, required), ...), (addr field, size field) or None).
     // False with a Python error set when it is not one.
     bool load(PyObject* table) {
-        const char* fixed[] = {"ev", "seq", "stack", "stream", "addr", "nbytes", "shape", "stride", "itemsize", "last_seq"};
-        PyObject** slots[] = {&k.ev,    &k.seq,    &k.stack,  &k.stream,   &k.addr,
-                              &k.nbytes, &k.shape, &k.stride, &k.itemsize, &k.last_seq};
+        const char* fixed[] = {"ev",     "seq",      "stack",    "stream", "addr", "nbytes", "shape", "stride", "itemsize",
+                               "last_seq", "id",     "type",     "op",     "name", "event",  "nodes", "edges"};
+        PyObject** slots[] = {&k.ev,       &k.seq,  &k.stack, &k.stream, &k.addr,  &k.nbytes,
+                              &k.shape,    &k.stride, &k.itemsize, &k.last_seq, &k.id, &k.type,
+                              &k.op,       &k.name, &k.event, &k.nodes,  &k.edges};
         for (size_t i = 0; i < sizeof(fixed) / sizeof(*fixed); ++i)
             if ((*slots[i] = name(PyUnicode_FromString(fixed[i]))) == nullptr) return false;
         if (!PyDict_Check(table) || (kinds_ = PyDict_New()) == nullptr) {
@@ -264,6 +280,7 @@ class Checks {
                 return false;
             if (__builtin_add_overflow(addr, size, &end) || end >= ADDRESS_END) return false;
         }
+        if (check.id == EventKind::graph && !whole_graph(a, event)) return false;
         return true;
     }
 
@@ -287,7 +304,7 @@ class Checks {
         static const std::pair<const char*, Type> known[] = {
             {"int", Type::INT},   {"nonneg", Type::NONNEG}, {"pos", Type::POS},       {"str", Type::STR},
             {"bool", Type::BOOL}, {"pool", Type::POOL},     {"ints", Type::INTS},     {"ranges", Type::RANGES},
-            {"frames", Type::FRAMES}};
+            {"frames", Type::FRAMES}, {"nodes", Type::NODES},   {"edges", Type::EDGES}};
         const char* text = PyUnicode_AsUTF8(type_name);
         if (text == nullptr) return false;
         for (const auto& [spelled, t] : known)
@@ -321,8 +338,86 @@ class Checks {
                 return ranges(a, v);
             case Type::FRAMES:
                 return frames(a, v);
+            case Type::NODES:
+                return nodes(a, v);
+            case Type::EDGES:
+                return edges(a, v);
         }
         return false;
+    }
+
+    // events.py's _check_nodes, for what it takes: {id, type} objects whose ids are 0..n-1,
+    // each once, with an op and an event (if any, and not null) of 64 bits and >= 0 and a
+    // name (if any, and not null) that is a string. Ids beyond 64 bits: the Python path's.
+    template <class A>
+    bool nodes(const A& a, typename A::V list) const {
+        const TreeKeys& keys = TreeKeys::get();
+        if (!a.list(list)) return false;
+        const size_t n = a.size(list);
+        std::vector<char> seen(n, 0);
+        for (size_t i = 0; i < n; ++i) {
+            typename A::V node = a.at(list, i);
+            i64 id, v;
+            if (!a.dict(node) || !a.int64(a.get(node, k.id, keys.id), id) || id < 0 || size_t(id) >= n || seen[size_t(id)])
+                return false;
+            seen[size_t(id)] = 1;
+            typename A::V type = a.get(node, k.type, keys.type);
+            if (a.missing(type) || !a.str(type)) return false;
+            typename A::V op = a.get(node, k.op, keys.op);
+            if (!a.absent(op) && (!a.int64(op, v) || v < 0)) return false;
+            typename A::V name = a.get(node, k.name, keys.name);
+            if (!a.absent(name) && !a.str(name)) return false;
+            typename A::V event = a.get(node, k.event, keys.event);
+            if (!a.absent(event) && (!a.int64(event, v) || v < 0)) return false;
+        }
+        return true;
+    }
+
+    // events.py's _check_edges: [from, to] or [from, to, type] of ints (64 bits here) and a string.
+    template <class A>
+    static bool edges(const A& a, typename A::V list) {
+        if (!a.list(list)) return false;
+        for (size_t i = 0; i < a.size(list); ++i) {
+            typename A::V edge = a.at(list, i);
+            i64 v;
+            if (!a.list(edge) || (a.size(edge) != 2 && a.size(edge) != 3)) return false;
+            if (!a.int64(a.at(edge, 0), v) || !a.int64(a.at(edge, 1), v)) return false;
+            if (a.size(edge) == 3 && !a.str(a.at(edge, 2))) return false;
+        }
+        return true;
+    }
+
+    // events.py's _check_graph, on nodes and edges the checks above took: every edge joins two
+    // of the graph's nodes, no node to itself, and the edges make no cycle.
+    template <class A>
+    bool whole_graph(const A& a, typename A::V event) const {
+        const TreeKeys& keys = TreeKeys::get();
+        typename A::V node_list = a.get(event, k.nodes, keys.nodes);
+        typename A::V edge_list = a.get(event, k.edges, keys.edges);
+        const size_t n = a.size(node_list);
+        std::vector<std::vector<size_t>> successors(n);
+        std::vector<size_t> incoming(n, 0);
+        for (size_t i = 0; i < a.size(edge_list); ++i) {
+            typename A::V edge = a.at(edge_list, i);
+            i64 src = 0, dst = 0;
+            a.int64(a.at(edge, 0), src);
+            a.int64(a.at(edge, 1), dst);
+            if (src < 0 || dst < 0 || size_t(src) >= n || size_t(dst) >= n || src == dst) return false;
+            successors[size_t(src)].push_back(size_t(dst));
+            ++incoming[size_t(dst)];
+        }
+        std::vector<size_t> ready;
+        for (size_t node = 0; node < n; ++node)
+            if (incoming[node] == 0) ready.push_back(node);
+        size_t done = 0;
+        while (!ready.empty()) {  // Kahn's sort: nodes left over lie on a cycle
+            const size_t node = ready.back();
+            ready.pop_back();
+            ++done;
+            for (size_t next : successors[node])
+                if (--incoming[next] == 0) ready.push_back(next);
+        }
+        return done == n;
     }
 
     template <class A>
@@ -530,6 +625,9 @@ inline bool known(PyObject* set, std::unordered_set<i64>& found, i64 id, bool ad
 // the other ways.
 inline const KindCheck* accept_tree(LineReader* r, const char* begin, const char* end) {
     const trace_tree::Tree& t = *r->tree;
+    // A tree holds 32 bytes a value, where Python shares small ints and strings: a huge line
+    // (a giant graph, a hostile list) goes as a Python object, whose memory is the lesser.
+    if (size_t(end - begin) > MAX_TREE_LINE) return nullptr;
     if (!r->tree->parse(begin, end)) return nullptr;
     const Checks& c = *r->checks;
     const TreeValues a{t};

@@ -1,7 +1,7 @@
 // Generated from streamrace/trace/kinds.py by python -m streamrace.trace.generate: edit that.
 #pragma once
 
-// X(name) for every field name a trace event or byte range may carry, seq and ev first.
+// X(name) for every field name a trace event, byte range or graph node may carry, seq and ev first.
 #define STREAMRACE_TRACE_FIELDS(X) \
     X(seq) \
     X(ev) \
@@ -42,7 +42,8 @@
     X(nbytes) \
     X(shape) \
     X(stride) \
-    X(itemsize)
+    X(itemsize) \
+    X(type)
 
 // X(kind) for every event kind, in the declaration's order.
 #define STREAMRACE_EVENT_KINDS(X) \

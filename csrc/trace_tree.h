@@ -59,6 +59,7 @@ class Tree {
     // The line as a tree (the root, index 0, a dict); false: given up. The tree points into
     // the line, which must outlive its use.
     bool parse(const char* begin, const char* end) {
+        if (nodes_.size() > KEPT_NODES) std::vector<Node>().swap(nodes_);  // a huge line's nodes go
         count_ = 0;
         p_ = begin;
         end_ = end;
@@ -300,6 +301,7 @@ class Tree {
         }
     }
 
+    static constexpr size_t KEPT_NODES = size_t(1) << 16;  // 2 MB: kept from line to line
     static constexpr size_t KEY_SLOTS = 256;
     static constexpr unsigned MAX_SLOT_KEY = 24;  // longer keys are looked up by their text
     struct KeySlot {

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -251,3 +254,29 @@ def test_every_valid_event_is_taken_by_the_tree() -> None:
             assert _same(_core.parse_trace_tree(line), event)
     for text in [b'{"a":1.5}', b'{"a":"\\n"}', b'{"a":1,"a":2}', b'{"a":1234567890123456789}', b'{"a":"\xc3\xa9"}']:
         assert _core.parse_trace_tree(text) is None, text
+
+
+def _long_lists(path: Path) -> Path:
+    """An op whose one strided range has 300,000 dims, and one of 100,000 strided ranges: each
+    list the reader's checks walk must be walked once (found by a helper's hostile review:
+    read back and forth, shape against stride, they were walked once per item)."""
+    dims = {"addr": 4096, "shape": [1] * 300_000, "stride": [1] * 300_000, "itemsize": 4}
+    many = [{"addr": 4096 + 64 * k, "shape": [2], "stride": [1], "itemsize": 4} for k in range(100_000)]
+    lines = [
+        {"format": "streamrace-trace", "version": 1, "minor": 0},
+        {"seq": 1, "ev": "stream", "stream": 1},
+        {"seq": 2, "ev": "op", "op": "dims", "stream": 1, "reads": [dims], "writes": []},
+        {"seq": 3, "ev": "op", "op": "many", "stream": 1, "reads": many, "writes": []},
+    ]
+    path.write_text("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines))
+    return path
+
+
+def test_long_lists_are_read_in_one_walk_each(tmp_path: Path) -> None:
+    path = _long_lists(tmp_path / "long.jsonl")
+    command = [sys.executable, "-m", "streamrace", "analyze", str(path), "--format", "json"]
+    env = {**os.environ, "STREAMRACE_CORE": "cpp"}
+    # Walked once per item, this takes hours; once per list, a fraction of a second.
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["summary"]["accesses"] == 100_001

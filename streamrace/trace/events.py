@@ -376,17 +376,19 @@ FastField = tuple[str, str, bool]
 
 
 @cache
-def fast_table() -> dict[str, tuple[tuple[FastField, ...], tuple[str, str] | None]]:
+def fast_table(graphs: bool = False) -> dict[str, tuple[tuple[FastField, ...], tuple[str, str] | None]]:
     """kind -> (its fields, ``seq`` first, then the required, optional and common ones; its
     block end, ``BLOCK_ENDS``), for every kind whose fields the fast path can check: graphs
-    are left to the reference. Both fast paths are built from it: ``fast_checks()`` here, and
-    the C++ core's reader (csrc/reader.h)."""
+    are left to the reference, unless ``graphs`` (the C++ reader checks a graph's nodes and
+    edges, and the whole graph, itself). Both fast paths are built from it: ``fast_checks()``
+    here, and the C++ core's reader (csrc/reader.h)."""
+    checked = {*_FAST_TEST, NODES, EDGES} if graphs else set(_FAST_TEST)
     table = {}
     for kind, (required, optional) in EVENT_FIELDS.items():
         fields = [("seq", NONNEG, True), *((name, k, True) for name, k in required.items())]
         fields += [(name, k, False) for name, k in optional.items()]
         fields += [(name, k, False) for name, k in COMMON_FIELDS.items() if name not in {**required, **optional}]
-        if all(k in _FAST_TEST for _, k, _ in fields):
+        if all(k in checked for _, k, _ in fields):
             table[kind] = (tuple(fields), BLOCK_ENDS.get(kind))
     return table
 

@@ -22,6 +22,7 @@ from streamrace.trace.kinds import (
     FRAMES,
     INT,
     INTS,
+    NODE_FIELDS,
     NODES,
     NONNEG,
     POOL,
@@ -142,11 +143,13 @@ def records_module() -> str:
 
 
 def field_names() -> list[str]:
-    """Every field name an event or a byte range may carry, ``seq`` and ``ev`` first."""
+    """Every field name an event, a byte range or a graph's node may carry, ``seq`` and ``ev``
+    first."""
     names = ["seq", "ev"]
     for kind in EVENT_KINDS:
         names += [f.name for f in kind.fields if f.name not in names]
     names += [name for name in RANGE_FIELDS if name not in names]
+    names += [name for name in NODE_FIELDS if name not in names]
     return names
 
 
@@ -158,7 +161,7 @@ def cpp_header() -> str:
 // Generated from streamrace/trace/kinds.py by python -m streamrace.trace.generate: edit that.
 #pragma once
 
-// X(name) for every field name a trace event or byte range may carry, seq and ev first.
+// X(name) for every field name a trace event, byte range or graph node may carry, seq and ev first.
 #define STREAMRACE_TRACE_FIELDS(X) \\
 {fields}
 

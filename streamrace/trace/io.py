@@ -371,9 +371,10 @@ def _native_line_reader() -> Callable[..., Any] | None:
 
 @cache
 def _native_table() -> dict[str, Any]:
-    """The kinds the C++ reader checks itself: all of events.fast_table() but the stateful
-    ones, whose whole-trace rules only _Checker knows (their lines go to _line_taker)."""
-    return {kind: spec for kind, spec in fast_table().items() if kind not in _STATEFUL}
+    """The kinds the C++ reader checks itself: all of events.fast_table() (graphs included:
+    it checks them whole) but the stateful ones, whose whole-trace rules only _Checker knows
+    (their lines go to _line_taker)."""
+    return {kind: spec for kind, spec in fast_table(graphs=True).items() if kind not in _STATEFUL}
 
 
 def _read_failed(name: str, lineno: int, exc: Exception) -> TraceError:

@@ -359,3 +359,6 @@ BLOCK_ENDS: dict[str, tuple[str, str]] = {
 # The fields of a byte range (events.validate_range): contiguous {addr, nbytes} or strided
 # {addr, shape, stride, itemsize}.
 RANGE_FIELDS: tuple[str, ...] = ("addr", "nbytes", "shape", "stride", "itemsize")
+# The fields of a graph event's node objects (`nodes`: an id and a type, and where they apply
+# the launch's seq, the kernel's name and the event a record or wait node names).
+NODE_FIELDS: tuple[str, ...] = ("id", "type", "op", "name", "event")
