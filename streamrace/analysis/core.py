@@ -133,11 +133,15 @@ class CppEngine:
                 known = reads.get(kind, ())
                 reads[kind] = None if needs is None or (kind in reads and known is None) else (*(known or ()), *needs)
 
+        # kind -> the passes that read it: one lookup an event.
+        readers: dict[str, list[Callable[[Mapping[str, Any]], None]]] = {}
+        for watch in watches:
+            for kind in watch.reads:
+                readers.setdefault(kind, []).append(watch.handlers.get(kind, watch.see))
+
         def see(ev: Mapping[str, Any]) -> None:
-            kind = ev["ev"]
-            for watch in watches:
-                if kind in watch.reads:
-                    watch.see(ev)
+            for read in readers.get(ev["ev"], ()):
+                read(ev)
 
         report: Callable[[int, int, int, int, int], None] | None = None
         if progress is not None:

@@ -7,7 +7,8 @@ checks that run captured work again at replays, each graph's program (``ProgramC
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MethodType
 from typing import Any, ClassVar, Generic, TypeVar
 
 from streamrace.analysis.clocks import HappensBefore
@@ -26,6 +27,8 @@ class EventWatch:
 
     reads: Mapping[str, tuple[str, ...] | None]
     see: Callable[[Mapping[str, Any]], None]
+    # kind -> what ``see`` calls for it, where the check has one: called directly, a call less.
+    handlers: Mapping[str, Callable[[Mapping[str, Any]], None]] = field(default_factory=dict)
 
 
 class EventOrderCheck:
@@ -53,7 +56,8 @@ class EventOrderCheck:
             handler(self, ev)
 
     def watch(self) -> EventWatch:
-        return EventWatch({kind: self.NEEDS.get(kind) for kind in self.HANDLERS}, self.see)
+        handlers = {kind: MethodType(handler, self) for kind, handler in self.HANDLERS.items()}
+        return EventWatch({kind: self.NEEDS.get(kind) for kind in self.HANDLERS}, self.see, handlers)
 
     def _stream(self, ev: Mapping[str, Any]) -> None:
         self._devices.declare(ev)
