@@ -161,6 +161,19 @@ void capture_range(Capture* capture, const ByteRange& range, bool write);
 Capture* collect_launch(PyObject* events, bool kernel, const trace_tree::Node* graph, i64 seq, i64 stream,
                         const HeldEvent& event);
 
+// The cyclic garbage collector waits while a run feeds the engine: the events are JSON trees,
+// the run makes no cycle, and each collection would walk again every event the engine still
+// holds (a tenth of an analysis streamed from a file). Reference counting frees as before.
+struct CollectorPaused {
+    const int was = PyGC_Disable();
+    CollectorPaused() = default;
+    CollectorPaused(const CollectorPaused&) = delete;
+    CollectorPaused& operator=(const CollectorPaused&) = delete;
+    ~CollectorPaused() {
+        if (was) PyGC_Enable();
+    }
+};
+
 class Core {
    public:
     Core(py::dict stacks, bool copy_events) : stacks_(std::move(stacks)) { engine_.copy_events(copy_events); }
@@ -271,29 +284,16 @@ class Core {
     }
 
     // Feed every event of an iterable; progress(events, ops, accesses, graphs) every `every`.
-    // The cyclic garbage collector waits meanwhile: the events are JSON trees, this loop makes
-    // no cycle, and each collection would walk again every event the engine still holds (a
-    // tenth of an analysis streamed from a file). Reference counting frees as before.
     void run(py::iterable events, py::object progress, i64 every) {
-        struct CollectorPaused {
-            const int was = PyGC_Disable();
-            ~CollectorPaused() {
-                if (was) PyGC_Enable();
-            }
-        } paused;
-        PyObject* observer = observed_source(events.ptr()) != nullptr ? events.ptr() : nullptr;
-        PyObject* it = PyObject_GetIter(observer != nullptr ? observed_source(observer) : events.ptr());
+        CollectorPaused paused;
+        watcher_ = observed_source(events.ptr()) != nullptr ? events.ptr() : nullptr;
+        PyObject* it = PyObject_GetIter(watcher_ != nullptr ? observed_source(watcher_) : events.ptr());
         if (it == nullptr) fail();
         py::object iterator = py::reinterpret_steal<py::object>(it);
         while (PyObject* ev = PyIter_Next(it)) {
             py::object owned = py::reinterpret_steal<py::object>(ev);
-            sink_ = nullptr;
-            if (observer != nullptr) sink_ = collect(observer, ev);
-            feed(owned);
-            sink_ = nullptr;
-            if (!progress.is_none() && events_ % every == 0) report(progress);
-            // Iterating a list runs no Python code, so Ctrl-C would wait for the end otherwise.
-            if (events_ % 4096 == 0 && PyErr_CheckSignals() != 0) fail();
+            feed_watched(ev);
+            fed(progress, every);
         }
         if (PyErr_Occurred()) fail();
     }
@@ -314,33 +314,32 @@ class Core {
             throw py::type_error("run_lines' observer must be a GraphCollector's");
         watch(reads, see);
         auto* r = reinterpret_cast<reader::LineReader*>(lines.ptr());
-        struct CollectorPaused {
-            const int was = PyGC_Disable();
-            ~CollectorPaused() {
-                if (was) PyGC_Enable();
-            }
-        } paused;
+        CollectorPaused paused;
         watcher_ = observer.is_none() ? nullptr : observer.ptr();
         const char *begin, *end;
         while (reader::next_line(r, begin, end)) {
-            // A line cut at the limit is the Python path's to refuse, even where its start parses.
-            const bool cut = size_t(end - begin) >= r->line_read && end[-1] != '\n';
+            const bool cut = reader::cut(r, begin, end);
             const reader::KindCheck* taken = cut ? nullptr : reader::accept_tree(r, begin, end);
             if (taken != nullptr) {
                 feed_tree(*r->tree, taken->id);
             } else {
-                PyObject* ev = cut ? nullptr : reader::accept(r, begin, end);
-                if (ev == nullptr) ev = reader::defer(r, begin, end);
+                PyObject* ev = reader::read_event(r, begin, end, cut);
                 if (ev == nullptr) fail();
                 py::object owned = py::reinterpret_steal<py::object>(ev);
                 if (ev == Py_None) continue;  // a line that holds no event
                 see_event(ev);
                 feed_watched(ev);
             }
-            if (!progress.is_none() && events_ % every == 0) report(progress);
-            if (events_ % 4096 == 0 && PyErr_CheckSignals() != 0) fail();
+            fed(progress, every);
         }
         if (PyErr_Occurred()) fail();
+    }
+
+    // After each event of run() and run_lines(): progress every `every`, and Ctrl-C heard
+    // (iterating a list or reading lines runs no Python code, so it would wait for the end).
+    void fed(py::object& progress, i64 every) {
+        if (!progress.is_none() && events_ % every == 0) report(progress);
+        if (events_ % 4096 == 0 && PyErr_CheckSignals() != 0) fail();
     }
 
     // The passes' wants (run_lines' `reads`), by kind.
@@ -1131,6 +1130,14 @@ Capture* collect_launch(PyObject* events, bool kernel, const trace_tree::Node* g
     return reinterpret_cast<Observer*>(events)->impl->feed_launch(kernel, graph, seq, stream, event);
 }
 
+// The bytes of a line handed to the parsers' test entry points.
+std::string_view bytes_text(const py::bytes& line) {
+    char* data;
+    Py_ssize_t size;
+    if (PyBytes_AsStringAndSize(line.ptr(), &data, &size) < 0) throw py::error_already_set();
+    return {data, size_t(size)};
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -1238,10 +1245,8 @@ PYBIND11_MODULE(_core, m) {
         "parse_trace_line",
         [](py::bytes line) -> py::object {
             trace_json::Parser parser;
-            char* data;
-            Py_ssize_t size;
-            if (PyBytes_AsStringAndSize(line.ptr(), &data, &size) < 0) throw py::error_already_set();
-            PyObject* value = parser.parse(data, data + size);
+            const std::string_view text = bytes_text(line);
+            PyObject* value = parser.parse(text.data(), text.data() + text.size());
             return value != nullptr ? py::reinterpret_steal<py::object>(value) : py::none();
         },
         py::arg("line"), "The C++ reader's JSON of one line, None where it gives up (for tests).");
@@ -1249,10 +1254,8 @@ PYBIND11_MODULE(_core, m) {
         "parse_trace_tree",
         [](py::bytes line) -> py::object {
             trace_tree::Tree tree;
-            char* data;
-            Py_ssize_t size;
-            if (PyBytes_AsStringAndSize(line.ptr(), &data, &size) < 0) throw py::error_already_set();
-            if (!tree.parse(data, data + size)) return py::none();
+            const std::string_view text = bytes_text(line);
+            if (!tree.parse(text.data(), text.data() + text.size())) return py::none();
             held::Encoder encoder;
             tree.encode(encoder);
             HeldEvent copy = HeldEvent::encoded(encoder.data(), encoder.size());

@@ -571,39 +571,6 @@ inline bool next_line(LineReader* r, const char*& begin, const char*& end) {
     }
 }
 
-// The event if this path takes the line (a new reference), else null with no error set.
-inline PyObject* accept(LineReader* r, const char* begin, const char* end) {
-    PyObject* event = r->parser->parse(begin, end);
-    if (event == nullptr) return nullptr;
-    const Checks& c = *r->checks;
-    const KindCheck* check = nullptr;
-    i64 seq = 0, id = 0;
-    PyObject* kind = PyDict_CheckExact(event) ? item(event, c.k.ev) : nullptr;
-    if (kind != nullptr) check = c.find(kind);
-    if (check == nullptr || !c.valid(PyValues{}, event, *check) || !int64(item(event, c.k.seq), seq) || seq <= r->last_seq) {
-        Py_DECREF(event);
-        return nullptr;
-    }
-    // The checks io._Checker.check makes, in its order; stateful kinds are not in the table.
-    PyObject* stack = item(event, c.k.stack);
-    if (stack != nullptr && stack != Py_None && (!int64(stack, id) || PySet_Contains(r->stacks, stack) != 1)) {
-        Py_DECREF(event);
-        return nullptr;
-    }
-    PyObject* stream = item(event, c.k.stream);
-    if (stream != nullptr && stream != Py_None) {
-        int known = int64(stream, id) ? PySet_Contains(r->streams, stream) : -1;
-        if (known == 0 && PySet_GET_SIZE(r->streams) < r->max_streams) known = PySet_Add(r->streams, stream) == 0;
-        if (known != 1) {
-            PyErr_Clear();  // a failed add is the Python path's to repeat and report
-            Py_DECREF(event);
-            return nullptr;
-        }
-    }
-    r->last_seq = seq;
-    return event;
-}
-
 // Is id in the Python set (added, when `add` and the set is below `limit`)? Errors are
 // cleared: the Python path meets them again.
 inline bool known(PyObject* set, std::unordered_set<i64>& found, i64 id, bool add, i64 limit) {
@@ -620,30 +587,51 @@ inline bool known(PyObject* set, std::unordered_set<i64>& found, i64 id, bool ad
     return true;
 }
 
-// The direct reader's accept(): the line parsed into r->tree, if this path takes it, under the
-// same checks as accept() in the same order: its kind's check; else null, and the line goes
-// the other ways.
+// Whether this path takes an event of the kind `check` names (null: none it checks), under
+// the checks io._Checker.check makes, in its order: the kind's fields, seq order, a stack
+// defined before its use, the stream limit (stateful kinds are not in the table). Taken:
+// r->last_seq moves on. One for a Python object (accept) and a tree (accept_tree).
+template <class A>
+inline bool taken(LineReader* r, const A& a, typename A::V event, const KindCheck* check) {
+    const Checks& c = *r->checks;
+    const TreeKeys& keys = TreeKeys::get();
+    i64 seq = 0, id = 0;
+    if (check == nullptr || !c.valid(a, event, *check) || !a.int64(a.get(event, c.k.seq, keys.seq), seq) ||
+        seq <= r->last_seq)
+        return false;
+    typename A::V stack = a.get(event, c.k.stack, keys.stack);
+    if (!a.absent(stack) && (!a.int64(stack, id) || !known(r->stacks, *r->known_stacks, id, false, 0))) return false;
+    typename A::V stream = a.get(event, c.k.stream, keys.stream);
+    if (!a.absent(stream) && (!a.int64(stream, id) || !known(r->streams, *r->known_streams, id, true, r->max_streams)))
+        return false;
+    r->last_seq = seq;
+    return true;
+}
+
+// The event if this path takes the line (a new reference), else null with no error set.
+inline PyObject* accept(LineReader* r, const char* begin, const char* end) {
+    PyObject* event = r->parser->parse(begin, end);
+    if (event == nullptr) return nullptr;
+    PyObject* kind = PyDict_CheckExact(event) ? item(event, r->checks->k.ev) : nullptr;
+    if (!taken(r, PyValues{}, event, kind != nullptr ? r->checks->find(kind) : nullptr)) {
+        Py_DECREF(event);
+        return nullptr;
+    }
+    return event;
+}
+
+// The direct reader's accept(): the line parsed into r->tree, if this path takes it: its
+// kind's check; else null, and the line goes the other ways.
 inline const KindCheck* accept_tree(LineReader* r, const char* begin, const char* end) {
     const trace_tree::Tree& t = *r->tree;
     // A tree holds 32 bytes a value, where Python shares small ints and strings: a huge line
     // (a giant graph, a hostile list) goes as a Python object, whose memory is the lesser.
     if (size_t(end - begin) > MAX_TREE_LINE) return nullptr;
     if (!r->tree->parse(begin, end)) return nullptr;
-    const Checks& c = *r->checks;
     const TreeValues a{t};
-    const TreeKeys& keys = TreeKeys::get();
-    const trace_tree::Node* kind = t.get(0, keys.ev);
-    const KindCheck* check = kind != nullptr && a.str(kind) ? c.find(kind->str()) : nullptr;
-    i64 seq = 0, id = 0;
-    if (check == nullptr || !c.valid(a, &t.root(), *check) || !a.int64(t.get(0, keys.seq), seq) || seq <= r->last_seq)
-        return nullptr;
-    const trace_tree::Node* stack = t.get(0, keys.stack);
-    if (!a.absent(stack) && (!a.int64(stack, id) || !known(r->stacks, *r->known_stacks, id, false, 0))) return nullptr;
-    const trace_tree::Node* stream = t.get(0, keys.stream);
-    if (!a.absent(stream) && (!a.int64(stream, id) || !known(r->streams, *r->known_streams, id, true, r->max_streams)))
-        return nullptr;
-    r->last_seq = seq;
-    return check;
+    const trace_tree::Node* kind = t.get(0, TreeKeys::get().ev);
+    const KindCheck* check = kind != nullptr && a.str(kind) ? r->checks->find(kind->str()) : nullptr;
+    return taken(r, a, &t.root(), check) ? check : nullptr;
 }
 
 // The line through the Python path, with the checker's seq kept in step: the event, None, or
@@ -673,14 +661,23 @@ inline PyObject* defer(LineReader* r, const char* begin, const char* end) {
     return result;
 }
 
+// A line cut at the limit: the Python path's to refuse, even where its start parses.
+inline bool cut(const LineReader* r, const char* begin, const char* end) {
+    return size_t(end - begin) >= r->line_read && end[-1] != '\n';
+}
+
+// The line's event, taken here or by the Python path: the event, None (a line that holds
+// none), or null with its error.
+inline PyObject* read_event(LineReader* r, const char* begin, const char* end, bool cut) {
+    PyObject* event = cut ? nullptr : accept(r, begin, end);
+    return event != nullptr ? event : defer(r, begin, end);
+}
+
 inline PyObject* line_reader_next(PyObject* self) {
     auto* r = reinterpret_cast<LineReader*>(self);
     const char *begin, *end;
     while (next_line(r, begin, end)) {
-        // A line cut at the limit is the Python path's to refuse, even where its start parses.
-        const bool cut = size_t(end - begin) >= r->line_read && end[-1] != '\n';
-        PyObject* event = cut ? nullptr : accept(r, begin, end);
-        if (event == nullptr) event = defer(r, begin, end);
+        PyObject* event = read_event(r, begin, end, cut(r, begin, end));
         if (event != Py_None) return event;  // an event, or null with the error
         Py_DECREF(event);
     }
