@@ -163,19 +163,22 @@ class Tree {
                 skip_space();
                 if (!value(depth)) return false;
                 ++pairs;
-                skip_space();
-                if (p_ == end_) return false;
-                if (*p_ == ',') {
-                    ++p_;
-                    continue;
-                }
-                if (*p_ != '}') return false;
-                ++p_;
-                break;
+                bool closed;
+                if (!next('}', closed)) return false;
+                if (closed) break;
             }
         }
         nodes_[at].size = pairs;
         nodes_[at].end = count_;
+        return true;
+    }
+
+    // After an object's pair or an array's item: a comma (another follows) or the closing
+    // bracket (`closed`); false for anything else.
+    bool next(char close, bool& closed) {
+        skip_space();
+        if (p_ == end_ || (*p_ != ',' && *p_ != close)) return false;
+        closed = *p_++ == close;
         return true;
     }
 
@@ -191,15 +194,9 @@ class Tree {
                 skip_space();
                 if (!value(depth)) return false;
                 ++items;
-                skip_space();
-                if (p_ == end_) return false;
-                if (*p_ == ',') {
-                    ++p_;
-                    continue;
-                }
-                if (*p_ != ']') return false;
-                ++p_;
-                break;
+                bool closed;
+                if (!next(']', closed)) return false;
+                if (closed) break;
             }
         }
         nodes_[at].size = items;
