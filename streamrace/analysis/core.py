@@ -16,7 +16,7 @@ the same detectors describe both engines' detections.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamrace.analysis.engine import (
@@ -31,6 +31,7 @@ from streamrace.analysis.engine import (
     StaleRead,
     UnsafeFree,
 )
+from streamrace.analysis.event_order import seen
 from streamrace.analysis.lifetimes import Lifetime
 from streamrace.analysis.shadow import AccessRecord
 from streamrace.errors import TraceLimitError, UsageError
@@ -101,12 +102,6 @@ def new_engine(
     return Engine(stacks)
 
 
-def _seen(events: Iterable[Mapping[str, Any]], see: Callable[[Mapping[str, Any]], None]) -> Iterator[Mapping[str, Any]]:
-    for ev in events:
-        see(ev)
-        yield ev
-
-
 class CppEngine:
     """The C++ core behind the Python engine's interface (feed, run, counters, detections)."""
 
@@ -160,7 +155,7 @@ class CppEngine:
                 watched = (reads, see) if watches else (None, None)
                 source.hand_over(lambda lines: core.run_lines(lines, report, PROGRESS_EVERY, observer, *watched))
             else:
-                self._core.run(_seen(events, see) if watches else events, report, PROGRESS_EVERY)
+                self._core.run(seen(events, see) if watches else events, report, PROGRESS_EVERY)
             if report is not None:
                 self._core.report(report)
         except _core.RangeLimit as exc:

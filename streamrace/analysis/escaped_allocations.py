@@ -1,5 +1,6 @@
 """Capture-time allocations that escape their capture and are clobbered (docs/analysis.md
-§8.10, HAZARDS.md M5), as a pass over the events and the engine's stale reads.
+§8.10, HAZARDS.md M5), from the engine's stale reads and the lifetimes it marked as the
+program's state (``Lifetime.kept``).
 
 A block allocated while a graph was being captured comes from the graph's private pool, and
 stays in it: a graph of that pool (the same one, or another sharing it) may have used the

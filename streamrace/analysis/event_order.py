@@ -31,6 +31,13 @@ class EventWatch:
     handlers: Mapping[str, Callable[[Mapping[str, Any]], None]] = field(default_factory=dict)
 
 
+def seen(events: Iterable[Mapping[str, Any]], see: Callable[[Mapping[str, Any]], None]) -> Iterator[Mapping[str, Any]]:
+    """Every event passed through, ``see`` called with each on the way."""
+    for ev in events:
+        see(ev)
+        yield ev
+
+
 class EventOrderCheck:
     """Fed every event in order (``observe``, or ``see`` one at a time); a subclass sets
     ``HANDLERS``, event kind -> its method, starting from ``ORDER_HANDLERS``, and in
@@ -45,10 +52,7 @@ class EventOrderCheck:
         self._devices = StreamDevices()
 
     def observe(self, events: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
-        see = self.see
-        for ev in events:
-            see(ev)
-            yield ev
+        return seen(events, self.see)
 
     def see(self, ev: Mapping[str, Any]) -> None:
         handler = self.HANDLERS.get(ev["ev"])

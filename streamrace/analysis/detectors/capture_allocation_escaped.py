@@ -5,8 +5,8 @@ by a graph of the same pool through its own temporaries, and then read: the stat
 
 The engine sees the read as a ``stale-read``; the pass (streamrace/analysis/escaped_allocations.py)
 knows the block is the program's state and reports it at the allocation site instead, naming
-the capture it escaped from and the graph that clobbers it. Over the events and the engine's
-detections, which both engines make alike.
+the capture it escaped from and the graph that clobbers it. From the engine's detections and
+the lifetimes it marked as state, which both engines make alike; it reads no event.
 """
 
 from __future__ import annotations
