@@ -92,10 +92,8 @@ def test_the_analysis_core_compiles_without_warnings():
     assert errors == "", errors
 
 
-@pytest.mark.parametrize(("key", "declared"), [("addr", True), ("_exact", True), ("adrr", False)])
-def test_a_recorder_key_the_trace_does_not_declare_fails_the_build(tmp_path, key, declared):
-    """The native hooks' keys (STREAMRACE_KEY) are held at compile time to the field names
-    streamrace/trace/kinds.py declares (trace_fields.h), the recorder's own '_' keys aside."""
+def _compile_key(tmp_path, expression: str) -> str:
+    """The errors of a file of the native hooks' that returns one key `expression`."""
     pytest.importorskip("torch")
     from torch.utils import cpp_extension
 
@@ -104,11 +102,40 @@ def test_a_recorder_key_the_trace_does_not_declare_fails_the_build(tmp_path, key
     for name, text in native.generated_headers().items():
         (tmp_path / name).write_text(text)
     source = tmp_path / "key.cpp"
-    source.write_text(f'#include "event_dict.h"\nPyObject* key() {{ return STREAMRACE_KEY("{key}"); }}\n')
+    source.write_text(f'#include "event_dict.h"\nPyObject* key() {{ return {expression}; }}\n')
     system = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
     includes = [str(ROOT / "csrc" / "recorder"), str(tmp_path)]
-    errors = _warnings(source, [*native.CFLAGS, "-fPIC"], includes, system)
+    return _warnings(source, [*native.CFLAGS, "-fPIC"], includes, system)
+
+
+@pytest.mark.parametrize(("key", "declared"), [("addr", True), ("_exact", True), ("adrr", False)])
+def test_a_recorder_key_the_trace_does_not_declare_fails_the_build(tmp_path, key, declared):
+    """The native hooks' keys (STREAMRACE_KEY) are held at compile time to the field names
+    streamrace/trace/kinds.py declares (trace_fields.h), the recorder's own '_' keys aside."""
+    errors = _compile_key(tmp_path, f'STREAMRACE_KEY("{key}")')
     if declared:
         assert errors == "", errors
     else:
         assert "not a field of the trace format" in errors
+
+
+@pytest.mark.parametrize(
+    ("key", "kinds", "declared"),
+    [
+        ("addr", '"alloc"', True),
+        ("stack", '"free"', True),  # a field any event may carry
+        ("_graph", '"alloc"', True),  # the recorder's own, taken off before writing
+        ("event", '"event_create", "event_delete", "event_sync"', True),
+        ("size", '"free"', False),  # alloc's, not free's
+        ("event", '"event_record", "stream_sync"', False),  # one of two kinds lacks it
+        ("stream", '"stream_snyc"', False),  # no such kind, though any event may carry a stream
+    ],
+)
+def test_an_emitter_writes_only_its_kind_s_fields(tmp_path, key, kinds, declared):
+    """Each case of the native drain (STREAMRACE_FIELD) names the kinds it writes: a key the
+    declaration does not give every one of them fails the build."""
+    errors = _compile_key(tmp_path, f'STREAMRACE_FIELD("{key}", {kinds})')
+    if declared:
+        assert errors == "", errors
+    else:
+        assert "not a field of these kinds" in errors

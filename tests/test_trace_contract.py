@@ -4,6 +4,7 @@ what the recorder really wrote into every committed trace (issue 25, item 1)."""
 
 from __future__ import annotations
 
+import ast
 import gzip
 import json
 import re
@@ -100,3 +101,49 @@ def test_an_optional_field_added_later_is_still_checked():
     assert {f.name: f.added for f in op.fields}["index"] == "1.2"
     with pytest.raises(EventInvalid, match="index"):
         validate_event({"seq": 0, "ev": "op", "op": "aten::x", "stream": 0, "reads": [], "writes": [], "index": 3})
+
+
+_EMITTERS = {"emit", "_emit", "emit_detached"}  # EventLog's, the Python hooks', the builder's
+
+
+def _written_events(tree: ast.AST) -> typing.Iterator[tuple[int, str, list[str]]]:
+    """(line, kind, keys) of each event the code writes with its kind spelled out: an emitter's
+    call ``emit("kind", field=...)`` or a dict ``{"seq": ..., "ev": "kind", ...}``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in _EMITTERS and node.args and isinstance(node.args[0], ast.Constant):
+                yield node.lineno, node.args[0].value, [k.arg for k in node.keywords if k.arg is not None]
+        elif isinstance(node, ast.Dict):
+            keys = [k.value for k in node.keys if isinstance(k, ast.Constant)]
+            if "ev" in keys:
+                kind = node.values[keys.index("ev")]
+                if isinstance(kind, ast.Constant):
+                    yield node.lineno, kind.value, keys
+
+
+def test_every_python_emitter_writes_only_its_kind_s_fields():
+    """The Python side of the contract, as the native hooks' STREAMRACE_FIELD holds the C++ one
+    at compile time: every event streamrace writes with its kind spelled out carries only the
+    fields the declaration gives that kind (those any event may carry, and the recorder's own
+    '_' keys, aside)."""
+    declared = {kind.name: {"seq", "ev", *(f.name for f in kind.fields), *COMMON_FIELDS} for kind in EVENT_KINDS}
+    found, wrong = 0, []
+    for path in sorted((REPO / "streamrace").rglob("*.py")):
+        for line, kind, keys in _written_events(ast.parse(path.read_text(encoding="utf-8"))):
+            found += 1
+            where = f"{path.relative_to(REPO)}:{line}"
+            if kind not in declared:
+                wrong.append(f"{where}: kind {kind!r}")
+            fields = declared.get(kind, set())
+            wrong += [f"{where}: {kind}.{key}" for key in keys if key not in fields and not key.startswith("_")]
+    assert found >= 40, found  # the scan still finds the emitters
+    assert wrong == []
+
+
+def test_the_emitter_scan_sees_an_undeclared_field():
+    code = 'log.emit("replay", graph=1, stream=2, when=3)\nevent = {"seq": 0, "ev": "free", "addr": 1, "size": 8}\n'
+    assert list(_written_events(ast.parse(code))) == [
+        (1, "replay", ["graph", "stream", "when"]),
+        (2, "free", ["seq", "ev", "addr", "size"]),
+    ]

@@ -9,6 +9,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string_view>
 #include <type_traits>
@@ -41,11 +42,57 @@ constexpr bool declared_key(std::string_view text) {
     return false;
 }
 
-#define STREAMRACE_KEY(text)                                                                             \
-    ([]() -> PyObject* {                                                                                 \
+// A kind the trace format declares.
+constexpr bool declared_kind(std::string_view kind) {
+#define STREAMRACE_DECLARED_KIND(k) \
+    if (kind == #k) return true;
+    STREAMRACE_EVENT_KINDS(STREAMRACE_DECLARED_KIND)
+#undef STREAMRACE_DECLARED_KIND
+    return false;
+}
+
+// A field any event may carry (seq, ev, COMMON_FIELDS).
+constexpr bool common_field(std::string_view text) {
+#define STREAMRACE_COMMON_FIELD(field) \
+    if (text == #field) return true;
+    STREAMRACE_COMMON_FIELDS(STREAMRACE_COMMON_FIELD)
+#undef STREAMRACE_COMMON_FIELD
+    return false;
+}
+
+// A key each of `kinds` (declared kinds, one at least) may carry: its own fields, those any
+// event may carry, or the recorder's own '_' keys. What an emitter of those kinds may write.
+constexpr bool kinds_declare(std::string_view text, std::initializer_list<std::string_view> kinds) {
+    if (kinds.size() == 0) return false;
+    for (std::string_view kind : kinds) {
+        if (!declared_kind(kind)) return false;
+        bool declared = (!text.empty() && text[0] == '_') || common_field(text);
+#define STREAMRACE_KIND_FIELD(k, field) \
+    if (kind == #k && text == #field) declared = true;
+        STREAMRACE_KIND_FIELDS(STREAMRACE_KIND_FIELD)
+#undef STREAMRACE_KIND_FIELD
+        if (!declared) return false;
+    }
+    return true;
+}
+
+#define STREAMRACE_INTERNED(text)                                              \
+    static PyObject* const interned = ::streamrace::interned_or_throw(text); \
+    return interned;
+
+// The interned key `text`, a field of the trace format (any kind's).
+#define STREAMRACE_KEY(text)                                                                                 \
+    ([]() -> PyObject* {                                                                                     \
         static_assert(::streamrace::declared_key(text), "not a field of the trace format (kinds.py): " text); \
-        static PyObject* const interned = ::streamrace::interned_or_throw(text);                           \
-        return interned;                                                                                 \
+        STREAMRACE_INTERNED(text)                                                                            \
+    }())
+
+// The interned key `text` of an event of the kinds named after it ("alloc", ...): a field the
+// declaration does not give each of them fails the build.
+#define STREAMRACE_FIELD(text, ...)                                                                              \
+    ([]() -> PyObject* {                                                                                         \
+        static_assert(::streamrace::kinds_declare(text, {__VA_ARGS__}), "not a field of these kinds (kinds.py): " text); \
+        STREAMRACE_INTERNED(text)                                                                                \
     }())
 
 inline py::object steal_or_throw(PyObject* object) {

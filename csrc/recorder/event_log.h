@@ -254,13 +254,13 @@ class EventLog {
         };
         switch (r.kind) {
             case Kind::Stream:
-                d.set(STREAMRACE_KEY("stream"), r.stream);
-                d.set(STREAMRACE_KEY("device"), r.device);
+                d.set(STREAMRACE_FIELD("stream", "stream"), r.stream);
+                d.set(STREAMRACE_FIELD("device", "stream"), r.device);
                 break;
             case Kind::Stack: {
-                d.set(STREAMRACE_KEY("id"), r.value);
+                d.set(STREAMRACE_FIELD("id", "stack"), r.value);
                 const std::vector<UserFrame>& frames = stack_frames_.at(static_cast<int>(r.value));
-                d.set(STREAMRACE_KEY("frames"), make_list(frames.size(), [&](size_t i) {
+                d.set(STREAMRACE_FIELD("frames", "stack"), make_list(frames.size(), [&](size_t i) {
                           const UserFrame& f = frames[i];
                           py::object frame[3] = {py::reinterpret_borrow<py::object>(f.path), int_object(f.line),
                                                  py::reinterpret_borrow<py::object>(f.function)};
@@ -271,100 +271,100 @@ class EventLog {
             case Kind::Alloc: {
                 // Keys in the order the Python hooks write them: the pool, a fact, after the stack.
                 const AllocFact* f = r.fact >= 0 ? &facts[static_cast<size_t>(r.fact)] : nullptr;
-                d.set(STREAMRACE_KEY("addr"), r.value);
-                d.set(STREAMRACE_KEY("size"), f != nullptr ? f->size : 1);  // else the allocator's history gives it, later
-                d.set(STREAMRACE_KEY("stream"), f != nullptr ? f->stream : r.stream);
-                d.set(STREAMRACE_KEY("device"), r.device);
+                d.set(STREAMRACE_FIELD("addr", "alloc"), r.value);
+                d.set(STREAMRACE_FIELD("size", "alloc"), f != nullptr ? f->size : 1);  // else the allocator's history gives it, later
+                d.set(STREAMRACE_FIELD("stream", "alloc"), f != nullptr ? f->stream : r.stream);
+                d.set(STREAMRACE_FIELD("device", "alloc"), r.device);
                 stack();
                 if (f != nullptr) {  // exact: the allocator's own facts ("_exact" for the recorder)
                     if (f->pool_first != 0 || f->pool_second != 0) {
-                        d.set(STREAMRACE_KEY("pool"), pool_list(f->pool_first, f->pool_second));
+                        d.set(STREAMRACE_FIELD("pool", "alloc"), pool_list(f->pool_first, f->pool_second));
                     }
-                    d.set_true(STREAMRACE_KEY("_exact"));
+                    d.set_true(STREAMRACE_FIELD("_exact", "alloc"));
                 }
-                if (r.graph != 0) d.set(STREAMRACE_KEY("_graph"), r.graph);
+                if (r.graph != 0) d.set(STREAMRACE_FIELD("_graph", "alloc"), r.graph);
                 break;
             }
             case Kind::Free:
-                d.set(STREAMRACE_KEY("addr"), r.value);
-                d.set(STREAMRACE_KEY("device"), r.device);
+                d.set(STREAMRACE_FIELD("addr", "free"), r.value);
+                d.set(STREAMRACE_FIELD("device", "free"), r.device);
                 stack();
                 break;
             case Kind::Op:
-                d.set(STREAMRACE_KEY("op"), text_object(r.text));
-                d.set(STREAMRACE_KEY("stream"), r.stream);
-                d.set(STREAMRACE_KEY("device"), r.device);
-                d.set(STREAMRACE_KEY("reads"), range_list(ranges, r.ranges, r.reads));
-                d.set(STREAMRACE_KEY("writes"), range_list(ranges, r.ranges + r.reads, r.writes));
+                d.set(STREAMRACE_FIELD("op", "op"), text_object(r.text));
+                d.set(STREAMRACE_FIELD("stream", "op"), r.stream);
+                d.set(STREAMRACE_FIELD("device", "op"), r.device);
+                d.set(STREAMRACE_FIELD("reads", "op"), range_list(ranges, r.ranges, r.reads));
+                d.set(STREAMRACE_FIELD("writes", "op"), range_list(ranges, r.ranges + r.reads, r.writes));
                 if (r.index > 0) {
-                    d.set(STREAMRACE_KEY("index"), range_list(ranges, r.ranges + r.reads + r.writes, r.index));
+                    d.set(STREAMRACE_FIELD("index", "op"), range_list(ranges, r.ranges + r.reads + r.writes, r.index));
                 }
                 if (r.tensor_count > 0) {
-                    d.set(STREAMRACE_KEY("tensors"), int_list(tensor_ids.data() + r.tensors, r.tensor_count));
+                    d.set(STREAMRACE_FIELD("tensors", "op"), int_list(tensor_ids.data() + r.tensors, r.tensor_count));
                 }
                 stack();
                 {
                     uint32_t host = r.ranges + r.reads + r.writes + r.index;
-                    if (r.host_reads > 0) d.set(STREAMRACE_KEY("host_reads"), range_list(ranges, host, r.host_reads));
+                    if (r.host_reads > 0) d.set(STREAMRACE_FIELD("host_reads", "op"), range_list(ranges, host, r.host_reads));
                     if (r.host_writes > 0) {
-                        d.set(STREAMRACE_KEY("host_writes"), range_list(ranges, host + r.host_reads, r.host_writes));
+                        d.set(STREAMRACE_FIELD("host_writes", "op"), range_list(ranges, host + r.host_reads, r.host_writes));
                     }
                 }
-                if (r.host_blocking) d.set_true(STREAMRACE_KEY("host_blocking"));
+                if (r.host_blocking) d.set_true(STREAMRACE_FIELD("host_blocking", "op"));
                 break;
             case Kind::View:
-                d.set(STREAMRACE_KEY("tensor"), r.value);
-                d.set(STREAMRACE_KEY("op"), text_object(r.text));
-                d.set(STREAMRACE_KEY("ranges"), range_list(ranges, r.ranges, r.reads));
-                if (r.base != 0) d.set(STREAMRACE_KEY("base"), r.base);
-                d.set(STREAMRACE_KEY("stream"), r.stream);
-                d.set(STREAMRACE_KEY("device"), r.device);
+                d.set(STREAMRACE_FIELD("tensor", "view"), r.value);
+                d.set(STREAMRACE_FIELD("op", "view"), text_object(r.text));
+                d.set(STREAMRACE_FIELD("ranges", "view"), range_list(ranges, r.ranges, r.reads));
+                if (r.base != 0) d.set(STREAMRACE_FIELD("base", "view"), r.base);
+                d.set(STREAMRACE_FIELD("stream", "view"), r.stream);
+                d.set(STREAMRACE_FIELD("device", "view"), r.device);
                 stack();
                 break;
             case Kind::HostOp: {  // an op the host ran on pinned memory: no stream
-                d.set(STREAMRACE_KEY("op"), text_object(r.text));
+                d.set(STREAMRACE_FIELD("op", "host_op"), text_object(r.text));
                 uint32_t host = r.ranges + r.reads + r.writes + r.index;
-                d.set(STREAMRACE_KEY("reads"), range_list(ranges, host, r.host_reads));
-                d.set(STREAMRACE_KEY("writes"), range_list(ranges, host + r.host_reads, r.host_writes));
+                d.set(STREAMRACE_FIELD("reads", "host_op"), range_list(ranges, host, r.host_reads));
+                d.set(STREAMRACE_FIELD("writes", "host_op"), range_list(ranges, host + r.host_reads, r.host_writes));
                 stack();
                 break;
             }
             case Kind::RecordStream:
-                d.set(STREAMRACE_KEY("addr"), r.value);
-                d.set(STREAMRACE_KEY("stream"), r.stream);
-                d.set(STREAMRACE_KEY("device"), r.device);
+                d.set(STREAMRACE_FIELD("addr", "record_stream"), r.value);
+                d.set(STREAMRACE_FIELD("stream", "record_stream"), r.stream);
+                d.set(STREAMRACE_FIELD("device", "record_stream"), r.device);
                 stack();
                 break;
             case Kind::EventCreate:
             case Kind::EventDelete:
             case Kind::EventSync:
-                d.set(STREAMRACE_KEY("event"), r.value);
+                d.set(STREAMRACE_FIELD("event", "event_create", "event_delete", "event_sync"), r.value);
                 break;
             case Kind::EventRecord:
             case Kind::EventWait:
-                d.set(STREAMRACE_KEY("event"), r.value);
-                d.set(STREAMRACE_KEY("stream"), r.stream);
+                d.set(STREAMRACE_FIELD("event", "event_record", "event_wait"), r.value);
+                d.set(STREAMRACE_FIELD("stream", "event_record", "event_wait"), r.stream);
                 stack();
                 break;
             case Kind::StreamSync:
-                d.set(STREAMRACE_KEY("stream"), r.stream);
+                d.set(STREAMRACE_FIELD("stream", "stream_sync"), r.stream);
                 break;
             case Kind::DeviceSync:
-                d.set(STREAMRACE_KEY("device"), r.device);
+                d.set(STREAMRACE_FIELD("device", "device_sync"), r.device);
                 break;
             case Kind::RecorderError:
-                d.set(STREAMRACE_KEY("message"), text_object(r.text));
-                d.set(STREAMRACE_KEY("where"), text_object(r.where));
+                d.set(STREAMRACE_FIELD("message", "recorder_error"), text_object(r.text));
+                d.set(STREAMRACE_FIELD("where", "recorder_error"), text_object(r.where));
                 break;
             case Kind::Kernel:  // a node no recorded launch made; its accesses come later
-                d.set(STREAMRACE_KEY("graph"), r.graph);
-                d.set(STREAMRACE_KEY("node"), r.value);
-                d.set(STREAMRACE_KEY("name"), text_object(r.text));
-                d.set(STREAMRACE_KEY("stream"), r.stream);
-                d.set(STREAMRACE_KEY("device"), r.device);
-                d.set(STREAMRACE_KEY("reads"), steal_or_throw(PyList_New(0)));
-                d.set(STREAMRACE_KEY("writes"), steal_or_throw(PyList_New(0)));
-                d.set_true(STREAMRACE_KEY("inferred"));
+                d.set(STREAMRACE_FIELD("graph", "kernel"), r.graph);
+                d.set(STREAMRACE_FIELD("node", "kernel"), r.value);
+                d.set(STREAMRACE_FIELD("name", "kernel"), text_object(r.text));
+                d.set(STREAMRACE_FIELD("stream", "kernel"), r.stream);
+                d.set(STREAMRACE_FIELD("device", "kernel"), r.device);
+                d.set(STREAMRACE_FIELD("reads", "kernel"), steal_or_throw(PyList_New(0)));
+                d.set(STREAMRACE_FIELD("writes", "kernel"), steal_or_throw(PyList_New(0)));
+                d.set_true(STREAMRACE_FIELD("inferred", "kernel"));
                 stack();
                 break;
         }

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from streamrace.trace.kinds import (
     BOOL,
+    COMMON_FIELDS,
     EDGES,
     EVENT_KINDS,
     FRAMES,
@@ -157,6 +158,8 @@ def cpp_header() -> str:
     """``csrc/trace_fields.h``."""
     fields = " \\\n".join(f"    X({name})" for name in field_names())
     kinds = " \\\n".join(f"    X({kind.name})" for kind in EVENT_KINDS)
+    kind_fields = " \\\n".join(f"    X({kind.name}, {f.name})" for kind in EVENT_KINDS for f in kind.fields)
+    common = " \\\n".join(f"    X({name})" for name in ("seq", "ev", *COMMON_FIELDS))
     return f"""\
 // Generated from streamrace/trace/kinds.py by python -m streamrace.trace.generate: edit that.
 #pragma once
@@ -168,6 +171,14 @@ def cpp_header() -> str:
 // X(kind) for every event kind, in the declaration's order.
 #define STREAMRACE_EVENT_KINDS(X) \\
 {kinds}
+
+// X(kind, field) for every field the declaration gives a kind.
+#define STREAMRACE_KIND_FIELDS(X) \\
+{kind_fields}
+
+// X(field) for the fields any event may carry besides its kind's own.
+#define STREAMRACE_COMMON_FIELDS(X) \\
+{common}
 """
 
 
