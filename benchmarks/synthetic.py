@@ -344,7 +344,7 @@ def header() -> dict[str, Any]:
 
 # What today's recorder writes in a header of a whole-program recording with no views, index
 # ops or application pools (format 1.6): every whole-trace check it calls for runs.
-RECORDER_FACTS = {"minor": 6, "views": 0, "index_ops": 0, "app_pools": 0, "host_memory": True}
+RECORDER_FACTS = {"minor": 6, "views": 0, "index_ops": 0, "app_pools": 0, "host_memory": True, "host_events": 0}
 
 
 def write_capture_set(

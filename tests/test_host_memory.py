@@ -256,6 +256,15 @@ def test_a_trace_that_recorded_no_host_memory_gets_no_pass(engine):
     assert _kinds(trace) == []
 
 
+def test_a_recording_that_made_no_host_event_gets_no_pass(engine):
+    """``host_events: 0`` (1.6): the recorder saw no pinned memory, so the pass, which reads
+    every synchronization and event of the trace, is not run; a trace that does not say gets it."""
+    trace = _staging()
+    assert _kinds(trace) != []
+    trace.header["host_events"] = 0
+    assert _kinds(trace) == []
+
+
 def test_a_block_seen_again_without_its_free_replaces_the_old_one(engine):
     """A host_alloc over a live block (its free was not recorded): the old one is forgotten,
     its graph uses with it, and nothing is made up."""
@@ -347,6 +356,7 @@ def test_the_hooks_record_pinned_memory_where_the_program_touched_it(hooks):
 
     trace = _record(program, hooks)
     assert trace.header["host_memory"] is True
+    assert trace.header["host_events"] == sum(e["ev"].startswith("host_") for e in trace.events) == 7
     kinds = [
         (e["ev"], e.get("op"))
         for e in trace.events
@@ -386,6 +396,7 @@ def test_the_recorder_leaves_pinned_memory_alone_with_no_pinned_tensor(hooks):
 
     trace = _record(program, hooks)
     assert not [e for e in trace.events if e["ev"].startswith("host_") or "host_reads" in e or "host_writes" in e]
+    assert trace.header["host_events"] == 0, "so the analysis skips the pinned-memory pass"
 
 
 def test_a_host_write_meeting_two_pending_copies_counts_once(engine):

@@ -46,6 +46,7 @@ class EventLog:
         self._collective_streams: set[int] = set()  # NCCL's internal streams (collectives.py)
         self.index_ops = 0  # ops that write through an index: the header's index_ops (0: no padded check)
         self.views = 0  # view events: the header's views (0: no static-output check)
+        self.host_events = 0  # host_alloc, host_free, host_op: the header's host_events (0: no pinned check)
         # Taken by emit and by a flush's taking of events: a Recorder event numbered on one
         # thread is in the log before another thread's flush takes the events around it.
         self.lock = threading.RLock()
@@ -76,6 +77,8 @@ class EventLog:
     def _numbered(self, ev: str, fields: dict[str, Any]) -> Event:
         """The event, with the next seq; fields that are None left out."""
         event = {"seq": self._started().next_seq(), "ev": ev}
+        if ev.startswith("host_"):  # the host memory part emits these; the native hooks drain host_op
+            self.host_events += 1
         for key, value in fields.items():  # a loop: half the time of update() over a generator
             if value is not None:
                 event[key] = value
@@ -119,6 +122,8 @@ class EventLog:
                     self.index_ops += 1
             elif ev == "view":
                 self.views += 1
+            elif ev == "host_op":
+                self.host_events += 1
             elif ev == "stream":
                 name = _STREAM_NAMES.get(event["stream"]) or self._default_name(event["stream"])
                 if name is not None:

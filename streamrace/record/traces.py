@@ -35,6 +35,7 @@ def trace_header(recorder: Recorder) -> dict[str, Any]:
     header["host_memory"] = recorder.host_memory is not None
     header["index_ops"] = recorder.log.index_ops
     header["views"] = recorder.log.views
+    header["host_events"] = recorder.log.host_events
     if not recorder.capture_only:
         header["replays_unrecorded"] = recorder.replays.unrecorded
         header["replays_in_capture"] = recorder.replays.in_capture

@@ -460,6 +460,8 @@ _HEADER_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "index_ops": (lambda v: _is_int64(v) and v >= 0, "a non-negative integer"),
     # 1.5: the view events the recording made; 0: no static-output check needed
     "views": (lambda v: _is_int64(v) and v >= 0, "a non-negative integer"),
+    # 1.6: the host_alloc, host_free and host_op events the recording made; 0: no pinned-memory check needed
+    "host_events": (lambda v: _is_int64(v) and v >= 0, "a non-negative integer"),
     # a .partial file's provisional header: the recording never finished (the incomplete note)
     "incomplete": (lambda v: isinstance(v, bool), "true or false"),
 }

@@ -76,12 +76,14 @@ class PinnedWriteDuringCopyDetector(Detector[PinnedWriteDuringCopy]):
 
     def trace_pass(self, header: Mapping[str, Any]) -> TracePass | None:
         """Host memory is in format 1.5 traces that say they recorded it (``host_memory``); a
-        recording of the captures alone has none of the host's work. A trace that does not say
-        (made by hand) gets it when it is 1.5."""
+        recording of the captures alone has none of the host's work. A recording that made no
+        host event (``host_events: 0``, 1.6) has nothing for it to find: each finding needs a
+        host access (``host_op``) or a pinned block's free. A trace that does not say (made by
+        hand) gets it when it is 1.5."""
         if (header.get("minor") or 0) < 5 or header.get("recording") == "captures":
             return None
-        if header.get("host_memory") is False:
-            return None
+        if header.get("host_memory") is False or header.get("host_events") == 0:
+            return None  # not looked at, or none seen: no host access, no pinned block to free
         from streamrace.analysis.host_memory import HostMemoryCheck  # loads only for traces that need it
 
         return CheckPass(HostMemoryCheck())
