@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
+import time
 
 import pytest
 
@@ -284,3 +286,115 @@ def test_no_garbage_collection_inside_a_flush_and_the_programs_setting_kept(
     # A flush lets its events go before the collector comes back; the settled events of a
     # stop stay (they are the recording), so at most the one collection as it comes back.
     assert len(collected_inside) <= (0 if watched_part is TraceOutput else 1), collected_inside
+
+
+def _eager_program(fake: FakeCuda, steps: int, after_step=lambda: None) -> None:
+    """Eager work on two streams and nothing else: no replay, no capture, no reset (none of
+    the recorder's own flush points)."""
+    a, b = fake.alloc(), fake.alloc()
+    ready = fake.event()
+    for step in range(steps):
+        with fake.on(COPY):
+            staged = fake.alloc()
+            staged.fill_(float(step))
+            fake.record(ready)
+        with fake.on(MAIN):
+            fake.wait(ready)
+            b.add_(staged)
+            a.copy_(b)
+        fake.free(staged)
+        after_step()
+
+
+@HOOKS
+def test_an_eager_program_is_flushed_as_it_runs(kind, tmp_path, monkeypatch):
+    """No flush point of the recorder's is reached: the watcher has the main thread flush at a
+    safe point instead (due_flushes.py), the events in memory stay bounded, and the trace is
+    the one written at the end without it, event for event."""
+    from streamrace.record import due_flushes
+
+    if kind == "native":
+        native_module()
+    monkeypatch.setattr(due_flushes, "PERIOD", 0.001)
+    traces, held = {}, []
+    for flushing in (True, False):
+        fake = FakeCuda()
+        path = str(tmp_path / f"eager-{flushing}.jsonl.gz")
+        recorder = Recorder(hooks=kind, runtime=fake, trace=path, flush_events=100 if flushing else 1 << 40)
+        recorder.start()
+        steps = 600
+
+        def after_step(recorder=recorder, flushing=flushing):
+            time.sleep(0.0002)  # the watcher thread gets the GIL, as any other thread would
+            if flushing:
+                held.append(len(recorder.events))
+
+        _eager_program(fake, steps, after_step)
+        recorder.stop()
+        if flushing:
+            assert recorder.output.flushes >= 3, "flushed while the program ran"
+        else:
+            assert recorder.output.flushes == 0
+        assert recorder.errors == []
+        traces[flushing] = load_trace(finish_trace(recorder)).events
+    assert max(held[len(held) // 2 :]) < 7 * 600 // 2, "the events in memory stay bounded"
+    assert canonical(traces[True]) == canonical(traces[False])
+
+
+class _Output:
+    flush_events = 10
+
+    def __init__(self) -> None:
+        self.flushed = 0
+
+    def unwritten(self) -> int:
+        return 11
+
+    def due_flush(self) -> None:
+        self.flushed += 1
+
+
+def _frame_of(filename: str):
+    """A frame running code that says it is from ``filename``."""
+    code = compile("import sys\nframe = sys._getframe()", filename, "exec")
+    scope: dict = {}
+    exec(code, scope)
+    return scope["frame"]
+
+
+def test_a_due_flush_waits_while_the_recorders_own_code_runs():
+    """A pending call runs between any two bytecodes: inside an op's Python hook, a capture's
+    begin, an annotation, it would flush a half-changed recording. Put off there; the
+    program's code, under ``streamrace run``, pytest's plugin or the CLI, is no reason."""
+    from streamrace.record import due_flushes
+
+    package = os.path.dirname(os.path.abspath(due_flushes.__file__ + "/.."))
+    output = _Output()
+    watcher = due_flushes.DueFlushes(output)
+    for own in ("record/hooks.py", "record/captures.py", "annotate.py", "session.py"):
+        watcher.run_due(_frame_of(os.path.join(package, own)))
+    assert (output.flushed, watcher.deferred) == (0, 4)
+    for program in ("pytest_plugin.py", "cli.py", "run_program.py"):
+        watcher.run_due(_frame_of(os.path.join(package, program)))
+    watcher.run_due(_frame_of(__file__))
+    assert output.flushed == 4
+    watcher.stop()
+    watcher.run_due(_frame_of(__file__))
+    assert output.flushed == 4, "a pending call that comes after the recording ended does nothing"
+
+
+def test_the_watcher_asks_the_main_thread_and_goes_with_the_recording(tmp_path):
+    from streamrace.record import due_flushes
+
+    output = _Output()
+    watcher = due_flushes.DueFlushes(output, period=0.001)
+    watcher.start()
+    deadline = time.monotonic() + 10
+    while output.flushed == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)  # bytecodes of the main thread: the pending call runs between them
+    assert output.flushed >= 1
+    watcher.stop()
+    assert not [t for t in threading.enumerate() if t.name == "streamrace-due-flushes"]
+    flushed = output.flushed
+    time.sleep(0.01)
+    assert output.flushed == flushed
