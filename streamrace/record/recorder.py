@@ -203,7 +203,6 @@ class Recorder:
         except BaseException:
             installation.deactivate()  # nothing of a recording that did not start stays in
             raise
-        self.output.watch()
         if self.runtime.initialized():
             self.enable_allocation_facts()
         else:  # a fresh process: the facts go on at its first allocation
@@ -214,7 +213,6 @@ class Recorder:
         if self.no_cuda is not None:
             return  # nothing was installed
         hooks = self.started_hooks
-        self.output.stop_watching()  # no flush of its own after this
         self.captures.abort_running()
         if self.host_memory is not None:
             self.host_memory.stop()  # before the hooks: a storage dying now records nothing

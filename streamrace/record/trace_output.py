@@ -11,9 +11,8 @@ the captures read back completed. What stays in memory is the stack and stream d
 (``hold``).
 
 Without a path nothing is flushed: the events stay in memory for the analysis at the end.
-A program that never replays nor captures reaches none of those points: a watcher thread
-(due_flushes.py) has its main thread flush at a safe point instead, once more than
-``flush_events`` events are unwritten.
+A program that never replays nor captures has no flush point; its events are written at the
+end, as before.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import itertools
 from typing import TYPE_CHECKING, Any, Protocol
 
 from streamrace.collector import collections_paused
-from streamrace.record.due_flushes import DueFlushes
 from streamrace.trace.incremental import IncrementalTraceWriter
 
 if TYPE_CHECKING:
@@ -63,7 +61,6 @@ class TraceOutput:
         self._writer: IncrementalTraceWriter | None = None
         self._holds: dict[int, int] = {}  # token -> the seq a view of the recording reads from
         self._tokens = itertools.count()
-        self.due_flushes: DueFlushes | None = None  # while recording to a file
 
     @property
     def incremental(self) -> bool:
@@ -75,27 +72,6 @@ class TraceOutput:
         so that a path that cannot be written fails before anything is installed."""
         if self.path is not None:
             self._writer = IncrementalTraceWriter(self.path, header)
-
-    def watch(self) -> None:
-        """Recording has started: flush at the main thread's safe points too, for a program
-        that reaches no flush point of the recorder's (due_flushes.py)."""
-        if self._writer is not None and self.due_flushes is None:
-            self.due_flushes = DueFlushes(self)
-            self.due_flushes.start()
-
-    def stop_watching(self) -> None:
-        if self.due_flushes is not None:
-            self.due_flushes.stop()
-            self.due_flushes = None
-
-    def unwritten(self) -> int:
-        """Events numbered and not yet in the file."""
-        return self._rec.log.position() - 1 - self.written_through
-
-    def due_flush(self) -> None:
-        """The main thread, at a safe point, with more than ``flush_events`` events unwritten."""
-        if self.unwritten() > self.flush_events:
-            self.flush()
 
     def hold(self, since: int) -> int:
         """Keep the events from seq ``since`` on in memory (a view of the recording reads
