@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 
 import pytest
 
@@ -284,3 +285,38 @@ def test_no_garbage_collection_inside_a_flush_and_the_programs_setting_kept(
     # A flush lets its events go before the collector comes back; the settled events of a
     # stop stay (they are the recording), so at most the one collection as it comes back.
     assert len(collected_inside) <= (0 if watched_part is TraceOutput else 1), collected_inside
+
+
+def test_a_flush_on_another_thread_waits_for_an_event_being_emitted(tmp_path):
+    """The Python hooks draw an event's seq and store the event as one step. A worker thread's
+    flush between the two (a replay of its own, then the flush it triggers) wrote the later
+    seq, and the event, stored after, fell below what the file held: lost."""
+    fake = FakeCuda()
+    recorder = Recorder(hooks="python", runtime=fake, trace=str(tmp_path / "t.jsonl.gz"), flush_events=1 << 40)
+    recorder.start()
+    hooks = recorder.log.hooks
+    draw, workers = hooks.next_seq, []
+
+    def worker() -> None:
+        recorder.log.emit("device_sync", device=0)  # an event of the worker's, after the main thread's
+        recorder.flush()
+
+    def drawn_then_flushed_elsewhere() -> int:
+        seq = draw()
+        if not workers:  # once: the main thread's event is drawn, not stored yet
+            workers.append(threading.Thread(target=worker))
+            workers[0].start()
+            workers[0].join(0.2)  # it waits for the event to be stored (before the fix: it flushed)
+        return seq
+
+    hooks.next_seq = drawn_then_flushed_elsewhere
+    with fake.on(MAIN):
+        fake.record(fake.event())
+    workers[0].join()
+    del hooks.next_seq
+    recorder.stop()
+    assert recorder.errors == []
+    events = load_trace(finish_trace(recorder)).events
+    assert recorder.output.flushes == 1
+    assert [e["seq"] for e in events] == list(range(len(events))), "no event lost"
+    assert [e["ev"] for e in events if e["ev"] in ("event_create", "device_sync")] == ["event_create", "device_sync"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -207,6 +208,11 @@ class PythonHooks:
         self._host = options.host
         self._seq = 0
         self._records: list[dict[str, Any]] = []
+        # An event's seq is drawn and the event stored as one step, against another thread's
+        # drain (a worker's replay flushes): between the two, the flush wrote later seqs and
+        # the event, stored after, fell below what the file holds and was lost. Reentrant: a
+        # garbage collection inside _emit may run a weakref callback that draws a seq too.
+        self._lock = threading.RLock()
         self._stacks = StackTable(
             self._emit, depth=options.stack_depth, max_walk=options.max_walk, shown_path=options.shown_path
         )
@@ -228,14 +234,16 @@ class PythonHooks:
     def _emit(self, ev: str, **fields: Any) -> dict[str, Any]:
         # The seq is drawn before anything is allocated: a garbage collection here may run a
         # weakref callback that draws one too (replays.py, a graph's destruction).
-        event = {"seq": self.next_seq(), "ev": ev}
-        event.update((k, v) for k, v in fields.items() if v is not None)
-        self._records.append(event)
+        with self._lock:
+            event = {"seq": self.next_seq(), "ev": ev}
+            event.update((k, v) for k, v in fields.items() if v is not None)
+            self._records.append(event)
         return event
 
     def next_seq(self) -> int:
-        seq = self._seq
-        self._seq += 1
+        with self._lock:  # two threads drew one seq between its read and its increment
+            seq = self._seq
+            self._seq += 1
         return seq
 
     def peek_seq(self) -> int:
@@ -325,7 +333,8 @@ class PythonHooks:
             self._catch_up()
 
     def drain(self) -> list[dict[str, Any]]:
-        records, self._records = self._records, []
+        with self._lock:
+            records, self._records = self._records, []
         return records
 
     def read_capture(self, graph: int, handle: int) -> CaptureRead:
