@@ -253,6 +253,13 @@ void failsafe(State& state, const char* where, F&& f) {
     } catch (py::error_already_set& e) {
         // The GIL may have been let go on the way out (a scoped acquire around the Python call).
         py::gil_scoped_acquire gil;
+        if (e.matches(PyExc_KeyboardInterrupt)) {
+            // The program's Ctrl-C, handled while the hook ran Python (a stack's shown path, a
+            // pinned storage's part): not a failure of the recorder's. It reaches the program
+            // at its next bytecode, as a signal that came a moment later would.
+            PyErr_SetInterrupt();
+            return;
+        }
         state.fail(where, python_error_text(e));
     } catch (const c10::Error& e) {
         state.fail(where, e.what_without_backtrace());
