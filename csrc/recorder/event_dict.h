@@ -8,6 +8,7 @@
 #include <Python.h>
 #include <pybind11/pybind11.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <stdexcept>
@@ -30,47 +31,43 @@ inline PyObject* interned_or_throw(const char* text) {
     return interned;
 }
 
-// A key the trace format declares (trace_fields.h, generated from streamrace/trace/kinds.py
-// when the hooks are built), or one of the recorder's own, which begin with '_' and are taken
-// off before an event is written: a key typed here that the declaration lacks fails the build.
-constexpr bool declared_key(std::string_view text) {
-    if (!text.empty() && text[0] == '_') return true;
-#define STREAMRACE_DECLARED_KEY(field) \
-    if (text == #field) return true;
-    STREAMRACE_TRACE_FIELDS(STREAMRACE_DECLARED_KEY)
-#undef STREAMRACE_DECLARED_KEY
+// The declaration's names (trace_fields.h, generated from streamrace/trace/kinds.py when the
+// hooks are built), as arrays the checks below search at compile time.
+#define STREAMRACE_NAME(name) std::string_view(#name),
+#define STREAMRACE_KIND_FIELD(kind, field) KindField{#kind, #field},
+struct KindField {
+    std::string_view kind, field;
+};
+inline constexpr std::string_view kDeclaredFields[] = {STREAMRACE_TRACE_FIELDS(STREAMRACE_NAME)};
+inline constexpr std::string_view kDeclaredKinds[] = {STREAMRACE_EVENT_KINDS(STREAMRACE_NAME)};
+inline constexpr std::string_view kCommonFields[] = {STREAMRACE_COMMON_FIELDS(STREAMRACE_NAME)};
+inline constexpr KindField kKindFields[] = {STREAMRACE_KIND_FIELDS(STREAMRACE_KIND_FIELD)};
+#undef STREAMRACE_NAME
+#undef STREAMRACE_KIND_FIELD
+
+template <size_t N>
+constexpr bool listed(const std::string_view (&names)[N], std::string_view text) {
+    for (std::string_view name : names)
+        if (name == text) return true;
     return false;
 }
 
-// A kind the trace format declares.
-constexpr bool declared_kind(std::string_view kind) {
-#define STREAMRACE_DECLARED_KIND(k) \
-    if (kind == #k) return true;
-    STREAMRACE_EVENT_KINDS(STREAMRACE_DECLARED_KIND)
-#undef STREAMRACE_DECLARED_KIND
-    return false;
-}
+// One of the recorder's own keys: they begin with '_' and are taken off before an event is written.
+constexpr bool own_key(std::string_view text) { return !text.empty() && text[0] == '_'; }
 
-// A field any event may carry (seq, ev, COMMON_FIELDS).
-constexpr bool common_field(std::string_view text) {
-#define STREAMRACE_COMMON_FIELD(field) \
-    if (text == #field) return true;
-    STREAMRACE_COMMON_FIELDS(STREAMRACE_COMMON_FIELD)
-#undef STREAMRACE_COMMON_FIELD
-    return false;
-}
+// A key the trace format declares, or one of the recorder's own: a key typed here that the
+// declaration lacks fails the build.
+constexpr bool declared_key(std::string_view text) { return own_key(text) || listed(kDeclaredFields, text); }
 
 // A key each of `kinds` (declared kinds, one at least) may carry: its own fields, those any
-// event may carry, or the recorder's own '_' keys. What an emitter of those kinds may write.
+// event may carry (seq, ev, COMMON_FIELDS), or the recorder's own. What an emitter of those
+// kinds may write.
 constexpr bool kinds_declare(std::string_view text, std::initializer_list<std::string_view> kinds) {
     if (kinds.size() == 0) return false;
     for (std::string_view kind : kinds) {
-        if (!declared_kind(kind)) return false;
-        bool declared = (!text.empty() && text[0] == '_') || common_field(text);
-#define STREAMRACE_KIND_FIELD(k, field) \
-    if (kind == #k && text == #field) declared = true;
-        STREAMRACE_KIND_FIELDS(STREAMRACE_KIND_FIELD)
-#undef STREAMRACE_KIND_FIELD
+        if (!listed(kDeclaredKinds, kind)) return false;
+        bool declared = own_key(text) || listed(kCommonFields, text);
+        for (const KindField& pair : kKindFields) declared = declared || (pair.kind == kind && pair.field == text);
         if (!declared) return false;
     }
     return true;
