@@ -320,3 +320,36 @@ def test_a_flush_on_another_thread_waits_for_an_event_being_emitted(tmp_path):
     assert recorder.output.flushes == 1
     assert [e["seq"] for e in events] == list(range(len(events))), "no event lost"
     assert [e["ev"] for e in events if e["ev"] in ("event_create", "device_sync")] == ["event_create", "device_sync"]
+
+
+@HOOKS
+def test_a_ctrl_c_right_after_a_chunk_went_out_leaves_a_readable_trace(kind, tmp_path, monkeypatch):
+    """A KeyboardInterrupt (or a signal handler's exception) landing in a flush after its chunk
+    was handed to the writer, before the flush noted it: the next flush, or the finish at exit,
+    passes those events again. They were written twice and the trace could not be read (seq
+    does not increase); the writer now writes each seq once."""
+    if kind == "native":
+        native_module()
+    write, interrupted = IncrementalTraceWriter.write, []
+
+    def write_then_interrupted(self, events):
+        write(self, events)
+        if events and not interrupted:
+            interrupted.append(events[-1]["seq"])
+            raise KeyboardInterrupt  # where the program's Ctrl-C could land
+
+    monkeypatch.setattr(IncrementalTraceWriter, "write", write_then_interrupted)
+    fake = FakeCuda()
+    recorder = Recorder(hooks=kind, runtime=fake, trace=str(tmp_path / "t.jsonl.gz"), flush_events=20)
+    recorder.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            serving_loop(fake, 40)  # the program's Ctrl-C reaches it, in a replay's flush
+        serving_loop(fake, 10)  # it goes on (or exits: the finish below runs at its exit)
+    finally:
+        recorder.stop()
+    events = load_trace(finish_trace(recorder)).events
+    seqs = [e["seq"] for e in events]
+    assert interrupted and recorder.output.flushes >= 2
+    assert seqs == sorted(set(seqs)), "each event once, in order"
+    assert recorder.errors == []

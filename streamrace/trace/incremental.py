@@ -21,6 +21,12 @@ recorded serving loop spent about 14 us a step compressing. One chunk is in flig
 the next ``write``, and ``finish``, wait for it first, so the chunks land in order; a failure
 of that thread (a full disk) is raised by the next call, as a failed write always was. It
 is no daemon: a program that ends after a flush waits for its chunk.
+
+Each seq is written once. The events come in seq order, and the writer's thread notes the last
+seq of each chunk that landed; a later call leaves out what is already in the file. A flush cut
+short after its chunk was handed over (a KeyboardInterrupt, a signal handler's exception: they
+land in the program's thread, never in the writer's) passes those events again, and they were
+written twice, which made the trace unreadable.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ class IncrementalTraceWriter:
         self._compress = self.path.endswith(".gz")
         self._pid = os.getpid()
         self.events_written = 0
+        self.landed_through = -1  # the last seq in the file (set by the writer's thread)
         self._in_flight: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._fd: int | None = os.open(self.partial_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -60,9 +67,10 @@ class IncrementalTraceWriter:
     def _compressed(self, data: bytes) -> bytes:
         return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0) if self._compress else data
 
-    def _compress_and_write(self, data: bytes) -> None:
+    def _compress_and_write(self, data: bytes, last_seq: int) -> None:
         try:
             self._write(self._compressed(data))
+            self.landed_through = last_seq
         except BaseException as exc:  # raised in the program's thread, by the next call
             self._failure = exc
 
@@ -85,13 +93,22 @@ class IncrementalTraceWriter:
         """False in a forked child: the file is its parent's."""
         return os.getpid() == self._pid and self._fd is not None
 
+    def _not_written(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``events`` (in seq order) less those already in the file."""
+        if events and events[0]["seq"] <= self.landed_through:
+            return [e for e in events if e["seq"] > self.landed_through]
+        return events
+
     def write(self, events: list[dict[str, Any]]) -> None:
-        """Append events (in seq order, after those written before)."""
+        """Append events (in seq order), less those already written."""
         if events and self._ours():
-            data = encode_lines(events)
             self.wait()
+            events = self._not_written(events)
+            if not events:
+                return
+            data = encode_lines(events)
             self._in_flight = threading.Thread(
-                target=self._compress_and_write, args=(data,), name="streamrace-trace-writer"
+                target=self._compress_and_write, args=(data, events[-1]["seq"]), name="streamrace-trace-writer"
             )
             self._in_flight.start()
             self.events_written += len(events)
@@ -103,6 +120,7 @@ class IncrementalTraceWriter:
             return
         assert self._fd is not None
         self.wait()
+        events = self._not_written(events)
         os.close(self._fd)
         self._fd = None
         with open(self.path, "wb") as out:
