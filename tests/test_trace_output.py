@@ -353,3 +353,37 @@ def test_a_ctrl_c_right_after_a_chunk_went_out_leaves_a_readable_trace(kind, tmp
     assert interrupted and recorder.output.flushes >= 2
     assert seqs == sorted(set(seqs)), "each event once, in order"
     assert recorder.errors == []
+
+
+@HOOKS
+def test_a_disk_that_stays_full_is_tried_less_and_less_often(kind, tmp_path, monkeypatch):
+    """A failed flush keeps its events, so every later try writes the whole backlog: tried at
+    every replay once due, a disk that stays full cost the program the square of its events.
+    After a failure the next try waits twice as long as the last; once the disk has room again
+    the trace is whole."""
+    if kind == "native":
+        native_module()
+    write, tries, full = IncrementalTraceWriter.write, [], [True]
+
+    def write_to_a_full_disk(self, events):
+        tries.append(len(events))
+        if full[0]:
+            raise OSError(28, "No space left on device")
+        write(self, events)
+
+    monkeypatch.setattr(IncrementalTraceWriter, "write", write_to_a_full_disk)
+    fake = FakeCuda()
+    recorder = Recorder(hooks=kind, runtime=fake, trace=str(tmp_path / "t.jsonl.gz"), flush_events=20)
+    recorder.start()
+    try:
+        serving_loop(fake, 300)  # about 2,000 events: a hundred flushes' worth
+        failed = len(tries)
+        full[0] = False
+        serving_loop(fake, 100)
+    finally:
+        recorder.stop()
+    assert 3 <= failed <= 10, tries  # 20, 40, 80, ... events apart, not at every replay
+    assert recorder.output.flushes >= 10, "back to a flush every 20 events or so once there is room"
+    assert recorder.errors and all(e.startswith("trace output: OSError") for e in recorder.errors)
+    events = load_trace(finish_trace(recorder)).events
+    assert [e["seq"] for e in events] == list(range(len(events))), "nothing lost"

@@ -58,6 +58,11 @@ class TraceOutput:
         self.flush_events = flush_events
         self.flushes = 0
         self.written_through = -1  # the seq of the last event in the file
+        # After a failed flush (a full disk) its events stay, and every try writes the whole
+        # backlog: the next try waits for twice as many events as the last wait, not the next
+        # replay (tried at each, a disk that stayed full cost the square of the events).
+        self._retry_from = -1  # no try before this seq
+        self._retry_wait = flush_events
         self._writer: IncrementalTraceWriter | None = None
         self._holds: dict[int, int] = {}  # token -> the seq a view of the recording reads from
         self._tokens = itertools.count()
@@ -86,7 +91,7 @@ class TraceOutput:
     def after_event(self, seq: int) -> None:
         """At a point the recorder controls (a replay, a capture's end, a reset): flush when
         more than ``flush_events`` events came since the last flush."""
-        if self._writer is not None and seq - self.written_through > self.flush_events:
+        if self._writer is not None and seq - self.written_through > self.flush_events and seq >= self._retry_from:
             self.flush()
 
     def flush(self) -> bool:
@@ -112,7 +117,10 @@ class TraceOutput:
                 del events  # gone before the collector is back (collections_paused)
         except Exception as exc:  # a full disk: the events stay, the program goes on
             rec.log.fail("trace output", exc)
+            self._retry_from = rec.log.position() + self._retry_wait
+            self._retry_wait *= 2
             return False
+        self._retry_from, self._retry_wait = -1, self.flush_events
         self.flushes += 1
         return True
 
