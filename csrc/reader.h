@@ -333,7 +333,7 @@ class Checks {
             case Type::POOL:
                 return a.list(v) && a.size(v) == 2 && ints(a, v);
             case Type::INTS:
-                return a.list(v) && ints(a, v);
+                return ints(a, v);
             case Type::RANGES:
                 return ranges(a, v);
             case Type::FRAMES:
@@ -373,18 +373,23 @@ class Checks {
         return true;
     }
 
+    // A list each of whose items `ok` takes.
+    template <class A, class Ok>
+    static bool every(const A& a, typename A::V list, Ok ok) {
+        if (!a.list(list)) return false;
+        for (size_t i = 0; i < a.size(list); ++i)
+            if (!ok(a.at(list, i))) return false;
+        return true;
+    }
+
     // events.py's _check_edges: [from, to] or [from, to, type] of ints (64 bits here) and a string.
     template <class A>
     static bool edges(const A& a, typename A::V list) {
-        if (!a.list(list)) return false;
-        for (size_t i = 0; i < a.size(list); ++i) {
-            typename A::V edge = a.at(list, i);
+        return every(a, list, [&](typename A::V edge) {
             i64 v;
-            if (!a.list(edge) || (a.size(edge) != 2 && a.size(edge) != 3)) return false;
-            if (!a.int64(a.at(edge, 0), v) || !a.int64(a.at(edge, 1), v)) return false;
-            if (a.size(edge) == 3 && !a.str(a.at(edge, 2))) return false;
-        }
-        return true;
+            return a.list(edge) && (a.size(edge) == 2 || a.size(edge) == 3) && a.int64(a.at(edge, 0), v) &&
+                   a.int64(a.at(edge, 1), v) && (a.size(edge) == 2 || a.str(a.at(edge, 2)));
+        });
     }
 
     // events.py's _check_graph, on nodes and edges the checks above took: every edge joins two
@@ -422,30 +427,24 @@ class Checks {
 
     template <class A>
     static bool ints(const A& a, typename A::V list) {
-        i64 n;
-        for (size_t i = 0; i < a.size(list); ++i)
-            if (!a.int64(a.at(list, i), n)) return false;
-        return true;
+        return every(a, list, [&](typename A::V item) {
+            i64 n;
+            return a.int64(item, n);
+        });
     }
 
     template <class A>
     bool ranges(const A& a, typename A::V list) const {
         const TreeKeys& keys = TreeKeys::get();
-        if (!a.list(list)) return false;
-        for (size_t i = 0; i < a.size(list); ++i) {
-            typename A::V range = a.at(list, i);
-            if (!a.dict(range)) return false;
+        return every(a, list, [&](typename A::V range) {
             i64 addr, nbytes, end;
-            if (!a.int64(a.get(range, k.addr, keys.addr), addr) || addr < 0) return false;
+            if (!a.dict(range) || !a.int64(a.get(range, k.addr, keys.addr), addr) || addr < 0) return false;
             typename A::V count = a.get(range, k.nbytes, keys.nbytes);
-            if (!a.missing(count)) {  // contiguous; a null nbytes is the Python path's to word
-                if (!a.int64(count, nbytes) || nbytes < 0) return false;
-                if (__builtin_add_overflow(addr, nbytes, &end) || end >= ADDRESS_END) return false;
-            } else if (!strided(a, addr, range)) {
-                return false;
-            }
-        }
-        return true;
+            if (a.missing(count)) return strided(a, addr, range);
+            // contiguous; a null nbytes is the Python path's to word
+            return a.int64(count, nbytes) && nbytes >= 0 && !__builtin_add_overflow(addr, nbytes, &end) &&
+                   end < ADDRESS_END;
+        });
     }
 
     template <class A>
@@ -477,14 +476,11 @@ class Checks {
 
     template <class A>
     static bool frames(const A& a, typename A::V list) {
-        if (!a.list(list)) return false;
-        for (size_t i = 0; i < a.size(list); ++i) {
-            typename A::V frame = a.at(list, i);
+        return every(a, list, [&](typename A::V frame) {
             i64 line;
-            if (!a.list(frame) || a.size(frame) != 3) return false;
-            if (!a.str(a.at(frame, 0)) || !a.str(a.at(frame, 2)) || !a.int64(a.at(frame, 1), line)) return false;
-        }
-        return true;
+            return a.list(frame) && a.size(frame) == 3 && a.str(a.at(frame, 0)) && a.str(a.at(frame, 2)) &&
+                   a.int64(a.at(frame, 1), line);
+        });
     }
 
     PyObject* kinds_ = nullptr;  // kind -> its index in checks_
