@@ -122,17 +122,16 @@ class CppEngine:
         the events one at a time (``TracePass.watch``), each given those it reads before the
         engine reads them; where the core reads a trace's lines itself, it makes only those
         into Python objects."""
+        # Merged over the passes: kind -> None (every event of it) or the fields one of which an
+        # event needs, for the core; kind -> the passes that read it, one lookup an event.
         reads: dict[str, tuple[str, ...] | None] = {}
-        for watch in watches:
-            for kind, needs in watch.reads.items():
-                known = reads.get(kind, ())
-                reads[kind] = None if needs is None or (kind in reads and known is None) else (*(known or ()), *needs)
-
-        # kind -> the passes that read it: one lookup an event.
         readers: dict[str, list[Callable[[Mapping[str, Any]], None]]] = {}
         for watch in watches:
-            for kind in watch.reads:
+            for kind, needs in watch.reads.items():
                 readers.setdefault(kind, []).append(watch.handlers.get(kind, watch.see))
+                if kind in reads and reads[kind] is None:
+                    continue  # another pass reads every event of it
+                reads[kind] = None if needs is None else (*(reads.get(kind) or ()), *needs)
 
         def see(ev: Mapping[str, Any]) -> None:
             for read in readers.get(ev["ev"], ()):
