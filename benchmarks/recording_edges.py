@@ -1,0 +1,120 @@
+"""Two edges of a recording to a trace file, for two checkouts side by side: before and after a
+change (the fake CUDA of the tests, no GPU needed).
+
+* **stop**: a recording of eager work alone reaches no flush point of the recorder's (a
+  replay, a capture's end, a reset), so its stop drains and settles every event it made;
+  timed: the stop, after ``--ops`` eager ``add_``.
+* **full disk**: every chunk the trace writer is handed fails (``OSError``, no space left);
+  the failed flush keeps its events; timed: ``--steps`` fake serving steps (stage a block on
+  a copy stream, wait, copy it in, replay, sample), the default flush size.
+
+Each checkout (a directory holding a built ``streamrace`` package and its ``tests/``, e.g.
+``git worktree add`` plus ``python setup.py build_ext --inplace``) gets one worker process,
+native hooks; the rounds alternate between the workers so that both see the same load. CPU
+seconds; printed: fastest and median of each, and after / before of the fastest.
+
+    python benchmarks/recording_edges.py /tmp/before . --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from checkouts import Checkouts, fastest_and_medians, serve
+
+EDGES = ("stop", "full disk")
+
+
+def worker(ops: int, steps: int) -> None:
+    """Answer each edge with the CPU seconds of one round, on a fresh recording."""
+    import tempfile
+
+    from fake_cuda import FakeCuda, FakeGraph, memcopy
+
+    from streamrace.record.recorder import Recorder
+    from streamrace.trace.incremental import IncrementalTraceWriter
+
+    def full(self, events):
+        raise OSError(28, "No space left on device")
+
+    def answer(edge: str) -> dict[str, float]:
+        fake = FakeCuda()
+        with tempfile.TemporaryDirectory() as directory:
+            path = os.path.join(directory, "t.jsonl.gz")
+            if edge == "stop":
+                recorder = Recorder(hooks="native", runtime=fake, trace=path, flush_events=1 << 62)
+                recorder.start()
+                with fake.on(0x1000):
+                    a, b = fake.alloc(), fake.alloc()
+                    for _ in range(ops):
+                        b.add_(a)
+                start = time.process_time()
+                recorder.stop()
+                return {"seconds": time.process_time() - start}
+            write, IncrementalTraceWriter.write = IncrementalTraceWriter.write, full
+            try:
+                recorder = Recorder(hooks="native", runtime=fake, trace=path)
+                recorder.start()
+                start = time.process_time()
+                with fake.on(0x1000):
+                    static_in, static_out = fake.alloc(), fake.alloc()
+                    graph = FakeGraph(fake, work=lambda: memcopy(static_out, static_in))
+                    graph.capture_begin()
+                    static_out.add_(static_in)
+                    graph.capture_end()
+                    ready = fake.event()
+                    for step in range(steps):
+                        with fake.on(0x3000):
+                            staged = fake.alloc()
+                            staged.fill_(float(step))
+                            fake.record(ready)
+                        fake.wait(ready)
+                        static_in.copy_(staged)
+                        graph.replay()
+                        static_out.mul_(0.5)
+                        fake.free(staged)
+                seconds = time.process_time() - start
+                recorder.stop()
+            finally:
+                IncrementalTraceWriter.write = write
+            return {"seconds": seconds}
+
+    serve(answer)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("before", nargs="?", help="checkout (directory with the streamrace package) before")
+    parser.add_argument("after", nargs="?", help="checkout after")
+    parser.add_argument("--ops", type=int, default=300_000, help="eager ops before the stop")
+    parser.add_argument("--steps", type=int, default=6_000, help="serving steps with the disk full")
+    parser.add_argument("--rounds", type=int, default=5, help="timed rounds per checkout and edge")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.ops, args.steps)
+        return
+    if not (args.before and args.after):
+        parser.error("give the two checkouts, before and after")
+    checkouts = Checkouts(
+        __file__,
+        (args.before, args.after),
+        lambda tree: [tree, os.path.join(tree, "tests")],
+        ("--worker", "--ops", str(args.ops), "--steps", str(args.steps)),
+    )
+    print(f"{'CPU seconds':12} {'before (min/median)':>21} {'after (min/median)':>21} {'after/before':>13}")
+    for edge in EDGES:
+        times = checkouts.alternate(edge, args.rounds, lambda answer: answer["seconds"])
+        before, before_median, after, after_median = fastest_and_medians(times)
+        ratio = after / before
+        print(f"{edge:12} {before:10.2f} /{before_median:8.2f} {after:10.2f} /{after_median:8.2f} {ratio:12.3f}x")
+    checkouts.close()
+
+
+if __name__ == "__main__":
+    main()
