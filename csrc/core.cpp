@@ -1230,17 +1230,30 @@ PYBIND11_MODULE(_core, m) {
         "handed to on_line cut to that length.");
     m.def(
         "encode_lines",
-        [](py::handle items) -> py::object {
+        [](py::handle items, py::handle seqs, py::handle lines) -> py::object {
             trace_json::LineWriter writer;
-            if (!writer.write_lines(items.ptr())) {
+            bool ok;
+            if (seqs.is_none()) {
+                ok = writer.write_lines(items.ptr());
+            } else {
+                py::buffer_info numbers = py::reinterpret_borrow<py::buffer>(seqs).request();
+                const std::string_view text = bytes_text(py::reinterpret_borrow<py::bytes>(lines));
+                if (numbers.itemsize != sizeof(int64_t) || numbers.ndim != 1) {
+                    throw py::value_error("seqs must be a one-dimensional buffer of int64");
+                }
+                ok = writer.write_merged(items.ptr(), static_cast<const int64_t*>(numbers.ptr),
+                                         static_cast<size_t>(numbers.size), text.data(), text.size());
+            }
+            if (!ok) {
                 PyErr_Clear();  // json.dumps meets any real error again
                 return py::none();
             }
             return py::bytes(writer.text());
         },
-        py::arg("items"),
+        py::arg("items"), py::arg("seqs") = py::none(), py::arg("lines") = py::none(),
         "Each item as a JSON line, byte for byte as json.dumps(separators=(',', ':'), allow_nan=False) writes it; "
-        "None where it gives up (csrc/trace_json_write.h).");
+        "with seqs and lines, merged by seq with those lines (one per seq, in order). None where it gives up "
+        "(csrc/trace_json_write.h).");
     m.def(
         "parse_trace_line",
         [](py::bytes line) -> py::object {

@@ -14,6 +14,8 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <string>
 
 namespace streamrace::trace_json {
@@ -37,6 +39,47 @@ class LineWriter {
         }
         Py_DECREF(seq);
         return ok;
+    }
+
+    // The same, merged by seq with `count` lines written already (`lines`, each ending in a
+    // newline, `seqs` theirs, both in seq order): each item must be a dict with an int "seq".
+    // What a recording's flush writes: its events and the native hooks' lines (event_log.h).
+    bool write_merged(PyObject* items, const int64_t* seqs, size_t count, const char* lines, size_t size) {
+        PyObject* seq = PySequence_Fast(items, "items must be a sequence");
+        if (seq == nullptr) return false;
+        const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        PyObject** objects = PySequence_Fast_ITEMS(seq);
+        out_.reserve(out_.size() + size + static_cast<size_t>(n) * 128);
+        size_t line = 0, at = 0;
+        auto lines_before = [&](long long bound, bool all) {
+            size_t from = at;
+            while (line < count && (all || seqs[line] < bound)) {
+                const void* end = std::memchr(lines + at, '\n', size - at);
+                if (end == nullptr) return false;  // fewer lines than seqs
+                at = static_cast<size_t>(static_cast<const char*>(end) - lines) + 1;
+                ++line;
+            }
+            out_.append(lines + from, at - from);
+            return true;
+        };
+        bool ok = true;
+        for (Py_ssize_t i = 0; ok && i < n; ++i) {
+            PyObject* item = objects[i];
+            PyObject* number = PyDict_CheckExact(item) ? PyDict_GetItemString(item, "seq") : nullptr;
+            if (number == nullptr || !PyLong_CheckExact(number)) {
+                ok = false;
+                break;
+            }
+            const long long bound = PyLong_AsLongLong(number);
+            if (bound == -1 && PyErr_Occurred()) {
+                ok = false;
+                break;
+            }
+            ok = lines_before(bound, false) && value(item, 0);
+            out_ += '\n';
+        }
+        Py_DECREF(seq);
+        return ok && lines_before(0, true) && line == count && at == size;
     }
 
     const std::string& text() const { return out_; }

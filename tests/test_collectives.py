@@ -374,3 +374,34 @@ def test_real_native_hooks_nccl_traces(engine, key):
     nccl = {e["stream"] for e in trace.events if e["ev"] == "stream" and e.get("name") == NCCL_STREAM_NAME}
     owners = [events[n["op"]] for n in graph["nodes"] if n["type"] == "memcpy"]
     assert owners and all(collective_name(e["op"]) and e["stream"] in nccl for e in owners)
+
+
+def _drained_as_lines(fn):
+    """The native hooks' CPU records of ``fn`` as a flush to a trace file drains them."""
+    from op_engines import cpu_hooks
+
+    from streamrace.record.event_log import _is_collective
+
+    hooks = cpu_hooks()
+    hooks.start()
+    try:
+        fn()
+    finally:
+        hooks.stop()
+        drained = hooks.state.drain_lines(_is_collective)
+        hooks.release_python()
+    return drained
+
+
+def test_a_drain_with_a_collective_gives_every_event_as_a_dict(gloo):
+    """The recorder moves a collective and the events around it onto NCCL's stream
+    (order_collectives), so a drain that holds one gives no trace lines; one without does."""
+    torch, dist = gloo
+    tensor = torch.ones(8)
+    dicts, lines, seqs, *_ = _drained_as_lines(lambda: (tensor.add_(1.0), dist.all_reduce(tensor)))
+    assert lines == b"" and seqs == b""
+    assert any(e["ev"] == "op" and collective_name(e["op"]) for e in dicts)
+    assert any(e["ev"] == "op" and e["op"].startswith("aten::add_") for e in dicts)
+    dicts, lines, seqs, *_ = _drained_as_lines(lambda: tensor.add_(1.0))
+    assert b'"op":"aten::add_.Tensor"' in lines and len(seqs) == 8 * lines.count(b"\n")
+    assert not any(e["ev"] == "op" for e in dicts)

@@ -11,6 +11,7 @@ event. tests/gpu/test_hooks_gpu.py does the same on real captures.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -24,9 +25,12 @@ from op_engines import native_module  # noqa: E402
 
 from streamrace.analysis import analyze  # noqa: E402
 from streamrace.record.recorder import Recorder, name_stream  # noqa: E402
-from streamrace.trace.io import Trace  # noqa: E402
+from streamrace.record.traces import finish_trace  # noqa: E402
+from streamrace.trace.incremental import IncrementalTraceWriter  # noqa: E402
+from streamrace.trace.io import Trace, load_trace  # noqa: E402
 
 MAIN, SIDE, COPY = 0x1000, 0x2000, 0x3000
+PRELUDE = 0x5000  # a stream no program names
 KINDS = ("native", "python")
 
 
@@ -616,3 +620,67 @@ def test_both_hook_sets_see_the_pinned_flag_a_graph_kernel_polls_alike():
     sets_flag = [e for e in events if e["ev"] == "host_op" and e["writes"] and e["writes"][0]["addr"] == flag["addr"]]
     unsignalled = [e for e in events if e not in sets_flag]
     assert [f.kind for f in analyzed(unsignalled, minor=6).findings] == ["pinned-read-before-copy"]
+
+
+LINE_PROGRAMS = {
+    "scripted": scripted_program,
+    "eager": eager_program,
+    "pinned": pinned_program,
+    "host result": host_result_program,
+    "static output": static_output_program,
+    "external event": external_event_program,
+    "signalled copy": signalled_copy_program,
+}
+
+
+@pytest.mark.parametrize("name", LINE_PROGRAMS)
+def test_the_native_hooks_write_a_flushed_trace_as_the_one_kept_in_memory(name, tmp_path, monkeypatch):
+    """A flush to a trace file takes the events the recorder passes through (ops, views,
+    events, syncs) from the native hooks as trace lines they write themselves, never made into
+    dicts (event_log.h, ``drain_lines``). The file must hold the events the same program
+    recorded in memory holds, key for key and in order, each line as json.dumps writes it."""
+    native_module()
+    program = LINE_PROGRAMS[name]
+    written: list[int] = []
+    write = IncrementalTraceWriter.write
+
+    def counted(self, events, lines=None):
+        written.append(len(lines or ()))
+        write(self, events, lines)
+
+    monkeypatch.setattr(IncrementalTraceWriter, "write", counted)
+    path = tmp_path / "t.jsonl"
+    # From one line, so that the two recordings' stacks are the same.
+    flushed, in_memory = [_recorded_natively(program, trace) for trace in (str(path), None)]
+    assert flushed.errors == [] and in_memory.errors == []
+    assert written[0] > 0, "the prelude's flush took lines from the native hooks"
+    lines = path.read_text().splitlines()[1:]
+    for line in lines:
+        assert json.dumps(json.loads(line), separators=(",", ":"), allow_nan=False) == line
+    difference = first_difference(canonical(load_trace(path).events), canonical(in_memory.trace_events()))
+    assert difference is None, difference
+
+
+def _recorded_natively(program: Callable[[FakeCuda], None], trace: str | None) -> Recorder:
+    """A program recorded by the native hooks on a fresh fake, to a trace file flushed at every
+    flush point (and before and after it), or in memory."""
+    fake = FakeCuda()
+    with Kernels(fake):
+        recorder = Recorder(hooks="native", runtime=fake, trace=trace, flush_events=1)
+        recorder.start()
+        try:
+            # A prelude of kinds passed through, flushed before the program: the programs that
+            # capture first drain everything at the capture's end, as dicts (settle).
+            prelude = fake.alloc()
+            with fake.on(PRELUDE):
+                prelude.fill_(3.0)
+                fake.record(fake.event())
+            fake.synchronize()
+            recorder.flush()
+            program(fake)
+            recorder.flush()
+        finally:
+            recorder.stop()
+        if trace is not None:
+            finish_trace(recorder)
+    return recorder

@@ -7,6 +7,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+from array import array
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from streamrace.trace import iter_trace, json_lines
 from streamrace.trace.io import write_trace
+from streamrace.trace.json_lines import EncodedLines, encode_lines
 
 _core = pytest.importorskip("streamrace._core", reason="the C++ core is not built")
 
@@ -99,3 +101,46 @@ def test_write_trace_round_trips_through_the_fast_writer(tmp_path, monkeypatch):
     monkeypatch.setattr(json_lines, "_native", lambda: None)
     write_trace(slow, header, events)
     assert list(iter_trace(fast)) == list(iter_trace(slow)) == [header, *events]
+
+
+def _merge_cases():
+    events = [{"seq": 0, "ev": "stream", "stream": 1}, {"seq": 3, "ev": "free", "addr": 5}, {"seq": 6, "ev": "x"}]
+    lines = EncodedLines()
+    lines.extend(array("q", [1, 2]).tobytes(), b'{"seq":1}\n{"seq":2}\n')
+    lines.extend(array("q", [4, 7]).tobytes(), b'{"seq":4}\n{"seq":7}\n')
+    return events, lines
+
+
+@pytest.mark.parametrize("core", ["native", "python"])
+def test_events_merge_with_lines_written_already_by_seq(core, monkeypatch):
+    """A flush writes the recorder's events and the native hooks' own trace lines, in one
+    seq order (EncodedLines)."""
+    if core == "python":
+        monkeypatch.setattr(json_lines, "_native", lambda: None)
+    elif json_lines._native() is None:
+        pytest.skip("the C++ core is not built")
+    events, lines = _merge_cases()
+    merged = encode_lines(events, lines).decode().splitlines()
+    assert [json.loads(line)["seq"] for line in merged] == [0, 1, 2, 3, 4, 6, 7]
+    assert merged[1] == '{"seq":1}' and merged[3] == '{"seq":3,"ev":"free","addr":5}'
+    assert encode_lines([], lines) == lines.data
+    assert encode_lines(events, EncodedLines()) == encode_lines(events)
+
+
+def test_the_lines_after_a_seq_are_those_the_file_lacks():
+    _, lines = _merge_cases()
+    assert lines.after(-1) is lines
+    later = lines.after(2)
+    assert list(later.seqs) == [4, 7] and later.data == b'{"seq":4}\n{"seq":7}\n' and later.last_seq == 7
+    assert len(lines.after(7)) == 0 and lines.after(7).last_seq == -1
+
+
+def test_lines_that_do_not_match_their_seqs_are_refused_by_the_core():
+    """Fewer lines than seqs (a bug upstream) must not write a torn trace: the C++ merge gives
+    up, and the Python merge writes what it holds."""
+    native = json_lines._native()
+    if native is None:
+        pytest.skip("the C++ core is not built")
+    assert native([{"seq": 0}], array("q", [1, 2]), b'{"seq":1}\n') is None
+    assert native([{"seq": 0}], array("q", [1]), b'{"seq":1}\n{"seq":2}\n') is None
+    assert native([{"ev": "no seq"}], array("q", [1]), b'{"seq":1}\n') is None

@@ -332,10 +332,10 @@ def test_a_ctrl_c_right_after_a_chunk_went_out_leaves_a_readable_trace(kind, tmp
         native_module()
     write, interrupted = IncrementalTraceWriter.write, []
 
-    def write_then_interrupted(self, events):
-        write(self, events)
-        if events and not interrupted:
-            interrupted.append(events[-1]["seq"])
+    def write_then_interrupted(self, events, lines=None):
+        write(self, events, lines)
+        if (events or lines) and not interrupted:
+            interrupted.append(True)
             raise KeyboardInterrupt  # where the program's Ctrl-C could land
 
     monkeypatch.setattr(IncrementalTraceWriter, "write", write_then_interrupted)
@@ -365,11 +365,11 @@ def test_a_disk_that_stays_full_is_tried_less_and_less_often(kind, tmp_path, mon
         native_module()
     write, tries, full = IncrementalTraceWriter.write, [], [True]
 
-    def write_to_a_full_disk(self, events):
-        tries.append(len(events))
+    def write_to_a_full_disk(self, events, lines=None):
+        tries.append(len(events) + len(lines or ()))
         if full[0]:
             raise OSError(28, "No space left on device")
-        write(self, events)
+        write(self, events, lines)
 
     monkeypatch.setattr(IncrementalTraceWriter, "write", write_to_a_full_disk)
     fake = FakeCuda()

@@ -10,10 +10,13 @@
 
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -190,23 +193,263 @@ class EventLog {
     // The records so far as trace event dicts, in seq order (GIL held). Internal fields for
     // the recorder start with an underscore: "_graph", the capture an alloc happened in.
     py::list drain() {
+        Taken taken = take();
+        py::object out = make_list(taken.records.size(), [&](size_t i) { return as_dict(taken, taken.records[i]); });
+        return py::reinterpret_steal<py::list>(out.release());
+    }
+
+    // The same records, but those of the kinds the recorder passes through untouched (ops,
+    // views, events, syncs: passes_through) as their trace lines, never made into dicts; what
+    // a flush to a trace file asks for (GIL held). Returns (the other records as dicts, the
+    // lines, their seqs as native int64s, and of the lines: ops with index operands, views,
+    // host ops). `collective(op)`, asked once per op name, says whether an op is a collective:
+    // a drain with one gives every record as a dict, since the recorder moves a collective and
+    // the events around it (collectives.py). A line is byte for byte what the trace writer
+    // makes of the record's dict (trace/json_lines.py): fill() writes both.
+    py::tuple drain_lines(const py::object& collective) {
+        Taken taken = take();
+        bool any_collective = false;
+        for (const Record& r : taken.records) {
+            if (r.kind == Kind::Op && is_collective(r.text, collective)) {
+                any_collective = true;
+                break;
+            }
+        }
+        std::string lines;
+        std::vector<int64_t> seqs;
+        int64_t index_ops = 0, views = 0, host_ops = 0;
+        py::list dicts;
+        if (!any_collective) lines.reserve(taken.records.size() * 160);
+        for (const Record& r : taken.records) {
+            if (!any_collective && passes_through(r.kind)) {
+                size_t mark = lines.size();
+                LineSink sink(*this, lines);
+                fill(sink, r, taken);
+                if (sink.finish()) {
+                    seqs.push_back(r.seq);
+                    index_ops += r.kind == Kind::Op && r.index > 0;
+                    views += r.kind == Kind::View;
+                    host_ops += r.kind == Kind::HostOp;
+                    continue;
+                }
+                lines.resize(mark);  // a text a line cannot hold as the writer would: a dict
+            }
+            if (PyList_Append(dicts.ptr(), as_dict(taken, r).ptr()) != 0) throw py::error_already_set();
+        }
+        py::bytes line_bytes(lines.data(), lines.size());
+        py::bytes seq_bytes(reinterpret_cast<const char*>(seqs.data()), seqs.size() * sizeof(int64_t));
+        return py::make_tuple(dicts, line_bytes, seq_bytes, index_ops, views, host_ops);
+    }
+
+   private:
+    // The records since the last drain, with the side tables they index into.
+    struct Taken {
         std::vector<Record> records;
         std::vector<ByteRange> ranges;
         std::vector<AllocFact> facts;
         std::vector<int64_t> tensor_ids;
-        {
-            Locked held = lock();
-            records.swap(records_);
-            ranges.swap(ranges_);
-            facts.swap(facts_);
-            tensor_ids.swap(tensor_ids_);
-        }
-        py::object out =
-            make_list(records.size(), [&](size_t i) { return to_dict(records[i], ranges, facts, tensor_ids); });
-        return py::reinterpret_steal<py::list>(out.release());
+    };
+
+    Taken take() {
+        Taken taken;
+        Locked held = lock();
+        taken.records.swap(records_);
+        taken.ranges.swap(ranges_);
+        taken.facts.swap(facts_);
+        taken.tensor_ids.swap(tensor_ids_);
+        return taken;
     }
 
-   private:
+    // The kinds the recorder writes as the hooks made them (event_log.py's ingest only counts
+    // some): the others are settled in Python (allocations, frees, kernels), named (streams),
+    // kept (stack definitions) or reported (recorder errors).
+    static bool passes_through(Kind kind) {
+        switch (kind) {
+            case Kind::Op:
+            case Kind::View:
+            case Kind::HostOp:
+            case Kind::RecordStream:
+            case Kind::EventCreate:
+            case Kind::EventDelete:
+            case Kind::EventSync:
+            case Kind::EventRecord:
+            case Kind::EventWait:
+            case Kind::StreamSync:
+            case Kind::DeviceSync:
+                return true;
+            default:
+                return false;
+        }
+    }
+
+    // Whether an op name is a collective's, asked of Python once per name (GIL held).
+    bool is_collective(int32_t id, const py::object& collective) {
+        if (id < 0) return false;
+        if (id >= static_cast<int32_t>(collective_texts_.size())) collective_texts_.resize(id + 1, -1);
+        int8_t& known = collective_texts_[id];
+        if (known < 0) known = collective(text_object(id)).cast<bool>() ? 1 : 0;
+        return known == 1;
+    }
+
+    // A text as a trace line holds it: its JSON string, or null where the writer would escape
+    // something in it (a quote, a backslash, a control or non-ASCII character), which the
+    // record then leaves to the dict path. Op names never need it. Cached (GIL held).
+    const std::string* line_text(int32_t id) {
+        if (id < 0) return nullptr;
+        if (id >= static_cast<int32_t>(line_texts_.size())) line_texts_.resize(id + 1);
+        LineText& cached = line_texts_[id];
+        if (!cached.known) {
+            Locked held = lock();
+            const std::string& text = texts_[id];
+            cached.plain = std::all_of(text.begin(), text.end(),
+                                       [](char c) { return c >= 0x20 && c <= 0x7e && c != '"' && c != '\\'; });
+            if (cached.plain) cached.json = '"' + text + '"';
+            cached.known = true;
+        }
+        return cached.plain ? &cached.json : nullptr;
+    }
+
+    // A record as its dict.
+    class DictSink {
+       public:
+        explicit DictSink(EventLog& log) : log_(log) {}
+        template <typename Int>
+        void set(PyObject* key, Int value) {
+            d_.set(key, value);
+        }
+        void set_true(PyObject* key) { d_.set_true(key); }
+        void kind(PyObject* key, Kind kind) { d_.set(key, py::handle(kind_name(kind))); }
+        void text(PyObject* key, int32_t id) { d_.set(key, log_.text_object(id)); }
+        void ranges(PyObject* key, const std::vector<ByteRange>& all, uint32_t begin, uint32_t n) {
+            d_.set(key, range_list(all, begin, n));
+        }
+        void ints(PyObject* key, const int64_t* values, size_t n) { d_.set(key, int_list(values, n)); }
+        void pool(PyObject* key, uint64_t first, uint64_t second) { d_.set(key, pool_list(first, second)); }
+        void empty_list(PyObject* key) { d_.set(key, steal_or_throw(PyList_New(0))); }
+        void frames(PyObject* key, const std::vector<UserFrame>& frames) {
+            d_.set(key, make_list(frames.size(), [&](size_t i) {
+                       const UserFrame& f = frames[i];
+                       py::object frame[3] = {py::reinterpret_borrow<py::object>(f.path), int_object(f.line),
+                                              py::reinterpret_borrow<py::object>(f.function)};
+                       return make_list(3, [&](size_t k) { return std::move(frame[k]); });
+                   }));
+        }
+        py::object take() { return d_.take(); }
+
+       private:
+        EventLog& log_;
+        EventDict d_;
+    };
+
+    // A record as its trace line: json.dumps of its dict with separators (",", ":"), which
+    // for the values here (ints, true, ASCII strings that need no escape, lists and dicts of
+    // those) is their plain text. What it cannot write as the writer would (a stack's frames,
+    // a text line_text refuses) makes finish() false.
+    class LineSink {
+       public:
+        LineSink(EventLog& log, std::string& out) : log_(log), out_(out) {}
+        template <typename Int>
+        void set(PyObject* key, Int value) {
+            static_assert(std::is_integral_v<Int> && !std::is_same_v<Int, bool>, "a bool is set_true");
+            name(key);
+            number(static_cast<int64_t>(value));
+        }
+        void set_true(PyObject* key) {
+            name(key);
+            out_ += "true";
+        }
+        void kind(PyObject* key, Kind kind) {
+            name(key);
+            out_ += '"';
+            out_ += tables::kKindNames[static_cast<size_t>(kind)];
+            out_ += '"';
+        }
+        void text(PyObject* key, int32_t id) {
+            const std::string* json = log_.line_text(id);
+            if (json == nullptr) {
+                ok_ = false;
+                return;
+            }
+            name(key);
+            out_ += *json;
+        }
+        void ranges(PyObject* key, const std::vector<ByteRange>& all, uint32_t begin, uint32_t n) {
+            name(key);
+            out_ += '[';
+            for (uint32_t i = 0; i < n; ++i) {
+                const ByteRange& r = all[begin + i];
+                if (i > 0) out_ += ',';
+                out_ += "{\"addr\":";
+                number(r.addr);
+                if (r.contiguous) {
+                    out_ += ",\"nbytes\":";
+                    number(r.nbytes);
+                } else {
+                    out_ += ",\"shape\":";
+                    numbers(r.shape.data(), r.shape.size());
+                    out_ += ",\"stride\":";
+                    numbers(r.stride.data(), r.stride.size());
+                    out_ += ",\"itemsize\":";
+                    number(r.itemsize);
+                }
+                out_ += '}';
+            }
+            out_ += ']';
+        }
+        void ints(PyObject* key, const int64_t* values, size_t n) {
+            name(key);
+            numbers(values, n);
+        }
+        void pool(PyObject* key, uint64_t first, uint64_t second) {
+            name(key);
+            out_ += '[';
+            out_ += std::to_string(first);
+            out_ += ',';
+            out_ += std::to_string(second);
+            out_ += ']';
+        }
+        void empty_list(PyObject* key) {
+            name(key);
+            out_ += "[]";
+        }
+        void frames(PyObject*, const std::vector<UserFrame>&) { ok_ = false; }
+        // Closes the line; false where a field could not be written (the caller drops it).
+        bool finish() {
+            out_ += "}\n";
+            return ok_;
+        }
+
+       private:
+        // A key: an interned str of a declared field, ASCII.
+        void name(PyObject* key) {
+            Py_ssize_t size = 0;
+            const char* text = PyUnicode_AsUTF8AndSize(key, &size);
+            if (text == nullptr) throw py::error_already_set();
+            out_ += first_ ? "{\"" : ",\"";
+            first_ = false;
+            out_.append(text, static_cast<size_t>(size));
+            out_ += "\":";
+        }
+        void number(int64_t value) {
+            char buffer[24];
+            auto [end, error] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+            out_.append(buffer, end);
+        }
+        void numbers(const int64_t* values, size_t n) {
+            out_ += '[';
+            for (size_t i = 0; i < n; ++i) {
+                if (i > 0) out_ += ',';
+                number(values[i]);
+            }
+            out_ += ']';
+        }
+
+        EventLog& log_;
+        std::string& out_;
+        bool first_ = true;
+        bool ok_ = true;
+    };
+
     py::object text_object(int32_t id) {
         if (id >= static_cast<int32_t>(text_objects_.size())) text_objects_.resize(id + 1);
         py::object& cached = text_objects_[id];
@@ -244,11 +487,13 @@ class EventLog {
         return names.at(static_cast<size_t>(kind));
     }
 
-    py::object to_dict(const Record& r, const std::vector<ByteRange>& ranges, const std::vector<AllocFact>& facts,
-                       const std::vector<int64_t>& tensor_ids) {
-        EventDict d;
+    // One record's fields into a sink, in the order the trace writes them.
+    template <typename Sink>
+    void fill(Sink& d, const Record& r, const Taken& taken) {
+        const std::vector<ByteRange>& ranges = taken.ranges;
+        const std::vector<AllocFact>& facts = taken.facts;
         d.set(STREAMRACE_KEY("seq"), r.seq);
-        d.set(STREAMRACE_KEY("ev"), kind_name(r.kind));
+        d.kind(STREAMRACE_KEY("ev"), r.kind);
         auto stack = [&] {
             if (r.stack >= 0) d.set(STREAMRACE_KEY("stack"), r.stack);
         };
@@ -260,12 +505,7 @@ class EventLog {
             case Kind::Stack: {
                 d.set(STREAMRACE_FIELD("id", "stack"), r.value);
                 const std::vector<UserFrame>& frames = stack_frames_.at(static_cast<int>(r.value));
-                d.set(STREAMRACE_FIELD("frames", "stack"), make_list(frames.size(), [&](size_t i) {
-                          const UserFrame& f = frames[i];
-                          py::object frame[3] = {py::reinterpret_borrow<py::object>(f.path), int_object(f.line),
-                                                 py::reinterpret_borrow<py::object>(f.function)};
-                          return make_list(3, [&](size_t k) { return std::move(frame[k]); });
-                      }));
+                d.frames(STREAMRACE_FIELD("frames", "stack"), frames);
                 break;
             }
             case Kind::Alloc: {
@@ -278,7 +518,7 @@ class EventLog {
                 stack();
                 if (f != nullptr) {  // exact: the allocator's own facts ("_exact" for the recorder)
                     if (f->pool_first != 0 || f->pool_second != 0) {
-                        d.set(STREAMRACE_FIELD("pool", "alloc"), pool_list(f->pool_first, f->pool_second));
+                        d.pool(STREAMRACE_FIELD("pool", "alloc"), f->pool_first, f->pool_second);
                     }
                     d.set_true(STREAMRACE_FIELD("_exact", "alloc"));
                 }
@@ -291,41 +531,41 @@ class EventLog {
                 stack();
                 break;
             case Kind::Op:
-                d.set(STREAMRACE_FIELD("op", "op"), text_object(r.text));
+                d.text(STREAMRACE_FIELD("op", "op"), r.text);
                 d.set(STREAMRACE_FIELD("stream", "op"), r.stream);
                 d.set(STREAMRACE_FIELD("device", "op"), r.device);
-                d.set(STREAMRACE_FIELD("reads", "op"), range_list(ranges, r.ranges, r.reads));
-                d.set(STREAMRACE_FIELD("writes", "op"), range_list(ranges, r.ranges + r.reads, r.writes));
+                d.ranges(STREAMRACE_FIELD("reads", "op"), ranges, r.ranges, r.reads);
+                d.ranges(STREAMRACE_FIELD("writes", "op"), ranges, r.ranges + r.reads, r.writes);
                 if (r.index > 0) {
-                    d.set(STREAMRACE_FIELD("index", "op"), range_list(ranges, r.ranges + r.reads + r.writes, r.index));
+                    d.ranges(STREAMRACE_FIELD("index", "op"), ranges, r.ranges + r.reads + r.writes, r.index);
                 }
                 if (r.tensor_count > 0) {
-                    d.set(STREAMRACE_FIELD("tensors", "op"), int_list(tensor_ids.data() + r.tensors, r.tensor_count));
+                    d.ints(STREAMRACE_FIELD("tensors", "op"), taken.tensor_ids.data() + r.tensors, r.tensor_count);
                 }
                 stack();
                 {
                     uint32_t host = r.ranges + r.reads + r.writes + r.index;
-                    if (r.host_reads > 0) d.set(STREAMRACE_FIELD("host_reads", "op"), range_list(ranges, host, r.host_reads));
+                    if (r.host_reads > 0) d.ranges(STREAMRACE_FIELD("host_reads", "op"), ranges, host, r.host_reads);
                     if (r.host_writes > 0) {
-                        d.set(STREAMRACE_FIELD("host_writes", "op"), range_list(ranges, host + r.host_reads, r.host_writes));
+                        d.ranges(STREAMRACE_FIELD("host_writes", "op"), ranges, host + r.host_reads, r.host_writes);
                     }
                 }
                 if (r.host_blocking) d.set_true(STREAMRACE_FIELD("host_blocking", "op"));
                 break;
             case Kind::View:
                 d.set(STREAMRACE_FIELD("tensor", "view"), r.value);
-                d.set(STREAMRACE_FIELD("op", "view"), text_object(r.text));
-                d.set(STREAMRACE_FIELD("ranges", "view"), range_list(ranges, r.ranges, r.reads));
+                d.text(STREAMRACE_FIELD("op", "view"), r.text);
+                d.ranges(STREAMRACE_FIELD("ranges", "view"), ranges, r.ranges, r.reads);
                 if (r.base != 0) d.set(STREAMRACE_FIELD("base", "view"), r.base);
                 d.set(STREAMRACE_FIELD("stream", "view"), r.stream);
                 d.set(STREAMRACE_FIELD("device", "view"), r.device);
                 stack();
                 break;
             case Kind::HostOp: {  // an op the host ran on pinned memory: no stream
-                d.set(STREAMRACE_FIELD("op", "host_op"), text_object(r.text));
+                d.text(STREAMRACE_FIELD("op", "host_op"), r.text);
                 uint32_t host = r.ranges + r.reads + r.writes + r.index;
-                d.set(STREAMRACE_FIELD("reads", "host_op"), range_list(ranges, host, r.host_reads));
-                d.set(STREAMRACE_FIELD("writes", "host_op"), range_list(ranges, host + r.host_reads, r.host_writes));
+                d.ranges(STREAMRACE_FIELD("reads", "host_op"), ranges, host, r.host_reads);
+                d.ranges(STREAMRACE_FIELD("writes", "host_op"), ranges, host + r.host_reads, r.host_writes);
                 stack();
                 break;
             }
@@ -353,22 +593,27 @@ class EventLog {
                 d.set(STREAMRACE_FIELD("device", "device_sync"), r.device);
                 break;
             case Kind::RecorderError:
-                d.set(STREAMRACE_FIELD("message", "recorder_error"), text_object(r.text));
-                d.set(STREAMRACE_FIELD("where", "recorder_error"), text_object(r.where));
+                d.text(STREAMRACE_FIELD("message", "recorder_error"), r.text);
+                d.text(STREAMRACE_FIELD("where", "recorder_error"), r.where);
                 break;
             case Kind::Kernel:  // a node no recorded launch made; its accesses come later
                 d.set(STREAMRACE_FIELD("graph", "kernel"), r.graph);
                 d.set(STREAMRACE_FIELD("node", "kernel"), r.value);
-                d.set(STREAMRACE_FIELD("name", "kernel"), text_object(r.text));
+                d.text(STREAMRACE_FIELD("name", "kernel"), r.text);
                 d.set(STREAMRACE_FIELD("stream", "kernel"), r.stream);
                 d.set(STREAMRACE_FIELD("device", "kernel"), r.device);
-                d.set(STREAMRACE_FIELD("reads", "kernel"), steal_or_throw(PyList_New(0)));
-                d.set(STREAMRACE_FIELD("writes", "kernel"), steal_or_throw(PyList_New(0)));
+                d.empty_list(STREAMRACE_FIELD("reads", "kernel"));
+                d.empty_list(STREAMRACE_FIELD("writes", "kernel"));
                 d.set_true(STREAMRACE_FIELD("inferred", "kernel"));
                 stack();
                 break;
         }
-        return d.take();
+    }
+
+    py::object as_dict(const Taken& taken, const Record& r) {
+        DictSink sink(*this);
+        fill(sink, r, taken);
+        return sink.take();
     }
 
     std::mutex mutex_;  // guards everything here and the capture tracker's state
@@ -383,6 +628,12 @@ class EventLog {
     std::vector<std::string> texts_;
     std::unordered_map<std::string, int32_t> text_ids_;
     std::vector<py::object> text_objects_;  // GIL-guarded
+    struct LineText {
+        bool known = false, plain = false;
+        std::string json;
+    };
+    std::vector<LineText> line_texts_;      // GIL-guarded
+    std::vector<int8_t> collective_texts_;  // GIL-guarded: -1 not asked yet, 0 no, 1 a collective
     std::unordered_set<int64_t> streams_;
 };
 

@@ -227,16 +227,18 @@ class Recorder:
         self.allocations.stop_history()
         self._forget_first_allocation()
 
-    def settle(self) -> None:
+    def settle(self, lines: bool = False) -> None:
         """Every event so far settled: the hooks' drained, allocations resolved, the kernel
-        events of captures read back completed."""
+        events of captures read back completed. With ``lines`` (a flush to the trace file),
+        the events written as the hooks made them may come as trace lines (EventLog.ingest),
+        but not while a capture's read-back waits to complete its ops (unseen_launches.py)."""
         if self.no_cuda is not None:
             return
         # No cyclic collection while the drained events are made (as in a flush): at the end
         # of a recording that never flushed, a collection every few hundred of them walked
         # the rest, most of a stop's time (2.6 s of 300,000 eager ops' events).
         with collections_paused():
-            self.log.ingest()
+            self.log.ingest(lines=lines and not self.unseen.waiting)
             self.resolve_allocations()
             self.unseen.finish()
 

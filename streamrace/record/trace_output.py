@@ -41,7 +41,7 @@ class OutputSeam(Protocol):
     @property
     def captures(self) -> CaptureLifecycle: ...
 
-    def settle(self) -> None: ...
+    def settle(self, lines: bool = False) -> None: ...
 
 
 FLUSH_EVENTS = 20_000  # events numbered between flushes (about 10 MB of events in memory)
@@ -106,11 +106,13 @@ class TraceOutput:
             # whole program's objects: 160 ms of a 220 ms flush of 20,000 events (CPU, native
             # hooks, docs/performance.md).
             with rec.log.lock, collections_paused():
-                rec.settle()
+                # Events a view of the recording will read stay dicts (hold).
+                rec.settle(lines=not self._holds)
                 events = rec.log.after(self.written_through, rec.allocations.unknown)
-                self._writer.write(events)
-                if events:
-                    self.written_through = events[-1]["seq"]
+                lines = rec.log.lines
+                self._writer.write(events, lines)
+                rec.log.written()
+                self.written_through = max(self.written_through, events[-1]["seq"] if events else -1, lines.last_seq)
                 kept_from = min([self.written_through + 1, *self._holds.values()])
                 rec.log.forget(kept_from)
                 rec.allocations.forget(kept_from)
@@ -137,6 +139,7 @@ class TraceOutput:
         with rec.log.lock:
             rec.settle()
             events = rec.log.after(self.written_through, rec.allocations.unknown)
-            self._writer.finish(header, events)
-            if events:
-                self.written_through = events[-1]["seq"]
+            lines = rec.log.lines
+            self._writer.finish(header, events, lines)
+            rec.log.written()
+            self.written_through = max(self.written_through, events[-1]["seq"] if events else -1, lines.last_seq)

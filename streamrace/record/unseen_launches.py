@@ -87,6 +87,11 @@ class UnseenLaunches:
         """A capture whose graph was read back: its nodes' accesses come once allocations are known."""
         self._unfinished.append(capture)
 
+    @property
+    def waiting(self) -> bool:
+        """Whether a capture read back waits for ``finish`` (which reads its op events)."""
+        return bool(self._unfinished)
+
     def finish(self) -> None:
         """Kernel events' accesses and custom ops' cross-checks, once allocations are known."""
         if not self._unfinished:

@@ -38,7 +38,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from streamrace.trace.json_lines import encode_lines
+from streamrace.trace.json_lines import EncodedLines, encode_lines
 
 PARTIAL_SUFFIX = ".partial"
 GZIP_LEVEL = 6  # zlib's default: within a few per cent of 9's size at about twice its speed
@@ -99,28 +99,32 @@ class IncrementalTraceWriter:
             return [e for e in events if e["seq"] > self.landed_through]
         return events
 
-    def write(self, events: list[dict[str, Any]]) -> None:
-        """Append events (in seq order), less those already written."""
-        if events and self._ours():
+    def write(self, events: list[dict[str, Any]], lines: EncodedLines | None = None) -> None:
+        """Append events (in seq order), merged by seq with ``lines`` (written already), less
+        those already written."""
+        if (events or lines) and self._ours():
             self.wait()
             events = self._not_written(events)
-            if not events:
+            lines = lines.after(self.landed_through) if lines else None
+            if not events and not lines:
                 return
-            data = encode_lines(events)
+            data = encode_lines(events, lines)
+            last_seq = max(events[-1]["seq"] if events else -1, lines.last_seq if lines else -1)
             self._in_flight = threading.Thread(
-                target=self._compress_and_write, args=(data, events[-1]["seq"]), name="streamrace-trace-writer"
+                target=self._compress_and_write, args=(data, last_seq), name="streamrace-trace-writer"
             )
             self._in_flight.start()
-            self.events_written += len(events)
+            self.events_written += len(events) + (len(lines) if lines else 0)
 
-    def finish(self, header: dict[str, Any], events: list[dict[str, Any]]) -> None:
-        """Write ``PATH``: ``header``, every event written so far, then ``events``; remove the
-        partial file."""
+    def finish(self, header: dict[str, Any], events: list[dict[str, Any]], lines: EncodedLines | None = None) -> None:
+        """Write ``PATH``: ``header``, every event written so far, then ``events`` merged with
+        ``lines``; remove the partial file."""
         if not self._ours():
             return
         assert self._fd is not None
         self.wait()
         events = self._not_written(events)
+        lines = lines.after(self.landed_through) if lines else None
         os.close(self._fd)
         self._fd = None
         with open(self.path, "wb") as out:
@@ -128,7 +132,7 @@ class IncrementalTraceWriter:
             with open(self.partial_path, "rb") as partial:
                 partial.seek(self._head_bytes)
                 shutil.copyfileobj(partial, out, 1 << 20)
-            if events:
-                out.write(self._encode(events))
-        self.events_written += len(events)
+            if events or lines:
+                out.write(self._compressed(encode_lines(events, lines)))
+        self.events_written += len(events) + (len(lines) if lines else 0)
         os.remove(self.partial_path)

@@ -10,15 +10,19 @@ asks for no compiled code here too.
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
+from array import array
+from bisect import bisect_right
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
 
 @cache
-def _native() -> Callable[[list[Any]], bytes | None] | None:
+def _native() -> Callable[..., bytes | None] | None:
     if os.environ.get("STREAMRACE_CORE", "").strip().lower() == "python":
         return None
     try:
@@ -28,10 +32,52 @@ def _native() -> Callable[[list[Any]], bytes | None] | None:
     return getattr(_core, "encode_lines", None)  # a core built before it has none
 
 
-def encode_lines(items: Iterable[Any]) -> bytes:
-    """Each item as one line of strict JSON, UTF-8 (all ASCII), each line ending in a newline."""
+@dataclass
+class EncodedLines:
+    """Trace lines written already, one per seq, in seq order: the events the native hooks
+    write themselves at a flush (csrc/recorder/event_log.h, ``drain_lines``), which never
+    become Python objects."""
+
+    seqs: array = field(default_factory=lambda: array("q"))
+    data: bytes = b""
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    @property
+    def last_seq(self) -> int:
+        return self.seqs[-1] if self.seqs else -1
+
+    def extend(self, seqs: bytes, data: bytes) -> None:
+        """Lines after these (a later drain)."""
+        self.seqs.frombytes(seqs)
+        self.data += data
+
+    def after(self, seq: int) -> EncodedLines:
+        """The lines whose seq is above ``seq``."""
+        drop = bisect_right(self.seqs, seq)
+        if drop == 0:
+            return self
+        at = 0
+        for _ in range(drop):
+            at = self.data.index(b"\n", at) + 1
+        return EncodedLines(self.seqs[drop:], self.data[at:])
+
+
+def encode_lines(items: Iterable[Any], lines: EncodedLines | None = None) -> bytes:
+    """Each item as one line of strict JSON, UTF-8 (all ASCII), each line ending in a newline;
+    with ``lines``, merged with them by seq (the items are then events in seq order)."""
     batch = items if isinstance(items, list) else list(items)
     native = _native()
+    if lines:
+        if native is not None:
+            data = native(batch, lines.seqs, lines.data)
+            if data is not None:
+                return data
+        mine = encode_lines(batch).split(b"\n")[:-1]
+        theirs = lines.data.split(b"\n")[:-1]
+        merged = heapq.merge(zip((e["seq"] for e in batch), mine, strict=True), zip(lines.seqs, theirs, strict=True))
+        return b"".join(line + b"\n" for _, line in merged)
     if native is not None:
         data = native(batch)
         if data is not None:
