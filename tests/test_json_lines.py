@@ -105,9 +105,9 @@ def test_write_trace_round_trips_through_the_fast_writer(tmp_path, monkeypatch):
 
 def _merge_cases():
     events = [{"seq": 0, "ev": "stream", "stream": 1}, {"seq": 3, "ev": "free", "addr": 5}, {"seq": 6, "ev": "x"}]
-    lines = EncodedLines()
-    lines.extend(array("q", [1, 2]).tobytes(), b'{"seq":1}\n{"seq":2}\n')
-    lines.extend(array("q", [4, 7]).tobytes(), b'{"seq":4}\n{"seq":7}\n')
+    first = EncodedLines().extended(array("q", [1, 2]).tobytes(), b'{"seq":1}\n{"seq":2}\n')
+    lines = first.extended(array("q", [4, 7]).tobytes(), b'{"seq":4}\n{"seq":7}\n')
+    assert list(first.seqs) == [1, 2], "extended makes new lines (a Ctrl-C between two updates tore them)"
     return events, lines
 
 
@@ -144,3 +144,16 @@ def test_lines_that_do_not_match_their_seqs_are_refused_by_the_core():
     assert native([{"seq": 0}], array("q", [1, 2]), b'{"seq":1}\n') is None
     assert native([{"seq": 0}], array("q", [1]), b'{"seq":1}\n{"seq":2}\n') is None
     assert native([{"ev": "no seq"}], array("q", [1]), b'{"seq":1}\n') is None
+
+
+def test_a_core_built_before_lines_were_merged_leaves_the_merge_to_python(monkeypatch):
+    """The native hooks rebuild themselves; an installed core may be older, its encode_lines
+    taking the items alone: the flush must still write its lines."""
+    native = json_lines._native()
+
+    def old_core(items):
+        return native(items) if native is not None else None
+
+    monkeypatch.setattr(json_lines, "_native", lambda: old_core)
+    events, lines = _merge_cases()
+    assert [json.loads(line)["seq"] for line in encode_lines(events, lines).splitlines()] == [0, 1, 2, 3, 4, 6, 7]

@@ -202,15 +202,15 @@ class EventLog {
     // views, events, syncs: passes_through) as their trace lines, never made into dicts; what
     // a flush to a trace file asks for (GIL held). Returns (the other records as dicts, the
     // lines, their seqs as native int64s, and of the lines: ops with index operands, views,
-    // host ops). `collective(op)`, asked once per op name, says whether an op is a collective:
-    // a drain with one gives every record as a dict, since the recorder moves a collective and
-    // the events around it (collectives.py). A line is byte for byte what the trace writer
-    // makes of the record's dict (trace/json_lines.py): fill() writes both.
-    py::tuple drain_lines(const py::object& collective) {
+    // host ops). A drain with a collective gives every record as a dict, since the recorder
+    // moves a collective and the events around it (collectives.py). A line is byte for byte
+    // what the trace writer makes of the record's dict (trace/json_lines.py): fill() writes
+    // both. No Python runs once the records are taken: an exception there (a Ctrl-C) would lose them.
+    py::tuple drain_lines() {
         Taken taken = take();
         bool any_collective = false;
         for (const Record& r : taken.records) {
-            if (r.kind == Kind::Op && is_collective(r.text, collective)) {
+            if (r.kind == Kind::Op && is_collective(r.text)) {
                 any_collective = true;
                 break;
             }
@@ -282,13 +282,22 @@ class EventLog {
         }
     }
 
-    // Whether an op name is a collective's, asked of Python once per name (GIL held).
-    bool is_collective(int32_t id, const py::object& collective) {
+    // Whether an op name ("c10d::allreduce_.default") is a collective's (hook_tables.py's
+    // COLLECTIVE_OUTPUTS, as collectives.py's collective_name decides). Cached (GIL held).
+    bool is_collective(int32_t id) {
         if (id < 0) return false;
         if (id >= static_cast<int32_t>(collective_texts_.size())) collective_texts_.resize(id + 1, -1);
-        int8_t& known = collective_texts_[id];
-        if (known < 0) known = collective(text_object(id)).cast<bool>() ? 1 : 0;
-        return known == 1;
+        if (collective_texts_[id] < 0) {
+            std::string name;
+            {
+                Locked held = lock();
+                name = texts_[id].substr(0, texts_[id].find('.'));
+            }
+            bool found = false;
+            for (const char* collective : tables::kCollectives) found = found || name == collective;
+            collective_texts_[id] = found ? 1 : 0;
+        }
+        return collective_texts_[id] == 1;
     }
 
     // A text as a trace line holds it: its JSON string, or null where the writer would escape

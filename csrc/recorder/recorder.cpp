@@ -180,7 +180,7 @@ class State {
     }
 
     py::list drain() { return log_.drain(); }
-    py::tuple drain_lines(const py::object& collective) { return log_.drain_lines(collective); }
+    py::tuple drain_lines() { return log_.drain_lines(); }
 
     // Drops the Python objects this state holds (GIL held); records stay drainable.
     void release_python() {
@@ -539,7 +539,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         .def("begin_launch", [](Hooks& h) { return h.state().ops.begin_launch(); })
         .def("end_launch", [](Hooks& h) { h.state().ops.end_launch(); })
         .def("drain", [](Hooks& h) { return h.state().drain(); })
-        .def("drain_lines", [](Hooks& h, const py::object& collective) { return h.state().drain_lines(collective); })
+        .def("drain_lines", [](Hooks& h) { return h.state().drain_lines(); })
         .def("release_python", [](Hooks& h) { h.state().release_python(); })
         .def("use_allocator_facts", &Hooks::use_allocator_facts, py::arg("scripted") = false)
         // Graph reads at a capture's end (GraphReadback does the same in Python): the whole

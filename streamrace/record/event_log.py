@@ -18,13 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from streamrace.record.collectives import (
-    NCCL_STREAM_NAME,
-    absorb,
-    collective_name,
-    order_collectives,
-    own_catch_up_kernel,
-)
+from streamrace.record.collectives import NCCL_STREAM_NAME, absorb, order_collectives, own_catch_up_kernel
 from streamrace.record.hook_tables import MAX_ERRORS
 from streamrace.record.hooks import HookState
 from streamrace.trace.json_lines import EncodedLines
@@ -122,9 +116,9 @@ class EventLog:
             return
         drain_lines = getattr(self.hooks, "drain_lines", None) if lines else None
         if drain_lines is not None:
-            drained, data, seqs, index_ops, views, host_ops = drain_lines(_is_collective)
+            drained, data, seqs, index_ops, views, host_ops = drain_lines()
             if data:
-                self.lines.extend(seqs, data)
+                self.lines = self.lines.extended(seqs, data)  # one store: a Ctrl-C leaves the old or the new
                 self.index_ops += index_ops
                 self.views += views
                 self.host_events += host_ops
@@ -195,7 +189,3 @@ class EventLog:
     def forget(self, before: int) -> None:
         """Let go of the events before seq ``before`` (written out), but for the definitions."""
         self.events = [e for e in self.events if e["seq"] >= before or e["ev"] in DEFINITIONS]
-
-
-def _is_collective(op: str) -> bool:
-    return collective_name(op) is not None

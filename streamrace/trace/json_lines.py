@@ -32,11 +32,12 @@ def _native() -> Callable[..., bytes | None] | None:
     return getattr(_core, "encode_lines", None)  # a core built before it has none
 
 
-@dataclass
+@dataclass(frozen=True)
 class EncodedLines:
     """Trace lines written already, one per seq, in seq order: the events the native hooks
     write themselves at a flush (csrc/recorder/event_log.h, ``drain_lines``), which never
-    become Python objects."""
+    become Python objects. Never changed in place: a Ctrl-C between its two parts' updates
+    would leave seqs without their lines."""
 
     seqs: array = field(default_factory=lambda: array("q"))
     data: bytes = b""
@@ -48,10 +49,11 @@ class EncodedLines:
     def last_seq(self) -> int:
         return self.seqs[-1] if self.seqs else -1
 
-    def extend(self, seqs: bytes, data: bytes) -> None:
-        """Lines after these (a later drain)."""
-        self.seqs.frombytes(seqs)
-        self.data += data
+    def extended(self, seqs: bytes, data: bytes) -> EncodedLines:
+        """These lines and then those of a later drain."""
+        more = array("q", self.seqs)
+        more.frombytes(seqs)
+        return EncodedLines(more, self.data + data)
 
     def after(self, seq: int) -> EncodedLines:
         """The lines whose seq is above ``seq``."""
@@ -71,7 +73,10 @@ def encode_lines(items: Iterable[Any], lines: EncodedLines | None = None) -> byt
     native = _native()
     if lines:
         if native is not None:
-            data = native(batch, lines.seqs, lines.data)
+            try:
+                data = native(batch, lines.seqs, lines.data)
+            except TypeError:  # a core built before it merged lines: the merge below
+                data = None
             if data is not None:
                 return data
         mine = encode_lines(batch).split(b"\n")[:-1]
