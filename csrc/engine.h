@@ -454,7 +454,7 @@ class Engine {
 
     // rec is part of its capture's program; note the blocks it uses that were allocated
     // outside any capture and not into a graph pool (their free is §8.5's).
-    void capture_into(std::vector<Step>& program, Rec* rec) {
+    void capture_into(Program& program, Rec* rec) {
         program.emplace_back(*rec);
         for (Lifetime* l : rec->lifetimes) {
             if (l->domain != EAGER || l->pooled) continue;
@@ -623,7 +623,7 @@ class Engine {
     i64 order_ = 0;
     // The execution view (§8): each live graph's program, the clock of its last replay, every
     // device's last writes, and which graphs use each block allocated outside them.
-    std::unordered_map<i64, std::vector<Step>> programs_;
+    std::unordered_map<i64, Program> programs_;
     std::unordered_map<i64, VectorClock> replayed_;
     std::unordered_map<i64, LastWrites> last_writes_;  // device ->
     // lifetime id -> (graph, its first captured access through the block), in order of use
@@ -644,7 +644,7 @@ class Engine {
     const VectorClock* op_host_ = nullptr;
     ShadowMemory* op_shadow_ = nullptr;
     LastWrites* op_writes_ = nullptr;  // the device's last writes, for an eager op
-    std::vector<Step>* op_program_ = nullptr;  // the program the op's capture is adding to, if any
+    Program* op_program_ = nullptr;  // the program the op's capture is adding to, if any
     // An op's write through live blocks: each allocated in a capture and written by eager work
     // or another graph's op is one the program keeps its state in.
     void keeps_state(const Rec& rec) const {

@@ -249,6 +249,50 @@ inline Rec::~Rec() {
     for (Lifetime* l : lifetimes) release(l);
 }
 
+// A graph's program: its captured accesses in capture order, replayed in that order. Held in
+// chunks of a fixed size rather than one vector: a capture of tens of thousands of accesses
+// grew a vector by doubling, moving every step it held each time and touching up to twice
+// the pages it kept, 71% of an analysis's page faults on the capture set
+// (docs/performance.md). Steps never move once made.
+class Program {
+   public:
+    static constexpr size_t CHUNK = 1024;
+
+    void emplace_back(const Rec& rec) {
+        if (chunks_.empty() || chunks_.back().size() == CHUNK) {
+            chunks_.emplace_back();
+            chunks_.back().reserve(CHUNK);
+        }
+        chunks_.back().emplace_back(rec);
+    }
+    void clear() { chunks_.clear(); }
+    size_t size() const { return chunks_.empty() ? 0 : (chunks_.size() - 1) * CHUNK + chunks_.back().size(); }
+
+    class const_iterator {
+       public:
+        const_iterator(const std::vector<std::vector<Step>>* chunks, size_t chunk, size_t at)
+            : chunks_(chunks), chunk_(chunk), at_(at) {}
+        const Step& operator*() const { return (*chunks_)[chunk_][at_]; }
+        const_iterator& operator++() {
+            if (++at_ == (*chunks_)[chunk_].size()) {
+                ++chunk_;
+                at_ = 0;
+            }
+            return *this;
+        }
+        bool operator!=(const const_iterator& o) const { return chunk_ != o.chunk_ || at_ != o.at_; }
+
+       private:
+        const std::vector<std::vector<Step>>* chunks_;
+        size_t chunk_, at_;
+    };
+    const_iterator begin() const { return {&chunks_, 0, 0}; }
+    const_iterator end() const { return {&chunks_, chunks_.size(), 0}; }
+
+   private:
+    std::vector<std::vector<Step>> chunks_;  // each reserved at CHUNK, full but the last
+};
+
 inline Step::Step(const Rec& rec)
     : lo(rec.rng.lo),
       hi(rec.rng.hi),

@@ -511,3 +511,38 @@ PROGRAMS: dict[str, Callable[[], TraceBuilder]] = {
     "a replay through a freed output": replay_through_a_freed_output,
     **PADDED_PROGRAMS,
 }
+
+
+def long_capture_consumer(fixed: bool, ops: int = 2500) -> TraceBuilder:
+    """X1 in a graph of ``ops`` captured accesses (the C++ engine keeps a program in chunks of
+    1,024: records.h's Program), each op writing its own slice of the static output; a
+    consumer reads only the last slice, which the next replay's last op overwrites."""
+    tb = TraceBuilder()
+    main, consumer = tb.stream("main"), tb.stream("consumer")
+    width = 256
+    static_in = tb.alloc(width, main, at="long.py:10")
+    with tb.capture(main) as graph:
+        static_out = tb.alloc(ops * width, main, at="long.py:13", pool=(graph, 0))
+        for k in range(ops):
+            out = tb.span(static_out + k * width, width)
+            tb.op("aten::mul", main, [tb.span(static_in, width)], [out], at=f"long.py:{20 + k}")
+    consumed = tb.event()
+    last = tb.span(static_out + (ops - 1) * width, width)
+    for step in range(ROUNDS):
+        if fixed and step:
+            tb.wait(consumed, main, at="long.py:5019")
+        tb.replay(graph, main, at="long.py:5021")
+        tb.wait_stream(consumer, main, at="long.py:5022")
+        clone = tb.alloc(width, consumer, at="long.py:5025")
+        tb.op("aten::clone", consumer, [last], [tb.span(clone, width)], at="long.py:5025")
+        tb.record(consumed, consumer, at="long.py:5026")
+    return tb
+
+
+def test_a_replay_runs_every_captured_access_of_a_long_program_in_order() -> None:
+    race = only(long_capture_consumer(fixed=False), DATA_RACE)
+    clone, replay = race.accesses
+    assert (clone.op, clone.location) == ("aten::clone", "long.py:5025")
+    assert replay.captured is not None and replay.captured["location"] == "long.py:2519"  # the last op
+    assert race.count == ROUNDS - 1
+    assert kinds(long_capture_consumer(fixed=True)) == []

@@ -9,12 +9,11 @@ docs/findings.md (docs/analysis.md §10 lists the rest).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 from streamrace.analysis.core import MIRRORS
-from streamrace.analysis.dedup import deduplicate
+from streamrace.analysis.dedup import deduplicate_in_graphs
 from streamrace.analysis.describe import Describer, Suggestion
 from streamrace.analysis.detectors import (
     capture_allocation_escaped,
@@ -97,21 +96,22 @@ def deduplicated(detections: Iterable[object], describer: Describer) -> list[Fin
     of each dedup key (Detector.dedup_key): a bug repeated in every layer of every captured
     batch size is described once, not thousands of times."""
     first: dict[tuple[str, Hashable], Finding] = {}
-    raw: list[Finding] = []
+    raw: list[tuple[Finding, int | None]] = []
     for d in detections:
         found = detector_of(d)
         keyed = found.dedup_key(d)
         if keyed is None:
-            raw.append(found.describe(d, describer))
+            finding = found.describe(d, describer)
+            raw.append((finding, finding.graph))
             continue
         key, graph = keyed
         described = first.get((found.kind, key))
         if described is None:
             described = first[(found.kind, key)] = found.describe(d, describer)
-            raw.append(described)
+            raw.append((described, described.graph))
         else:  # stands in for its own finding: the same signature and count, its own graph
-            raw.append(dataclasses.replace(described, graph=graph))
-    return deduplicate(raw)
+            raw.append((described, graph))
+    return deduplicate_in_graphs(raw)
 
 
 def trace_passes(header: Mapping[str, Any]) -> list[TracePass]:
