@@ -27,6 +27,7 @@ accesses), the one benchmarks/analysis_throughput.py uses. docs/performance.md h
     python benchmarks/end_to_end.py --runs 5 --captures 360
     python benchmarks/end_to_end.py --graphs    # each capture's graph too, as recorded traces have
     python benchmarks/end_to_end.py --graphs --recorded    # and the header facts a recorder writes
+    python benchmarks/end_to_end.py --before /tmp/before   # another checkout's analyze, in the same rounds
 """
 
 from __future__ import annotations
@@ -56,6 +57,17 @@ for event in iter_trace(sys.argv[1]):
 # The command line, as the console script runs it.
 ANALYZE = "from streamrace.cli import console\nconsole()"
 WITHOUT_ORJSON = "import sys\nsys.modules['orjson'] = None  # import orjson now fails\n" + ANALYZE
+# The command line of another checkout (--before): its package ahead of any editable install's
+# import finder, which would hand over this checkout's.
+ANALYZE_AT = """
+import sys
+tree = sys.argv.pop(1)
+sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+sys.path.insert(0, tree)
+from streamrace.cli import console
+console()
+"""
+BEFORE_ROW = "analyze, the --before checkout"
 # The same command line run in-process, which frees what the analysis kept before the process
 # exits (streamrace/short_lived.py says why the console does not).
 FREEING = "import sys\nfrom streamrace.cli import main\nsys.exit(main(sys.argv[1:]))"
@@ -134,6 +146,11 @@ def main() -> None:
         action="store_true",
         help="the header facts of today's recorder (format 1.6, host memory on): its whole-trace checks run",
     )
+    parser.add_argument(
+        "--before",
+        metavar="CHECKOUT",
+        help="also analyze with another checkout (a directory with a built streamrace package), in the same rounds",
+    )
     args = parser.parse_args()
     try:
         import orjson  # noqa: F401  (the floor is defined by it)
@@ -159,6 +176,9 @@ def main() -> None:
             "streamrace analyze, no orjson": (WITHOUT_ORJSON, "analyze", path, "-o", os.devnull),
             "analyze, freeing before exit": (FREEING, "analyze", path, "-o", os.devnull),
         }
+        if args.before:
+            before = os.path.abspath(args.before)
+            rows[BEFORE_ROW] = (ANALYZE_AT, before, "analyze", path, "-o", os.devnull)
         with gzip.open(path, "rb") as trace:
             uncompressed = sum(len(chunk) for chunk in iter(lambda: trace.read(1 << 20), b"")) / 2**20
         env = child_env(os.path.join(tmp, "pycache"))
@@ -183,6 +203,12 @@ def main() -> None:
     for name, seconds in median.items():
         quickest = fastest[name]
         print(f"{name:34} {seconds:7.2f} {seconds / floor:7.2f}x   {quickest:7.2f} {quickest / floor_fastest:7.2f}x")
+    if BEFORE_ROW in median:
+        this = "streamrace analyze, C++ core"
+        print(
+            f"this checkout / --before: {median[this] / median[BEFORE_ROW]:.2f}x of the medians, "
+            f"{fastest[this] / fastest[BEFORE_ROW]:.2f}x of the fastest"
+        )
 
     print(f"\npeak memory (largest resident set; the trace is {uncompressed:.0f} MB uncompressed):")
     for name, peak in peaks.items():
