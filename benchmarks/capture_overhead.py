@@ -13,7 +13,8 @@ captured repeatedly:
 
 and the graphs captured plain and under streamrace are replayed alternately. Each capture
 starts with the garbage collector's generations empty, so that none collects another's garbage.
-Printed: median times and the ratios to plain. Absolute times only mean something on the machine that ran it.
+Printed: median times and the ratios to plain, and the median of each repeat's ratio to its own
+plain run (``pairs``, which drift moves least). Absolute times only mean something on the machine that ran it.
 ``--hook-times`` builds the native hooks with their phase timers (csrc/recorder/hook_timers.h,
 a build of its own) and prints where a streamrace capture's hook time goes.
 
@@ -124,6 +125,16 @@ def replay_time(graph: torch.cuda.CUDAGraph, replays: int) -> float:
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end) / 1000 / replays
+
+
+def paired_ratio(plain: list[float], values: list[float]) -> str:
+    """The median of each repeat's ratio to that repeat's plain run, which ran a moment before
+    it: the machine's drift between repeats and calls moves it least (the medians' ratio of one
+    benchmark moved by 0.3 between calls on the shared H100s). Blank where the runs are not
+    pairs (CSAN runs after every repeat)."""
+    if len(values) != len(plain) or values is plain:
+        return ""
+    return f"{statistics.median(v / p for p, v in zip(plain, values, strict=True)):.2f}"
 
 
 def print_replays(replays: dict[str, list[float]], width: int) -> None:
@@ -248,10 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"captured ops per graph: {ops}; analysis of one capture's trace: {analysis * 1e3:.1f} ms")
     for name, source in sources.items():
         print(f"allocation facts ({name}): {source}")
-    print(f"{'capture':<12}{'median ms':>12}{'ratio':>10}")
+    print(f"{'capture':<12}{'median ms':>12}{'ratio':>10}{'pairs':>8}")
     for name, values in times.items():
         median = statistics.median(values)
-        print(f"{name:<12}{median * 1e3:>12.2f}{median / plain:>10.2f}")
+        pairs = paired_ratio(times["plain"], values) if name != "csan" else ""
+        print(f"{name:<12}{median * 1e3:>12.2f}{median / plain:>10.2f}{pairs:>8}")
     print(f"{'phases':<14}{'body ms':>10}{'end ms':>10}   (median of the ops and of capture_end)")
     for name, values in PHASES.items():
         body = statistics.median(v[0] for v in values)

@@ -9,7 +9,8 @@ runs eagerly, in turn (so drift hits all alike):
 * then under PyTorch's CUDA sanitizer (CSAN), last, because enabling it cannot be undone;
 
 and a captured graph of the same model is replayed plain and while a recording runs.
-Printed: median times, the cost per eager op above plain, and the ratios to plain. Absolute
+Printed: median times, the cost per eager op above plain, the ratios to plain, and the median
+of each repeat's ratio to its own plain run (``pairs``, which drift moves least). Absolute
 times only mean something on the machine that ran it.
 
     python benchmarks/eager_overhead.py --layers 8 --repeats 7
@@ -23,7 +24,7 @@ import sys
 import time
 
 import torch
-from capture_overhead import DeepDecoder, _example, print_replays, replay_time
+from capture_overhead import DeepDecoder, _example, paired_ratio, print_replays, replay_time
 
 import streamrace
 
@@ -89,11 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     plain = statistics.median(times["plain"])
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.layers} layers, batch {args.batch}")
     print(f"eager ops per forward: {ops}")
-    print(f"{'eager':<14}{'median ms':>12}{'ratio':>10}{'us per op':>12}")
+    print(f"{'eager':<14}{'median ms':>12}{'ratio':>10}{'us per op':>12}{'pairs':>8}")
     for name, values in times.items():
         median = statistics.median(values)
         per_op = (median - plain) / max(ops, 1) * 1e6
-        print(f"{name:<14}{median * 1e3:>12.3f}{median / plain:>10.2f}{per_op:>12.2f}")
+        pairs = paired_ratio(times["plain"], values) if name != "csan" else ""
+        print(f"{name:<14}{median * 1e3:>12.3f}{median / plain:>10.2f}{per_op:>12.2f}{pairs:>8}")
     print_replays(replays, 14)
     return 0
 
