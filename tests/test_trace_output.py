@@ -387,3 +387,65 @@ def test_a_disk_that_stays_full_is_tried_less_and_less_often(kind, tmp_path, mon
     assert recorder.errors and all(e.startswith("trace output: OSError") for e in recorder.errors)
     events = load_trace(finish_trace(recorder)).events
     assert [e["seq"] for e in events] == list(range(len(events))), "nothing lost"
+
+
+class _DiskFullOnce:
+    """``os.write`` that, at its ``at``-th call, writes half of what it is given and fails the
+    call after (ENOSPC), once; the disk has room again after."""
+
+    def __init__(self, at: int) -> None:
+        self.calls, self.at, self.failed = 0, at, False
+        self._write = os.write
+
+    def __call__(self, fd: int, data) -> int:
+        self.calls += 1
+        if self.calls == self.at:
+            return self._write(fd, bytes(data)[: max(1, len(data) // 2)])
+        if self.calls == self.at + 1 and not self.failed:
+            self.failed = True
+            raise OSError(28, "No space left on device")
+        return self._write(fd, data)
+
+
+@pytest.mark.parametrize("name", ["t.jsonl", "t.jsonl.gz"])
+def test_a_chunk_cut_short_by_a_full_disk_lands_whole_with_the_next_write(tmp_path, monkeypatch, name):
+    """A chunk whose write failed half-way: its events are gone from the recorder by then, so
+    the writer keeps the bytes that did not land and writes them first next time. Lost, the
+    chunk left a trace whose later events name stacks it never defined; written again whole,
+    a gzip member's start twice."""
+    path = tmp_path / name
+    writer = IncrementalTraceWriter(path, make_header(incomplete=True))
+    disk = _DiskFullOnce(at=1)
+    monkeypatch.setattr(os, "write", disk)
+    writer.write(_events(400))
+    with pytest.raises(OSError, match="No space left"):
+        writer.wait()
+    assert disk.failed and writer.landed_through == -1, "half a chunk is in the file"
+    writer.write(_events(400))  # the same events again (a flush retried): taken already
+    writer.write(_events(5, 400))
+    writer.finish(make_header(final=True), _events(2, 405))
+    header, *events = list(iter_trace(path))
+    assert header["final"] is True
+    assert [e["seq"] for e in events] == list(range(407)), "every event once, in order"
+
+
+@HOOKS
+def test_a_recording_whose_disk_fills_for_a_moment_writes_the_whole_trace(kind, tmp_path, monkeypatch):
+    """The same in a recording: one flush's chunk cut short by a full disk, one recorder error,
+    and the trace whole and readable at the end."""
+    if kind == "native":
+        native_module()
+    fake = FakeCuda()
+    recorder = Recorder(hooks=kind, runtime=fake, trace=str(tmp_path / "t.jsonl.gz"), flush_events=20)
+    recorder.start()
+    disk = _DiskFullOnce(at=3)  # the header's write, the first chunk's, then half of the second
+    monkeypatch.setattr(os, "write", disk)
+    try:
+        serving_loop(fake, 60)
+    finally:
+        recorder.stop()
+    events = load_trace(finish_trace(recorder)).events
+    assert disk.failed
+    assert [e["seq"] for e in events] == sorted({e["seq"] for e in events}), "each event once, in order"
+    assert [e["ev"] for e in events].count("replay") == 60, "no replay lost"
+    assert len(recorder.errors) == 1 and recorder.errors[0].startswith("trace output: OSError")

@@ -22,11 +22,15 @@ the next ``write``, and ``finish``, wait for it first, so the chunks land in ord
 of that thread (a full disk) is raised by the next call, as a failed write always was. It
 is no daemon: a program that ends after a flush waits for its chunk.
 
-Each seq is written once. The events come in seq order, and the writer's thread notes the last
-seq of each chunk that landed; a later call leaves out what is already in the file. A flush cut
-short after its chunk was handed over (a KeyboardInterrupt, a signal handler's exception: they
-land in the program's thread, never in the writer's) passes those events again, and they were
-written twice, which made the trace unreadable.
+Each seq is written once. The events come in seq order, and the writer notes the last seq of
+each chunk it takes; a later call leaves out what it took already. A flush cut short after its
+chunk was handed over (a KeyboardInterrupt, a signal handler's exception: they land in the
+program's thread) passes those events again, and they were written twice, which made the trace
+unreadable.
+
+Nothing taken is lost. A chunk whose write fails (a full disk) keeps the bytes that did not
+reach the file, and the next write, or ``finish``, writes them first: the recorder has let its
+events go by then, and a trace missing a chunk refers to stacks it never defined.
 """
 
 from __future__ import annotations
@@ -54,6 +58,10 @@ class IncrementalTraceWriter:
         self._pid = os.getpid()
         self.events_written = 0
         self.landed_through = -1  # the last seq in the file (set by the writer's thread)
+        # The last seq of the chunks taken (set by the writer's thread): in the file, or kept in
+        # _unwritten until the next write lands them. Whatever comes again up to it is left out.
+        self.taken_through = -1
+        self._unwritten = b""  # the bytes a failed write (a full disk) did not get into the file
         self._in_flight: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._fd: int | None = os.open(self.partial_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -68,6 +76,9 @@ class IncrementalTraceWriter:
         return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0) if self._compress else data
 
     def _compress_and_write(self, data: bytes, last_seq: int) -> None:
+        # Noted here, in the writer's thread, where no signal handler runs: a KeyboardInterrupt
+        # in the program's thread cannot come between the chunk going out and this.
+        self.taken_through = last_seq
         try:
             self._write(self._compressed(data))
             self.landed_through = last_seq
@@ -84,19 +95,26 @@ class IncrementalTraceWriter:
             raise failure
 
     def _write(self, data: bytes) -> None:
+        """``data`` into the file, after what an earlier write left unwritten. A write that
+        fails (a full disk) keeps what did not reach the file, to the byte, for the next one:
+        the chunk's events are gone from the recorder's memory by then, and a gzip member
+        written again from its start after part of it landed would make the rest unreadable."""
         assert self._fd is not None, "the trace is finished"
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view) :]
+        view = memoryview(self._unwritten + data if self._unwritten else data)
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+        finally:
+            self._unwritten = bytes(view)
 
     def _ours(self) -> bool:
         """False in a forked child: the file is its parent's."""
         return os.getpid() == self._pid and self._fd is not None
 
     def _not_written(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``events`` (in seq order) less those already in the file."""
-        if events and events[0]["seq"] <= self.landed_through:
-            return [e for e in events if e["seq"] > self.landed_through]
+        """``events`` (in seq order) less those already taken."""
+        if events and events[0]["seq"] <= self.taken_through:
+            return [e for e in events if e["seq"] > self.taken_through]
         return events
 
     def write(self, events: list[dict[str, Any]], lines: EncodedLines | None = None) -> None:
@@ -105,7 +123,7 @@ class IncrementalTraceWriter:
         if (events or lines) and self._ours():
             self.wait()
             events = self._not_written(events)
-            lines = lines.after(self.landed_through) if lines else None
+            lines = lines.after(self.taken_through) if lines else None
             if not events and not lines:
                 return
             data = encode_lines(events, lines)
@@ -124,7 +142,9 @@ class IncrementalTraceWriter:
         assert self._fd is not None
         self.wait()
         events = self._not_written(events)
-        lines = lines.after(self.landed_through) if lines else None
+        lines = lines.after(self.taken_through) if lines else None
+        if self._unwritten:
+            self._write(b"")  # what a failed write left: the partial file is copied next
         os.close(self._fd)
         self._fd = None
         with open(self.path, "wb") as out:
