@@ -66,15 +66,21 @@ def cpu_hooks(shown_path: Callable[[Any], str | None] | None = None):
 
 
 def native_events(fn: Callable[[], object], **options: Any) -> list[dict[str, Any]]:
+    return native_drained(fn, lambda state: state.drain(), **options)
+
+
+def native_drained(fn: Callable[[], object], drain: Callable[[Any], Any], **options: Any) -> Any:
+    """``fn`` recorded by the native hooks on the CPU, its records as ``drain(state)`` takes them
+    (``state.drain()``: dicts; ``state.drain_lines()``: as a flush to a trace file takes them)."""
     hooks = cpu_hooks(**options)
     hooks.start()
     try:
         fn()
     finally:
         hooks.stop()
-        events = hooks.state.drain()
+        drained = drain(hooks.state)
         hooks.release_python()
-    return events
+    return drained
 
 
 def native_ops(fn: Callable[[], object]) -> list[Op]:

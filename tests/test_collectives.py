@@ -378,17 +378,9 @@ def test_real_native_hooks_nccl_traces(engine, key):
 
 def _drained_as_lines(fn):
     """The native hooks' CPU records of ``fn`` as a flush to a trace file drains them."""
-    from op_engines import cpu_hooks
+    from op_engines import native_drained
 
-    hooks = cpu_hooks()
-    hooks.start()
-    try:
-        fn()
-    finally:
-        hooks.stop()
-        drained = hooks.state.drain_lines()
-        hooks.release_python()
-    return drained
+    return native_drained(fn, lambda state: state.drain_lines())
 
 
 COLLECTIVE_CALLS = {
