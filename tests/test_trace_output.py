@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 import threading
 
 import pytest
@@ -449,3 +450,93 @@ def test_a_recording_whose_disk_fills_for_a_moment_writes_the_whole_trace(kind, 
     assert [e["seq"] for e in events] == sorted({e["seq"] for e in events}), "each event once, in order"
     assert [e["ev"] for e in events].count("replay") == 60, "no replay lost"
     assert len(recorder.errors) == 1 and recorder.errors[0].startswith("trace output: OSError")
+
+
+@pytest.mark.parametrize("name", ["t.jsonl", "t.jsonl.gz"])
+def test_the_partial_file_stays_a_trace_after_a_write_cut_short(tmp_path, monkeypatch, name):
+    """What a failed write got into the file is taken back: until the next write lands, the
+    partial file is the trace of the chunks before it, which a killed process leaves."""
+    writer = IncrementalTraceWriter(tmp_path / name, make_header(incomplete=True))
+    writer.write(_events(5))
+    writer.wait()
+    monkeypatch.setattr(os, "write", _DiskFullOnce(at=1))
+    writer.write(_events(300, 5))
+    with pytest.raises(OSError, match="No space left"):
+        writer.wait()
+    _, *events = list(iter_trace(writer.partial_path))
+    assert [e["seq"] for e in events] == list(range(5))
+    writer.write(_events(1, 305))
+    writer.wait()
+    _, *events = list(iter_trace(writer.partial_path))
+    assert [e["seq"] for e in events] == list(range(306))
+
+
+def test_a_chunk_whose_compression_failed_is_compressed_again_with_the_next(tmp_path, monkeypatch):
+    writer = IncrementalTraceWriter(tmp_path / "t.jsonl.gz", make_header())
+    compressed, failed = writer._compressed, []
+
+    def out_of_memory_once(data: bytes) -> bytes:
+        if not failed:
+            failed.append(True)
+            raise MemoryError
+        return compressed(data)
+
+    monkeypatch.setattr(writer, "_compressed", out_of_memory_once)
+    writer.write(_events(5))
+    with pytest.raises(MemoryError):
+        writer.wait()
+    writer.write(_events(5, 5))
+    writer.finish(make_header(final=True), _events(1, 10))
+    assert [e["seq"] for e in list(iter_trace(writer.path))[1:]] == list(range(11))
+
+
+def test_a_writer_thread_whose_start_was_cut_short_took_nothing(tmp_path, monkeypatch):
+    """A KeyboardInterrupt in Thread.start (or no thread left to start): the chunk was not
+    taken, its events are passed again, and every later call works."""
+    writer = IncrementalTraceWriter(tmp_path / "t.jsonl.gz", make_header())
+    start = threading.Thread.start
+
+    def interrupted(thread):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        writer.write(_events(5))
+    monkeypatch.setattr(threading.Thread, "start", start)
+    writer.write(_events(8))  # the same events, and more
+    writer.finish(make_header(final=True), [])
+    assert [e["seq"] for e in list(iter_trace(writer.path))[1:]] == list(range(8))
+
+
+@HOOKS
+def test_a_finish_that_fails_leaves_no_trace_and_can_be_run_again(kind, tmp_path, monkeypatch):
+    """The final file appears whole or not at all: a finish cut short (a full disk, a Ctrl-C
+    while the partial file is copied) leaves the partial file, and a second finish writes the
+    whole trace. The last chunk's failure, with room again at the end, is a recorder error in
+    the final header, and its events are in the trace."""
+    if kind == "native":
+        native_module()
+    fake = FakeCuda()
+    path = tmp_path / "t.jsonl.gz"
+    recorder = Recorder(hooks=kind, runtime=fake, trace=str(path), flush_events=20)
+    recorder.start()
+    try:
+        serving_loop(fake, 20)
+        monkeypatch.setattr(os, "write", _DiskFullOnce(at=1))  # the last flush's chunk
+        serving_loop(fake, 3)
+    finally:
+        recorder.stop()
+    copy = shutil.copyfileobj
+
+    def interrupted_copy(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(shutil, "copyfileobj", interrupted_copy)
+    with pytest.raises(KeyboardInterrupt):
+        finish_trace(recorder)
+    assert not path.exists() and os.path.exists(str(path) + ".partial")
+    monkeypatch.setattr(shutil, "copyfileobj", copy)
+    trace = load_trace(finish_trace(recorder))
+    seqs = [e["seq"] for e in trace.events]
+    assert seqs == sorted(set(seqs)) and [e["ev"] for e in trace.events].count("replay") == 23
+    assert any(error.startswith("trace output: OSError") for error in trace.header["recorder_errors"])

@@ -128,9 +128,14 @@ class TraceOutput:
 
     def landed(self) -> None:
         """Wait until the last flush's chunk is in the file (it is compressed and written
-        beside the program: incremental.py)."""
-        if self._writer is not None:
+        beside the program: incremental.py). A failure it met (a full disk) is a recorder
+        error; the writer keeps its bytes, and ``finish`` writes them."""
+        if self._writer is None:
+            return
+        try:
             self._writer.wait()
+        except Exception as exc:
+            self._rec.log.fail("trace output", exc)
 
     def finish(self, header: dict[str, Any]) -> None:
         """Write the trace file: ``header`` (the final one), then every event."""

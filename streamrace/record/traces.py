@@ -52,6 +52,7 @@ def build_trace(recorder: Recorder, since: int = 0) -> Trace:
 def finish_trace(recorder: Recorder) -> str:
     """Finish the trace file of a recorder that writes it as the program runs (a stopped one,
     with a ``trace`` path): the final header, then every event. Its path."""
+    recorder.output.landed()  # the last chunk's failure, if any, is in the header's errors
     recorder.settle()
     recorder.output.finish(trace_header(recorder))
     assert recorder.output.path is not None

@@ -28,13 +28,17 @@ chunk was handed over (a KeyboardInterrupt, a signal handler's exception: they l
 program's thread) passes those events again, and they were written twice, which made the trace
 unreadable.
 
-Nothing taken is lost. A chunk whose write fails (a full disk) keeps the bytes that did not
-reach the file, and the next write, or ``finish``, writes them first: the recorder has let its
-events go by then, and a trace missing a chunk refers to stacks it never defined.
+Nothing taken is lost. A chunk whose write fails (a full disk) is taken back out of the file
+(so the partial file stays a trace) and kept, and the next write, or ``finish``, writes it
+first; a chunk whose compression failed (no memory) is kept as lines. The recorder has let
+their events go by then, and a trace missing a chunk refers to stacks it never defined.
+``finish`` writes ``PATH.writing`` and renames it: ``PATH`` appears whole or not at all, and a
+finish that failed can be run again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import shutil
@@ -45,6 +49,7 @@ from typing import Any
 from streamrace.trace.json_lines import EncodedLines, encode_lines
 
 PARTIAL_SUFFIX = ".partial"
+WRITING_SUFFIX = ".writing"  # PATH while finish writes it, renamed once whole
 GZIP_LEVEL = 6  # zlib's default: within a few per cent of 9's size at about twice its speed
 
 
@@ -58,10 +63,11 @@ class IncrementalTraceWriter:
         self._pid = os.getpid()
         self.events_written = 0
         self.landed_through = -1  # the last seq in the file (set by the writer's thread)
-        # The last seq of the chunks taken (set by the writer's thread): in the file, or kept in
-        # _unwritten until the next write lands them. Whatever comes again up to it is left out.
+        # The last seq of the chunks taken (set by the writer's thread): in the file, or kept
+        # below until a later write lands them. Whatever comes again up to it is left out.
         self.taken_through = -1
-        self._unwritten = b""  # the bytes a failed write (a full disk) did not get into the file
+        self._unencoded = b""  # taken lines whose compression failed (no memory), in order
+        self._unwritten = b""  # bytes a failed write (a full disk) did not get into the file
         self._in_flight: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._fd: int | None = os.open(self.partial_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -80,32 +86,52 @@ class IncrementalTraceWriter:
         # in the program's thread cannot come between the chunk going out and this.
         self.taken_through = last_seq
         try:
-            self._write(self._compressed(data))
+            self._unencoded += data
+            self._land()
             self.landed_through = last_seq
         except BaseException as exc:  # raised in the program's thread, by the next call
             self._failure = exc
 
+    def _land(self) -> None:
+        """Every taken byte into the file: what earlier tries kept, then the newest lines."""
+        if self._unencoded:
+            self._unwritten += self._compressed(self._unencoded)
+            self._unencoded = b""
+        self._write(b"")
+
     def wait(self) -> None:
         """Wait for the chunk in flight to land; raise what it met."""
-        if self._in_flight is not None:
-            self._in_flight.join()
+        thread = self._in_flight
+        if thread is not None:
+            # A thread whose start was cut short (a KeyboardInterrupt in start(), no thread
+            # left to start) never took its chunk: its events are still the recorder's.
+            if thread.ident is not None:
+                thread.join()
             self._in_flight = None
-        if self._failure is not None:
-            failure, self._failure = self._failure, None
+        failure, self._failure = self._failure, None
+        if failure is not None:
             raise failure
 
     def _write(self, data: bytes) -> None:
         """``data`` into the file, after what an earlier write left unwritten. A write that
-        fails (a full disk) keeps what did not reach the file, to the byte, for the next one:
-        the chunk's events are gone from the recorder's memory by then, and a gzip member
-        written again from its start after part of it landed would make the rest unreadable."""
+        fails (a full disk) takes back what it got into the file (the partial file stays a
+        readable trace) and keeps all of it for the next one: the chunk's events are gone from
+        the recorder's memory by then."""
         assert self._fd is not None, "the trace is finished"
-        view = memoryview(self._unwritten + data if self._unwritten else data)
+        self._unwritten += data
+        start = os.lseek(self._fd, 0, os.SEEK_CUR)
+        view = memoryview(self._unwritten)
         try:
             while view:
                 view = view[os.write(self._fd, view) :]
-        finally:
-            self._unwritten = bytes(view)
+        except BaseException:
+            try:
+                os.ftruncate(self._fd, start)
+                os.lseek(self._fd, start, os.SEEK_SET)
+            except OSError:  # left as it is: the rest, to the byte, follows it next time
+                self._unwritten = bytes(view)
+            raise
+        self._unwritten = b""
 
     def _ours(self) -> bool:
         """False in a forked child: the file is its parent's."""
@@ -136,23 +162,31 @@ class IncrementalTraceWriter:
 
     def finish(self, header: dict[str, Any], events: list[dict[str, Any]], lines: EncodedLines | None = None) -> None:
         """Write ``PATH``: ``header``, every event written so far, then ``events`` merged with
-        ``lines``; remove the partial file."""
+        ``lines``; remove the partial file. ``PATH`` appears whole or not at all: a finish that
+        fails (a full disk, a KeyboardInterrupt) can be called again."""
         if not self._ours():
             return
         assert self._fd is not None
-        self.wait()
+        with contextlib.suppress(Exception):  # said already (TraceOutput.landed); its bytes are kept
+            self.wait()
         events = self._not_written(events)
         lines = lines.after(self.taken_through) if lines else None
-        if self._unwritten:
-            self._write(b"")  # what a failed write left: the partial file is copied next
+        self._land()  # what failed writes kept: the partial file is copied next
+        writing = self.path + WRITING_SUFFIX
+        try:
+            with open(writing, "wb") as out:
+                out.write(self._encode([header]))
+                with open(self.partial_path, "rb") as partial:
+                    partial.seek(self._head_bytes)
+                    shutil.copyfileobj(partial, out, 1 << 20)
+                if events or lines:
+                    out.write(self._compressed(encode_lines(events, lines)))
+            os.replace(writing, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(writing)
+            raise
         os.close(self._fd)
         self._fd = None
-        with open(self.path, "wb") as out:
-            out.write(self._encode([header]))
-            with open(self.partial_path, "rb") as partial:
-                partial.seek(self._head_bytes)
-                shutil.copyfileobj(partial, out, 1 << 20)
-            if events or lines:
-                out.write(self._compressed(encode_lines(events, lines)))
         self.events_written += len(events) + (len(lines) if lines else 0)
         os.remove(self.partial_path)
