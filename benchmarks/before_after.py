@@ -13,7 +13,6 @@ median run of each, and after / before (of the fastest).
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import sys
@@ -21,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from checkouts import Checkouts, fastest_and_medians, serve
+from checkouts import Checkouts, checkout_parser, fastest_and_medians, require_checkouts, serve
 
 SHAPES = {
     "capture set (3 streams, 12 captures)": ("synthetic_events", {"layers": 60, "ops_per_layer": 40, "captures": 12}),
@@ -51,18 +50,14 @@ def worker() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("before", nargs="?", help="checkout (directory with the streamrace package) before")
-    parser.add_argument("after", nargs="?", help="checkout after")
+    parser = checkout_parser(__doc__)
     parser.add_argument("--runs", type=int, default=15, help="timed runs per checkout, shape and engine")
     parser.add_argument("--python-runs", type=int, default=5, help="runs of the pure-Python engine (0: none)")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker()
         return
-    if not (args.before and args.after):
-        parser.error("give the two checkouts, before and after")
+    require_checkouts(parser, args)
     here = os.path.dirname(os.path.abspath(__file__))
     checkouts = Checkouts(__file__, (args.before, args.after), lambda tree: [tree, here])
     print(f"{'':40} {'engine':7} {'before (CPU s, min/median)':>27} {'after':>21} {'after/before':>12}")

@@ -9,12 +9,13 @@ between them (``Checkouts``).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 LABELS = ("before", "after")
@@ -74,3 +75,38 @@ def fastest_and_medians(times: dict[str, list[float]]) -> tuple[float, float, fl
     """(before's fastest, before's median, after's fastest, after's median)."""
     before, after = times["before"], times["after"]
     return min(before), statistics.median(before), min(after), statistics.median(after)
+
+
+def checkout_parser(doc: str) -> argparse.ArgumentParser:
+    """A script's parser with the two checkouts and the hidden ``--worker`` flag."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("before", nargs="?", help="checkout (directory with the streamrace package) before")
+    parser.add_argument("after", nargs="?", help="checkout after")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    return parser
+
+
+def require_checkouts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if not (args.before and args.after):
+        parser.error("give the two checkouts, before and after")
+
+
+def print_side_by_side(
+    checkouts: Checkouts,
+    requests: Iterable[Any],
+    rounds: int,
+    measure: Callable[[dict[str, Any]], float],
+    unit: str,
+    width: int,
+    digits: int,
+    ratio_digits: int,
+) -> None:
+    """A row per request (named by it): each checkout's fastest and median of ``rounds``
+    alternating answers, made numbers by ``measure``, and after / before of the fastest."""
+    print(f"{unit:{width}} {'before (min/median)':>21} {'after (min/median)':>21} {'after/before':>13}")
+    for request in requests:
+        before, before_median, after, after_median = fastest_and_medians(checkouts.alternate(request, rounds, measure))
+        print(
+            f"{request:{width}} {before:10.{digits}f} /{before_median:8.{digits}f} {after:10.{digits}f} "
+            f"/{after_median:8.{digits}f} {after / before:12.{ratio_digits}f}x"
+        )

@@ -18,7 +18,6 @@ median of each checkout, and after / before.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import sys
@@ -26,7 +25,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from checkouts import Checkouts, fastest_and_medians, serve
+from checkouts import Checkouts, checkout_parser, print_side_by_side, require_checkouts, serve
 
 MIXES = ("contiguous ops", "strided ops", "allocs and frees")
 FLUSH = "flush, serving kinds"
@@ -87,32 +86,26 @@ def worker(events: int) -> None:
         recorder.stop()
 
 
+def _ns_an_event(answer: dict[str, float]) -> float:
+    return answer["seconds"] / answer["events"] * 1e9
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("before", nargs="?", help="checkout (directory with the streamrace package) before")
-    parser.add_argument("after", nargs="?", help="checkout after")
+    parser = checkout_parser(__doc__)
     parser.add_argument("--events", type=int, default=20_000, help="events recorded per round")
     parser.add_argument("--rounds", type=int, default=9, help="timed rounds per checkout and mix")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args.events)
         return
-    if not (args.before and args.after):
-        parser.error("give the two checkouts, before and after")
+    require_checkouts(parser, args)
     checkouts = Checkouts(
         __file__,
         (args.before, args.after),
         lambda tree: [tree, os.path.join(tree, "tests")],
         ("--worker", "--events", str(args.events)),
     )
-    print(f"{'ns an event':20} {'before (min/median)':>21} {'after (min/median)':>21} {'after/before':>13}")
-    for mix in (*MIXES, FLUSH):
-        times = checkouts.alternate(mix, args.rounds, lambda answer: answer["seconds"] / answer["events"] * 1e9)
-        before, before_median, after, after_median = fastest_and_medians(times)
-        print(
-            f"{mix:20} {before:10.0f} /{before_median:8.0f} {after:10.0f} /{after_median:8.0f} {after / before:12.2f}x"
-        )
+    print_side_by_side(checkouts, (*MIXES, FLUSH), args.rounds, _ns_an_event, "ns an event", 20, 0, 2)
     checkouts.close()
 
 

@@ -18,14 +18,13 @@ seconds; printed: fastest and median of each, and after / before of the fastest.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from checkouts import Checkouts, fastest_and_medians, serve
+from checkouts import Checkouts, checkout_parser, print_side_by_side, require_checkouts, serve
 
 EDGES = ("stop", "full disk")
 
@@ -88,31 +87,22 @@ def worker(ops: int, steps: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("before", nargs="?", help="checkout (directory with the streamrace package) before")
-    parser.add_argument("after", nargs="?", help="checkout after")
+    parser = checkout_parser(__doc__)
     parser.add_argument("--ops", type=int, default=300_000, help="eager ops before the stop")
     parser.add_argument("--steps", type=int, default=6_000, help="serving steps with the disk full")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per checkout and edge")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args.ops, args.steps)
         return
-    if not (args.before and args.after):
-        parser.error("give the two checkouts, before and after")
+    require_checkouts(parser, args)
     checkouts = Checkouts(
         __file__,
         (args.before, args.after),
         lambda tree: [tree, os.path.join(tree, "tests")],
         ("--worker", "--ops", str(args.ops), "--steps", str(args.steps)),
     )
-    print(f"{'CPU seconds':12} {'before (min/median)':>21} {'after (min/median)':>21} {'after/before':>13}")
-    for edge in EDGES:
-        times = checkouts.alternate(edge, args.rounds, lambda answer: answer["seconds"])
-        before, before_median, after, after_median = fastest_and_medians(times)
-        ratio = after / before
-        print(f"{edge:12} {before:10.2f} /{before_median:8.2f} {after:10.2f} /{after_median:8.2f} {ratio:12.3f}x")
+    print_side_by_side(checkouts, EDGES, args.rounds, lambda answer: answer["seconds"], "CPU seconds", 12, 2, 3)
     checkouts.close()
 
 
