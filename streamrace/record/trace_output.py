@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from streamrace.record.allocations import AllocatorHistory
     from streamrace.record.captures import CaptureLifecycle
     from streamrace.record.event_log import EventLog
+    from streamrace.trace.json_lines import EncodedLines
 
 
 class OutputSeam(Protocol):
@@ -111,8 +112,7 @@ class TraceOutput:
                 events = rec.log.after(self.written_through, rec.allocations.unknown)
                 lines = rec.log.lines
                 self._writer.write(events, lines)
-                rec.log.written()
-                self.written_through = max(self.written_through, events[-1]["seq"] if events else -1, lines.last_seq)
+                self._wrote(events, lines)
                 kept_from = min([self.written_through + 1, *self._holds.values()])
                 rec.log.forget(kept_from)
                 rec.allocations.forget(kept_from)
@@ -146,5 +146,9 @@ class TraceOutput:
             events = rec.log.after(self.written_through, rec.allocations.unknown)
             lines = rec.log.lines
             self._writer.finish(header, events, lines)
-            rec.log.written()
-            self.written_through = max(self.written_through, events[-1]["seq"] if events else -1, lines.last_seq)
+            self._wrote(events, lines)
+
+    def _wrote(self, events: list[dict[str, Any]], lines: EncodedLines) -> None:
+        """The writer has taken ``events`` and the log's ``lines``: the log lets the lines go."""
+        self._rec.log.written()
+        self.written_through = max(self.written_through, events[-1]["seq"] if events else -1, lines.last_seq)
