@@ -41,7 +41,7 @@ struct Record {
     int64_t stream = -1;
     int32_t device = -1;
     int32_t stack = -1;
-    int32_t graph = 0;  // the capture an alloc or a kernel happened in; 0: none
+    int32_t graph = 0;  // the capture an alloc or a kernel happened in, the graph replayed; 0: none
     int32_t text = -1;  // op name, node type or error message, an index into texts_
     int32_t where = -1;
     uint32_t ranges = 0;  // reads, writes, then index, from ranges_[ranges]
@@ -276,6 +276,7 @@ class EventLog {
             case Kind::EventWait:
             case Kind::StreamSync:
             case Kind::DeviceSync:
+            case Kind::Replay:
                 return true;
             default:
                 return false;
@@ -604,6 +605,12 @@ class EventLog {
             case Kind::RecorderError:
                 d.text(STREAMRACE_FIELD("message", "recorder_error"), r.text);
                 d.text(STREAMRACE_FIELD("where", "recorder_error"), r.where);
+                break;
+            case Kind::Replay:  // the keys in the order the replays part gave them in Python
+                d.set(STREAMRACE_FIELD("graph", "replay"), r.graph);
+                d.set(STREAMRACE_FIELD("stream", "replay"), r.stream);
+                d.set(STREAMRACE_FIELD("device", "replay"), r.device);
+                stack();
                 break;
             case Kind::Kernel:  // a node no recorded launch made; its accesses come later
                 d.set(STREAMRACE_FIELD("graph", "kernel"), r.graph);

@@ -104,6 +104,21 @@ class State {
     void see_stream(int64_t stream, int32_t device) { log_.see_stream(stream, device); }
     void fail(const char* where, const std::string& message) { log_.fail(where, message); }
 
+    // A replay of ``graph`` on the current stream of the current device, numbered now, with
+    // the user's stack (GIL held): the replays part's event, made here since a serving loop
+    // makes one every step and the Python that made it cost more than the hooks of its ops.
+    int64_t replay(int32_t graph) {
+        int32_t device = streams_.current_device();
+        int64_t stream = streams_.current_stream(device);
+        log_.see_stream(stream, device);
+        int32_t stack = stacks_.stack();
+        Locked held = log_.lock();
+        Record r = simple(Kind::Replay, 0, stream, device, stack);
+        r.graph = graph;
+        log_.append(held, r);
+        return r.seq;
+    }
+
     void begin_capture(int32_t graph, int64_t stream, int64_t handle) {
         Frontier now = handle != 0 ? unseen_.frontier(stream) : Frontier();
         int64_t base = handle != 0 ? streamrace::node_count(driver_, handle) : 0;
@@ -525,6 +540,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         .def("peek_seq", [](Hooks& h) { return h.state().peek_seq(); })
         .def("stack", [](Hooks& h) { return h.state().stack(); })
         .def("see_stream", [](Hooks& h, int64_t s, int32_t d) { h.state().see_stream(s, d); })
+        .def("replay", [](Hooks& h, int32_t graph) { return h.state().replay(graph); })
         .def("begin_capture", [](Hooks& h, int32_t graph, int64_t stream,
                                  int64_t handle) { h.state().begin_capture(graph, stream, handle); })
         .def("end_capture", [](Hooks& h, int32_t graph) { h.state().end_capture(graph); })

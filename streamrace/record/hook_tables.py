@@ -13,7 +13,8 @@ from dataclasses import dataclass
 # The events the hooks emit, in the order of the native hooks' ``Kind`` enum. The Recorder's
 # own events (capture_begin, capture_end, graph) are not the hooks'; ``kernel`` events (nodes
 # no recorded launch made, found by catching up) are the native hooks' and, with the Python
-# hooks, the Recorder's.
+# hooks, the Recorder's; ``replay`` is made by the hooks' ``replay`` for the replays part
+# (once a serving step: numbered and written without a Python event).
 HOOK_EVENT_KINDS = (
     "stream",
     "stack",
@@ -32,6 +33,7 @@ HOOK_EVENT_KINDS = (
     "kernel",
     "host_op",
     "view",
+    "replay",
 )
 
 # recorder_error events per recording, hooks and Recorder each: a broken recorder reports, and

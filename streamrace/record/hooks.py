@@ -104,6 +104,8 @@ class HookState(Protocol):
     def stack(self) -> int: ...  # the user stack here, -1 for none
     def drain(self) -> list[dict[str, Any]]: ...  # the hooks' events since the last drain
     def see_stream(self, stream: int, device: int) -> None: ...  # a stream event, the first time
+    # A replay of ``graph`` on the current stream of the current device: its seq.
+    def replay(self, graph: int) -> int: ...
     def begin_capture(self, graph: int, stream: int, handle: int) -> None: ...
     def end_capture(self, graph: int) -> None: ...
     def capture_streams(self, graph: int) -> list[int]: ...  # the streams capturing into it now
@@ -266,6 +268,12 @@ class PythonHooks:
         stream = self._runtime.current_stream(device)
         self.see_stream(stream, device)
         return stream
+
+    def replay(self, graph: int) -> int:
+        device = self._runtime.current_device()
+        stream = self._current_stream(device)
+        stack = self._stack_field(self.stack())
+        return self._emit("replay", graph=graph, stream=stream, device=device, stack=stack)["seq"]
 
     def begin_capture(self, graph: int, stream: int, handle: int) -> None:
         self._captures[graph] = _Capture(handle)

@@ -12,8 +12,9 @@ launched by its raw handle (``raw_cuda_graph_exec()`` given to the driver) is no
 
 * A **replay** is one ``replay`` event: the graph, the current stream of the current device
   (declared by a ``stream`` event first, as every stream is), the device and the user's stack,
-  numbered by the hooks' counter so that it sits in program order among the ops. It is emitted
-  once the launch has returned: a replay that raised launched nothing.
+  made by the hooks (``replay``: in C++ with the native hooks, since a serving loop makes one
+  every step), so that it sits in program order among the ops. It is emitted once the launch
+  has returned: a replay that raised launched nothing.
 * A **reset** is a ``graph_reset``; the object may then capture again, under a new graph id.
 * The object's **collection** is a ``graph_destroy``, emitted from a ``weakref.finalize``
   callback at that moment (detached: it may run inside a garbage collection). Objects are
@@ -102,13 +103,10 @@ class GraphReplays:
             self.unrecorded += 1
             return
         rec = self._rec
-        device = rec.runtime.current_device()
-        stream = rec.current_stream(device)
-        if rec.captures.capturing(stream):
+        if rec.captures.running() and rec.captures.capturing(rec.current_stream(rec.runtime.current_device())):
             self.in_capture += 1
             return
-        event = rec.log.emit("replay", graph=tracked.graph, stream=stream, device=device, stack=rec.log.stack())
-        rec.output.after_event(event["seq"])
+        rec.output.after_event(rec.started_hooks.state.replay(tracked.graph))
 
     def on_reset(self, cuda_graph: Any) -> None:
         tracked = self._objects.get(id(cuda_graph))
