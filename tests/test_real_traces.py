@@ -35,6 +35,31 @@ def test_traces_come_from_the_h200():
     assert trace.header["recorder_errors"] == []
 
 
+def test_a_serving_loop_written_as_it_ran_is_whole_in_program_order_and_clean():
+    """``benchmarks/serving_loop.py --replays 3000`` recorded on an H100 (torch 2.11, native
+    hooks, 2026-12-05): the recorder flushed to the file while the loop ran, taking the events
+    it passes through (ops, event records and waits, ``record_stream``, replays) as the trace
+    lines the hooks wrote in C++, merged by seq with those it settled in Python."""
+    trace, result = _analyze("serving_loop_h100")
+    assert trace.header["hooks"] == "native" and trace.header["recording"] == "program"
+    assert trace.header["recorder_errors"] == [] and trace.header["allocations_dropped"] == 0
+    events = list(trace.events)
+    assert len(events) > 20_000, "more than one flush's worth (FLUSH_EVENTS)"
+    seqs = [e["seq"] for e in events]
+    assert seqs == sorted(set(seqs)), "each event once, in program order"
+    defined: set[tuple[str, int]] = set()
+    for event in events:
+        if event["ev"] in ("stack", "stream"):
+            defined.add((event["ev"], event["id" if event["ev"] == "stack" else "stream"]))
+        if "stack" in event:
+            assert ("stack", event["stack"]) in defined, f"stack {event['stack']} used before it is defined"
+        if "stream" in event and event["ev"] != "stream":
+            assert ("stream", event["stream"]) in defined, f"stream {event['stream']} used before it is defined"
+    assert [e["graph"] for e in events if e["ev"] == "replay"] == [1] * 3000
+    assert result.findings == [], "the loop joins its copy stream before every use"
+    assert result.summary["replays"] == 3000 and result.summary["ops"] == 12144
+
+
 def test_dsv4_race_names_both_ops_streams_lines_allocation_reuse_and_fix():
     _, result = _analyze("dsv4_mini_race")
     assert len(result.findings) == 1
