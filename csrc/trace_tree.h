@@ -61,6 +61,7 @@ class Tree {
     bool parse(const char* begin, const char* end) {
         if (nodes_.size() > KEPT_NODES) std::vector<Node>().swap(nodes_);  // a huge line's nodes go
         count_ = 0;
+        ++line_;  // the root's keys of earlier lines are stale from here
         p_ = begin;
         end_ = end;
         skip_space();
@@ -72,8 +73,11 @@ class Tree {
     const Node& at(unsigned i) const { return nodes_[i]; }
     const Node& root() const { return nodes_[0]; }
 
-    // The value under key in the dict at index `dict`, or null: absent.
+    // The value under key in the dict at index `dict`, or null: absent. The root's keys with
+    // an id are found by it (the checks ask the root for most of an event's fields, each a
+    // scan of its keys before).
     const Node* get(unsigned dict, const Key& key) const {
+        if (dict == 0 && key.id >= 0) return root_line_[key.id] == line_ ? &nodes_[root_key_[key.id] + 1] : nullptr;
         const Node& d = nodes_[dict];
         for (unsigned i = dict + 1; i < d.end; i = nodes_[i + 1].end)
             if (key.names(nodes_[i])) return &nodes_[i + 1];
@@ -152,6 +156,10 @@ class Tree {
                     const unsigned long long bit = 1ull << (id & 63);
                     if (seen[id >> 6] & bit) return false;
                     seen[id >> 6] |= bit;
+                    if (at == 0) {
+                        root_key_[id] = key;
+                        root_line_[id] = line_;
+                    }
                 } else {
                     const Key named(id, nodes_[key].str());
                     for (unsigned i = at + 1; i < key; i = nodes_[i + 1].end)
@@ -307,6 +315,12 @@ class Tree {
         int id = -1;
         char text[MAX_SLOT_KEY];
     };
+    // The root dict's keys by id (held::KeyTable's, below MAX_KEYS): the key node's index,
+    // valid where it was set while parsing the current line (root_line_ == line_).
+    static constexpr int ROOT_KEYS = held::KeyTable::MAX_KEYS;
+    unsigned root_key_[ROOT_KEYS] = {};
+    unsigned long long root_line_[ROOT_KEYS] = {};
+    unsigned long long line_ = 0;  // lines parsed: the first is 1, so no key starts valid
     unsigned long long hash_ = 0;  // of the string read last
     KeySlot keys_[KEY_SLOTS];
     std::vector<Node> nodes_;  // the first count_ are the line's
