@@ -116,7 +116,7 @@ class Tree {
             case '[':
                 return depth < MAX_DEPTH && array(depth + 1);
             case '"':
-                return string();
+                return string<false>();
             case 't':
                 return word("true", 4, Kind::TRUE);
             case 'f':
@@ -149,7 +149,7 @@ class Tree {
                 skip_space();
                 if (p_ == end_ || *p_ != '"') return false;
                 const unsigned key = count_;
-                if (!string() || !name(nodes_[key])) return false;
+                if (!string<true>() || !name(nodes_[key])) return false;
                 // A repeated key is Python's to read: by its id in a bit set, else by its text.
                 const int id = int(nodes_[key].value);
                 if (id >= 0) {
@@ -212,19 +212,21 @@ class Tree {
         return true;
     }
 
+    // A string; a key's (IsKey) hashed on the way, for name().
+    template <bool IsKey>
     bool string() {
         // p_ in a local: the loop's stores would otherwise keep it in memory.
         const char* p = p_ + 1;  // after '"'
         const char* const start = p;
         const char* const end = end_;
-        unsigned long long hash = 0xcbf29ce484222325ull;  // FNV-1a, for name()
+        unsigned long long hash = 0xcbf29ce484222325ull;  // FNV-1a
         for (; p != end && *p != '"'; ++p) {
             const unsigned char c = static_cast<unsigned char>(*p);
             if (c == '\\' || c < 0x20 || c >= 0x7f) return false;  // escapes, controls, beyond ASCII
-            hash = (hash ^ c) * 0x100000001b3ull;
+            if constexpr (IsKey) hash = (hash ^ c) * 0x100000001b3ull;
         }
         if (p == end) return false;
-        hash_ = hash;
+        if constexpr (IsKey) hash_ = hash;
         Node& n = nodes_[add(Kind::STR)];
         n.text = start;
         n.size = unsigned(p - start);
