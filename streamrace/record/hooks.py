@@ -272,7 +272,8 @@ class PythonHooks:
     def replay(self, graph: int) -> int:
         device = self._runtime.current_device()
         stream = self._current_stream(device)
-        stack = self._stack_field(self.stack())
+        # The walk starts at the caller's frame, as the native hooks' does (this method is C++ there).
+        stack = self._stacks.capture(2)
         return self._emit("replay", graph=graph, stream=stream, device=device, stack=stack)["seq"]
 
     def begin_capture(self, graph: int, stream: int, handle: int) -> None:
