@@ -85,6 +85,32 @@ def test_a_replay_names_its_graph_stream_device_and_line(kind):
     assert len(seqs) == len(events), "every seq once"
 
 
+def test_both_hook_sets_walk_a_replays_stack_alike_up_to_the_walk_limit():
+    """A replay under library frames, at every depth around the walk limit (128 frames): the
+    two hook sets keep the same user frames (the native replay walks from the caller's frame,
+    so the Python one must too)."""
+    import os
+
+    source = "def deep(n, graph):\n    if n:\n        return deep(n - 1, graph)\n    graph.replay()\n"
+    library: dict = {}  # a module of torch's, as stacks.py sees it: library frames
+    exec(compile(source, os.path.join(os.path.dirname(torch.__file__), "streamrace_test_deep.py"), "exec"), library)
+
+    def stack_of_replay(kind: str, n: int) -> list:
+        def program(fake):
+            x, out = fake.alloc(), fake.alloc()
+            library["deep"](n, captured(fake, out, x))
+
+        events = record(kind, program).trace_events()
+        [replay] = [e for e in events if e["ev"] == "replay"]
+        return next((e["frames"] for e in events if e["ev"] == "stack" and e["id"] == replay.get("stack")), [])
+
+    depths = range(110, 130)  # the walk starts a few frames above deep's innermost call
+    stacks = {n: (stack_of_replay("native", n), stack_of_replay("python", n)) for n in depths}
+    assert all(native == python for native, python in stacks.values()), stacks
+    kept = {len(native) for native, _ in stacks.values()}
+    assert len(kept) > 1, "the depths reach the limit: outer user frames fall off"
+
+
 @HOOKS
 def test_replays_of_graphs_captured_before_recording_are_counted_not_recorded(kind):
     fake = FakeCuda()
