@@ -1,5 +1,5 @@
-"""Two edges of a recording to a trace file, for two checkouts side by side: before and after a
-change (the fake CUDA of the tests, no GPU needed).
+"""Three edges of a recording, for two checkouts side by side: before and after a change (the
+fake CUDA of the tests, no GPU needed).
 
 * **stop**: a recording of eager work alone reaches no flush point of the recorder's (a
   replay, a capture's end, a reset), so its stop drains and settles every event it made;
@@ -7,6 +7,10 @@ change (the fake CUDA of the tests, no GPU needed).
 * **full disk**: every chunk the trace writer is handed fails (``OSError``, no space left);
   the failed flush keeps its events; timed: ``--steps`` fake serving steps (stage a block on
   a copy stream, wait, copy it in, replay, sample), the default flush size.
+* **eager ops**: ``--ops`` eager ``add_`` on two blocks, recorded in memory by the native hooks
+  (torch's own CPU kernels: the op and its hooks are all there is, as in a GPU program's
+  launch path); timed: the ops. What the hooks add to an op here was what they add on the GPU
+  machines (about 1.4 us, docs/performance.md), so a change to them can be measured here.
 
 Each checkout (a directory holding a built ``streamrace`` package and its ``tests/``, e.g.
 ``git worktree add`` plus ``python setup.py build_ext --inplace``) gets one worker process,
@@ -26,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from checkouts import Checkouts, checkout_parser, print_side_by_side, require_checkouts, serve
 
-EDGES = ("stop", "full disk")
+EDGES = ("stop", "full disk", "eager ops")
 
 
 def worker(ops: int, steps: int) -> None:
@@ -43,6 +47,19 @@ def worker(ops: int, steps: int) -> None:
 
     def answer(edge: str) -> dict[str, float]:
         fake = FakeCuda()
+        if edge == "eager ops":
+            recorder = Recorder(hooks="native", runtime=fake)
+            recorder.start()
+            try:
+                with fake.on(0x1000):
+                    a, b = fake.alloc(), fake.alloc()
+                    start = time.process_time()
+                    for _ in range(ops):
+                        b.add_(a)
+                    seconds = time.process_time() - start
+            finally:
+                recorder.stop()
+            return {"seconds": seconds}
         with tempfile.TemporaryDirectory() as directory:
             path = os.path.join(directory, "t.jsonl.gz")
             if edge == "stop":
@@ -88,7 +105,7 @@ def worker(ops: int, steps: int) -> None:
 
 def main() -> None:
     parser = checkout_parser(__doc__)
-    parser.add_argument("--ops", type=int, default=300_000, help="eager ops before the stop")
+    parser.add_argument("--ops", type=int, default=300_000, help="eager ops (before the stop; timed)")
     parser.add_argument("--steps", type=int, default=6_000, help="serving steps with the disk full")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per checkout and edge")
     args = parser.parse_args()

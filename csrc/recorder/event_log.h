@@ -34,6 +34,18 @@ namespace py = pybind11;
 using tables::Kind;
 using Locked = std::unique_lock<std::mutex>;  // the hooks' mutex, held
 
+// A byte range as the log keeps it until the drain (24 bytes, where a ByteRange with its
+// inline shape and stride is 160): an eager op's ranges are most of what recording one costs
+// in memory, and growing the log touched fresh pages for every op. A strided range's shape
+// and then its stride are `ndim` ints each in the log's dims, from `dims`.
+struct StoredRange {
+    int64_t addr = 0;
+    int64_t size = 0;   // nbytes where contiguous, else itemsize
+    uint32_t dims = 0;
+    int32_t ndim = -1;  // -1: contiguous, {addr, nbytes}
+    bool contiguous() const { return ndim < 0; }
+};
+
 struct Record {
     int64_t seq = 0;
     Kind kind = Kind::RecorderError;
@@ -151,9 +163,9 @@ class EventLog {
         r.reads = static_cast<uint32_t>(reads.size());
         r.writes = static_cast<uint32_t>(writes.size());
         r.index = static_cast<uint32_t>(index.size());
-        ranges_.insert(ranges_.end(), reads.begin(), reads.end());
-        ranges_.insert(ranges_.end(), writes.begin(), writes.end());
-        ranges_.insert(ranges_.end(), index.begin(), index.end());
+        store(reads);
+        store(writes);
+        store(index);
     }
 
     // An op's pinned host ranges, after add_ranges (host_op: its reads and writes).
@@ -161,8 +173,24 @@ class EventLog {
                          const std::vector<ByteRange>& writes) {
         r.host_reads = static_cast<uint32_t>(reads.size());
         r.host_writes = static_cast<uint32_t>(writes.size());
-        ranges_.insert(ranges_.end(), reads.begin(), reads.end());
-        ranges_.insert(ranges_.end(), writes.begin(), writes.end());
+        store(reads);
+        store(writes);
+    }
+
+    void store(const std::vector<ByteRange>& ranges) {
+        for (const ByteRange& r : ranges) {
+            StoredRange& stored = ranges_.emplace_back();
+            stored.addr = r.addr;
+            if (r.contiguous) {
+                stored.size = r.nbytes;
+                continue;
+            }
+            stored.size = r.itemsize;
+            stored.dims = static_cast<uint32_t>(dims_.size());
+            stored.ndim = static_cast<int32_t>(r.shape.size());
+            dims_.insert(dims_.end(), r.shape.begin(), r.shape.end());
+            dims_.insert(dims_.end(), r.stride.begin(), r.stride.end());
+        }
     }
 
     // An eager op's read identities (one per read, 0 for a read of other memory), for the
@@ -245,7 +273,8 @@ class EventLog {
     // The records since the last drain, with the side tables they index into.
     struct Taken {
         std::vector<Record> records;
-        std::vector<ByteRange> ranges;
+        std::vector<StoredRange> ranges;
+        std::vector<int64_t> dims;  // the strided ranges' shapes and strides
         std::vector<AllocFact> facts;
         std::vector<int64_t> tensor_ids;
     };
@@ -255,6 +284,7 @@ class EventLog {
         Locked held = lock();
         taken.records.swap(records_);
         taken.ranges.swap(ranges_);
+        taken.dims.swap(dims_);
         taken.facts.swap(facts_);
         taken.tensor_ids.swap(tensor_ids_);
         return taken;
@@ -330,8 +360,8 @@ class EventLog {
         void set_true(PyObject* key) { d_.set_true(key); }
         void kind(PyObject* key, Kind kind) { d_.set(key, py::handle(kind_name(kind))); }
         void text(PyObject* key, int32_t id) { d_.set(key, log_.text_object(id)); }
-        void ranges(PyObject* key, const std::vector<ByteRange>& all, uint32_t begin, uint32_t n) {
-            d_.set(key, range_list(all, begin, n));
+        void ranges(PyObject* key, const Taken& taken, uint32_t begin, uint32_t n) {
+            d_.set(key, range_list(taken, begin, n));
         }
         void ints(PyObject* key, const int64_t* values, size_t n) { d_.set(key, int_list(values, n)); }
         void pool(PyObject* key, uint64_t first, uint64_t second) { d_.set(key, pool_list(first, second)); }
@@ -383,24 +413,25 @@ class EventLog {
             name(key);
             out_ += *json;
         }
-        void ranges(PyObject* key, const std::vector<ByteRange>& all, uint32_t begin, uint32_t n) {
+        void ranges(PyObject* key, const Taken& taken, uint32_t begin, uint32_t n) {
             name(key);
             out_ += '[';
             for (uint32_t i = 0; i < n; ++i) {
-                const ByteRange& r = all[begin + i];
+                const StoredRange& r = taken.ranges[begin + i];
                 if (i > 0) out_ += ',';
                 out_ += "{\"addr\":";
                 number(r.addr);
-                if (r.contiguous) {
+                if (r.contiguous()) {
                     out_ += ",\"nbytes\":";
-                    number(r.nbytes);
+                    number(r.size);
                 } else {
+                    const int64_t* dims = taken.dims.data() + r.dims;
                     out_ += ",\"shape\":";
-                    numbers(r.shape.data(), r.shape.size());
+                    numbers(dims, size_t(r.ndim));
                     out_ += ",\"stride\":";
-                    numbers(r.stride.data(), r.stride.size());
+                    numbers(dims + r.ndim, size_t(r.ndim));
                     out_ += ",\"itemsize\":";
-                    number(r.itemsize);
+                    number(r.size);
                 }
                 out_ += '}';
             }
@@ -470,17 +501,18 @@ class EventLog {
         return cached;
     }
 
-    static py::object range_list(const std::vector<ByteRange>& ranges, uint32_t begin, uint32_t n) {
+    static py::object range_list(const Taken& taken, uint32_t begin, uint32_t n) {
         return make_list(n, [&](size_t i) {
-            const ByteRange& r = ranges[begin + i];
+            const StoredRange& r = taken.ranges[begin + i];
             EventDict d;
             d.set(STREAMRACE_KEY("addr"), r.addr);
-            if (r.contiguous) {
-                d.set(STREAMRACE_KEY("nbytes"), r.nbytes);
+            if (r.contiguous()) {
+                d.set(STREAMRACE_KEY("nbytes"), r.size);
             } else {
-                d.set(STREAMRACE_KEY("shape"), int_list(r.shape));
-                d.set(STREAMRACE_KEY("stride"), int_list(r.stride));
-                d.set(STREAMRACE_KEY("itemsize"), r.itemsize);
+                const int64_t* dims = taken.dims.data() + r.dims;
+                d.set(STREAMRACE_KEY("shape"), int_list(dims, size_t(r.ndim)));
+                d.set(STREAMRACE_KEY("stride"), int_list(dims + r.ndim, size_t(r.ndim)));
+                d.set(STREAMRACE_KEY("itemsize"), r.size);
             }
             return d.take();
         });
@@ -500,7 +532,6 @@ class EventLog {
     // One record's fields into a sink, in the order the trace writes them.
     template <typename Sink>
     void fill(Sink& d, const Record& r, const Taken& taken) {
-        const std::vector<ByteRange>& ranges = taken.ranges;
         const std::vector<AllocFact>& facts = taken.facts;
         d.set(STREAMRACE_KEY("seq"), r.seq);
         d.kind(STREAMRACE_KEY("ev"), r.kind);
@@ -544,10 +575,10 @@ class EventLog {
                 d.text(STREAMRACE_FIELD("op", "op"), r.text);
                 d.set(STREAMRACE_FIELD("stream", "op"), r.stream);
                 d.set(STREAMRACE_FIELD("device", "op"), r.device);
-                d.ranges(STREAMRACE_FIELD("reads", "op"), ranges, r.ranges, r.reads);
-                d.ranges(STREAMRACE_FIELD("writes", "op"), ranges, r.ranges + r.reads, r.writes);
+                d.ranges(STREAMRACE_FIELD("reads", "op"), taken, r.ranges, r.reads);
+                d.ranges(STREAMRACE_FIELD("writes", "op"), taken, r.ranges + r.reads, r.writes);
                 if (r.index > 0) {
-                    d.ranges(STREAMRACE_FIELD("index", "op"), ranges, r.ranges + r.reads + r.writes, r.index);
+                    d.ranges(STREAMRACE_FIELD("index", "op"), taken, r.ranges + r.reads + r.writes, r.index);
                 }
                 if (r.tensor_count > 0) {
                     d.ints(STREAMRACE_FIELD("tensors", "op"), taken.tensor_ids.data() + r.tensors, r.tensor_count);
@@ -555,9 +586,9 @@ class EventLog {
                 stack();
                 {
                     uint32_t host = r.ranges + r.reads + r.writes + r.index;
-                    if (r.host_reads > 0) d.ranges(STREAMRACE_FIELD("host_reads", "op"), ranges, host, r.host_reads);
+                    if (r.host_reads > 0) d.ranges(STREAMRACE_FIELD("host_reads", "op"), taken, host, r.host_reads);
                     if (r.host_writes > 0) {
-                        d.ranges(STREAMRACE_FIELD("host_writes", "op"), ranges, host + r.host_reads, r.host_writes);
+                        d.ranges(STREAMRACE_FIELD("host_writes", "op"), taken, host + r.host_reads, r.host_writes);
                     }
                 }
                 if (r.host_blocking) d.set_true(STREAMRACE_FIELD("host_blocking", "op"));
@@ -565,7 +596,7 @@ class EventLog {
             case Kind::View:
                 d.set(STREAMRACE_FIELD("tensor", "view"), r.value);
                 d.text(STREAMRACE_FIELD("op", "view"), r.text);
-                d.ranges(STREAMRACE_FIELD("ranges", "view"), ranges, r.ranges, r.reads);
+                d.ranges(STREAMRACE_FIELD("ranges", "view"), taken, r.ranges, r.reads);
                 if (r.base != 0) d.set(STREAMRACE_FIELD("base", "view"), r.base);
                 d.set(STREAMRACE_FIELD("stream", "view"), r.stream);
                 d.set(STREAMRACE_FIELD("device", "view"), r.device);
@@ -574,8 +605,8 @@ class EventLog {
             case Kind::HostOp: {  // an op the host ran on pinned memory: no stream
                 d.text(STREAMRACE_FIELD("op", "host_op"), r.text);
                 uint32_t host = r.ranges + r.reads + r.writes + r.index;
-                d.ranges(STREAMRACE_FIELD("reads", "host_op"), ranges, host, r.host_reads);
-                d.ranges(STREAMRACE_FIELD("writes", "host_op"), ranges, host + r.host_reads, r.host_writes);
+                d.ranges(STREAMRACE_FIELD("reads", "host_op"), taken, host, r.host_reads);
+                d.ranges(STREAMRACE_FIELD("writes", "host_op"), taken, host + r.host_reads, r.host_writes);
                 stack();
                 break;
             }
@@ -636,7 +667,8 @@ class EventLog {
     int64_t seq_ = 0;
     int errors_ = 0;
     std::vector<Record> records_;
-    std::vector<ByteRange> ranges_;
+    std::vector<StoredRange> ranges_;
+    std::vector<int64_t> dims_;  // the strided ranges' shapes and strides
     std::vector<AllocFact> facts_;
     std::vector<int64_t> tensor_ids_;
     GraphMemory graph_memory_;
