@@ -112,6 +112,41 @@ def test_both_hook_sets_walk_a_replays_stack_alike_up_to_the_walk_limit():
 
 
 @HOOKS
+def test_a_replay_the_stop_overtakes_on_another_thread_is_no_recorder_error(kind):
+    """A worker's replay whose recording stops (and lets the hooks' Python go) between the
+    launch and its event: the replay is after the recording, and nothing fails."""
+    import threading
+
+    if kind == "native":
+        native_module()
+    fake = FakeCuda()
+    with Kernels(fake):
+        recorder = Recorder(hooks=kind, runtime=fake)
+        recorder.start()
+        x, out = fake.alloc(), fake.alloc()
+        graph = captured(fake, out, x)
+        looked_up, stopped = threading.Event(), threading.Event()
+
+        class StopsHere(dict):  # the worker has found its graph when the stop runs
+            def get(self, key, default=None):
+                value = dict.get(self, key, default)
+                if threading.current_thread().name == "replayer":
+                    looked_up.set()
+                    stopped.wait(10)
+                return value
+
+        recorder.replays._objects = StopsHere(recorder.replays._objects)
+        worker = threading.Thread(target=graph.replay, name="replayer")
+        worker.start()
+        assert looked_up.wait(10)
+        recorder.stop()
+        stopped.set()
+        worker.join(10)
+    assert not worker.is_alive()
+    assert recorder.errors == []
+
+
+@HOOKS
 def test_replays_of_graphs_captured_before_recording_are_counted_not_recorded(kind):
     fake = FakeCuda()
     x, out = fake.alloc(), fake.alloc()
