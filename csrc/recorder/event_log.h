@@ -44,6 +44,9 @@ struct StoredRange {
     uint32_t dims = 0;
     int32_t ndim = -1;  // -1: contiguous, {addr, nbytes}
     bool contiguous() const { return ndim < 0; }
+    // A strided range's shape and stride, each ndim ints, in the dims it was stored into.
+    const int64_t* shape(const std::vector<int64_t>& all) const { return all.data() + dims; }
+    const int64_t* stride(const std::vector<int64_t>& all) const { return shape(all) + ndim; }
 };
 
 struct Record {
@@ -177,22 +180,6 @@ class EventLog {
         store(writes);
     }
 
-    void store(const std::vector<ByteRange>& ranges) {
-        for (const ByteRange& r : ranges) {
-            StoredRange& stored = ranges_.emplace_back();
-            stored.addr = r.addr;
-            if (r.contiguous) {
-                stored.size = r.nbytes;
-                continue;
-            }
-            stored.size = r.itemsize;
-            stored.dims = static_cast<uint32_t>(dims_.size());
-            stored.ndim = static_cast<int32_t>(r.shape.size());
-            dims_.insert(dims_.end(), r.shape.begin(), r.shape.end());
-            dims_.insert(dims_.end(), r.stride.begin(), r.stride.end());
-        }
-    }
-
     // An eager op's read identities (one per read, 0 for a read of other memory), for the
     // record that follows.
     void add_tensors(const Locked&, Record& r, const std::vector<int64_t>& ids) {
@@ -278,6 +265,23 @@ class EventLog {
         std::vector<AllocFact> facts;
         std::vector<int64_t> tensor_ids;
     };
+
+    // Ranges into the log (mutex held), compact: see StoredRange.
+    void store(const std::vector<ByteRange>& ranges) {
+        for (const ByteRange& r : ranges) {
+            StoredRange& stored = ranges_.emplace_back();
+            stored.addr = r.addr;
+            if (r.contiguous) {
+                stored.size = r.nbytes;
+                continue;
+            }
+            stored.size = r.itemsize;
+            stored.dims = static_cast<uint32_t>(dims_.size());
+            stored.ndim = static_cast<int32_t>(r.shape.size());
+            dims_.insert(dims_.end(), r.shape.begin(), r.shape.end());
+            dims_.insert(dims_.end(), r.stride.begin(), r.stride.end());
+        }
+    }
 
     Taken take() {
         Taken taken;
@@ -425,11 +429,10 @@ class EventLog {
                     out_ += ",\"nbytes\":";
                     number(r.size);
                 } else {
-                    const int64_t* dims = taken.dims.data() + r.dims;
                     out_ += ",\"shape\":";
-                    numbers(dims, size_t(r.ndim));
+                    numbers(r.shape(taken.dims), size_t(r.ndim));
                     out_ += ",\"stride\":";
-                    numbers(dims + r.ndim, size_t(r.ndim));
+                    numbers(r.stride(taken.dims), size_t(r.ndim));
                     out_ += ",\"itemsize\":";
                     number(r.size);
                 }
@@ -509,9 +512,8 @@ class EventLog {
             if (r.contiguous()) {
                 d.set(STREAMRACE_KEY("nbytes"), r.size);
             } else {
-                const int64_t* dims = taken.dims.data() + r.dims;
-                d.set(STREAMRACE_KEY("shape"), int_list(dims, size_t(r.ndim)));
-                d.set(STREAMRACE_KEY("stride"), int_list(dims + r.ndim, size_t(r.ndim)));
+                d.set(STREAMRACE_KEY("shape"), int_list(r.shape(taken.dims), size_t(r.ndim)));
+                d.set(STREAMRACE_KEY("stride"), int_list(r.stride(taken.dims), size_t(r.ndim)));
                 d.set(STREAMRACE_KEY("itemsize"), r.size);
             }
             return d.take();
