@@ -45,30 +45,28 @@ def worker(ops: int, steps: int) -> None:
     def full(self, events):
         raise OSError(28, "No space left on device")
 
+    def eager_adds(fake: FakeCuda, **options) -> tuple[Recorder, float]:
+        """``ops`` eager ``add_`` on two blocks under a started recorder (left running): the
+        recorder, and the ops' CPU seconds."""
+        recorder = Recorder(hooks="native", runtime=fake, **options)
+        recorder.start()
+        with fake.on(0x1000):
+            a, b = fake.alloc(), fake.alloc()
+            start = time.process_time()
+            for _ in range(ops):
+                b.add_(a)
+            return recorder, time.process_time() - start
+
     def answer(edge: str) -> dict[str, float]:
         fake = FakeCuda()
         if edge == "eager ops":
-            recorder = Recorder(hooks="native", runtime=fake)
-            recorder.start()
-            try:
-                with fake.on(0x1000):
-                    a, b = fake.alloc(), fake.alloc()
-                    start = time.process_time()
-                    for _ in range(ops):
-                        b.add_(a)
-                    seconds = time.process_time() - start
-            finally:
-                recorder.stop()
+            recorder, seconds = eager_adds(fake)
+            recorder.stop()
             return {"seconds": seconds}
         with tempfile.TemporaryDirectory() as directory:
             path = os.path.join(directory, "t.jsonl.gz")
             if edge == "stop":
-                recorder = Recorder(hooks="native", runtime=fake, trace=path, flush_events=1 << 62)
-                recorder.start()
-                with fake.on(0x1000):
-                    a, b = fake.alloc(), fake.alloc()
-                    for _ in range(ops):
-                        b.add_(a)
+                recorder, _ = eager_adds(fake, trace=path, flush_events=1 << 62)
                 start = time.process_time()
                 recorder.stop()
                 return {"seconds": time.process_time() - start}
