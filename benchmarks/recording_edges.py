@@ -42,7 +42,7 @@ def worker(ops: int, steps: int) -> None:
     from streamrace.record.recorder import Recorder
     from streamrace.trace.incremental import IncrementalTraceWriter
 
-    def full(self, events):
+    def full(self, events, lines=None):
         raise OSError(28, "No space left on device")
 
     def eager_adds(fake: FakeCuda, **options) -> tuple[Recorder, float]:
