@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from streamrace.collector import collections_paused
 from streamrace.trace.incremental import IncrementalTraceWriter
+from streamrace.trace.json_lines import last_seq
 
 if TYPE_CHECKING:
     from streamrace.record.allocations import AllocatorHistory
@@ -151,4 +152,4 @@ class TraceOutput:
     def _wrote(self, events: list[dict[str, Any]], lines: EncodedLines) -> None:
         """The writer has taken ``events`` and the log's ``lines``: the log lets the lines go."""
         self._rec.log.written()
-        self.written_through = max(self.written_through, events[-1]["seq"] if events else -1, lines.last_seq)
+        self.written_through = max(self.written_through, last_seq(events, lines))

@@ -46,7 +46,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from streamrace.trace.json_lines import EncodedLines, encode_lines
+from streamrace.trace.json_lines import EncodedLines, encode_lines, last_seq
 
 PARTIAL_SUFFIX = ".partial"
 WRITING_SUFFIX = ".writing"  # PATH while finish writes it, renamed once whole
@@ -75,8 +75,8 @@ class IncrementalTraceWriter:
         self._head_bytes = len(head)  # what ``finish`` skips of the partial file: its header
         self._write(head)
 
-    def _encode(self, items: Iterable[dict[str, Any]]) -> bytes:
-        return self._compressed(encode_lines(items))  # strict JSON, as write_trace writes it
+    def _encode(self, items: Iterable[dict[str, Any]], lines: EncodedLines | None = None) -> bytes:
+        return self._compressed(encode_lines(items, lines))  # strict JSON, as write_trace writes it
 
     def _compressed(self, data: bytes) -> bytes:
         return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0) if self._compress else data
@@ -137,25 +137,25 @@ class IncrementalTraceWriter:
         """False in a forked child: the file is its parent's."""
         return os.getpid() == self._pid and self._fd is not None
 
-    def _not_written(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``events`` (in seq order) less those already taken."""
+    def _not_taken(
+        self, events: list[dict[str, Any]], lines: EncodedLines | None
+    ) -> tuple[list[dict[str, Any]], EncodedLines | None]:
+        """``events`` (in seq order) and ``lines``, less what was taken already."""
         if events and events[0]["seq"] <= self.taken_through:
-            return [e for e in events if e["seq"] > self.taken_through]
-        return events
+            events = [e for e in events if e["seq"] > self.taken_through]
+        return events, lines.after(self.taken_through) if lines else None
 
     def write(self, events: list[dict[str, Any]], lines: EncodedLines | None = None) -> None:
         """Append events (in seq order), merged by seq with ``lines`` (written already), less
         those already written."""
         if (events or lines) and self._ours():
             self.wait()
-            events = self._not_written(events)
-            lines = lines.after(self.taken_through) if lines else None
+            events, lines = self._not_taken(events, lines)
             if not events and not lines:
                 return
             data = encode_lines(events, lines)
-            last_seq = max(events[-1]["seq"] if events else -1, lines.last_seq if lines else -1)
             self._in_flight = threading.Thread(
-                target=self._compress_and_write, args=(data, last_seq), name="streamrace-trace-writer"
+                target=self._compress_and_write, args=(data, last_seq(events, lines)), name="streamrace-trace-writer"
             )
             self._in_flight.start()
             self.events_written += len(events) + (len(lines) if lines else 0)
@@ -169,8 +169,7 @@ class IncrementalTraceWriter:
         assert self._fd is not None
         with contextlib.suppress(Exception):  # said already (TraceOutput.landed); its bytes are kept
             self.wait()
-        events = self._not_written(events)
-        lines = lines.after(self.taken_through) if lines else None
+        events, lines = self._not_taken(events, lines)
         self._land()  # what failed writes kept: the partial file is copied next
         writing = self.path + WRITING_SUFFIX
         try:
@@ -180,7 +179,7 @@ class IncrementalTraceWriter:
                     partial.seek(self._head_bytes)
                     shutil.copyfileobj(partial, out, 1 << 20)
                 if events or lines:
-                    out.write(self._compressed(encode_lines(events, lines)))
+                    out.write(self._encode(events, lines))
             os.replace(writing, self.path)
         except BaseException:
             with contextlib.suppress(OSError):

@@ -66,6 +66,11 @@ class EncodedLines:
         return EncodedLines(self.seqs[drop:], self.data[at:])
 
 
+def last_seq(events: list[dict[str, Any]], lines: EncodedLines | None) -> int:
+    """The last seq of ``events`` (in seq order) merged with ``lines``; -1 for none."""
+    return max(events[-1]["seq"] if events else -1, lines.last_seq if lines else -1)
+
+
 def encode_lines(items: Iterable[Any], lines: EncodedLines | None = None) -> bytes:
     """Each item as one line of strict JSON, UTF-8 (all ASCII), each line ending in a newline;
     with ``lines``, merged with them by seq (the items are then events in seq order)."""
