@@ -117,32 +117,30 @@ def test_a_replay_the_stop_overtakes_on_another_thread_is_no_recorder_error(kind
     launch and its event: the replay is after the recording, and nothing fails."""
     import threading
 
-    if kind == "native":
-        native_module()
-    fake = FakeCuda()
-    with Kernels(fake):
-        recorder = Recorder(hooks=kind, runtime=fake)
-        recorder.start()
+    looked_up, stopped = threading.Event(), threading.Event()
+    workers: list[threading.Thread] = []
+
+    class StopsHere(dict):  # the worker has found its graph when the stop runs
+        def get(self, key, default=None):
+            value = dict.get(self, key, default)
+            if threading.current_thread().name == "replayer":
+                looked_up.set()
+                stopped.wait(10)
+            return value
+
+    def program(fake):
         x, out = fake.alloc(), fake.alloc()
         graph = captured(fake, out, x)
-        looked_up, stopped = threading.Event(), threading.Event()
-
-        class StopsHere(dict):  # the worker has found its graph when the stop runs
-            def get(self, key, default=None):
-                value = dict.get(self, key, default)
-                if threading.current_thread().name == "replayer":
-                    looked_up.set()
-                    stopped.wait(10)
-                return value
-
-        recorder.replays._objects = StopsHere(recorder.replays._objects)
-        worker = threading.Thread(target=graph.replay, name="replayer")
-        worker.start()
+        replays = Recorder.active().replays
+        replays._objects = StopsHere(replays._objects)
+        workers.append(threading.Thread(target=graph.replay, name="replayer"))
+        workers[0].start()
         assert looked_up.wait(10)
-        recorder.stop()
-        stopped.set()
-        worker.join(10)
-    assert not worker.is_alive()
+
+    recorder = record(kind, program)  # stops while the worker waits inside its replay
+    stopped.set()
+    workers[0].join(10)
+    assert not workers[0].is_alive()
     assert recorder.errors == []
 
 
