@@ -127,14 +127,14 @@ def replay_time(graph: torch.cuda.CUDAGraph, replays: int) -> float:
     return start.elapsed_time(end) / 1000 / replays
 
 
-def paired_ratio(plain: list[float], values: list[float]) -> str:
-    """The median of each repeat's ratio to that repeat's plain run, which ran a moment before
-    it: the machine's drift between repeats and calls moves it least (the medians' ratio of one
-    benchmark moved by 0.3 between calls on the shared H100s). Blank where the runs are not
-    pairs (CSAN runs after every repeat)."""
-    if len(values) != len(plain) or values is plain:
+def paired_ratio(times: dict[str, list[float]], name: str) -> str:
+    """The median of row ``name``'s ratio, in each repeat, to that repeat's plain run, which ran
+    a moment before it: the machine's drift between repeats and calls moves it least (the
+    medians' ratio of one benchmark moved by 0.3 between calls on the shared H100s). Blank for
+    plain itself, and for CSAN, whose runs come after every repeat (enabling it cannot be undone)."""
+    if name in ("plain", "csan"):
         return ""
-    return f"{statistics.median(v / p for p, v in zip(plain, values, strict=True)):.2f}"
+    return f"{statistics.median(v / p for p, v in zip(times['plain'], times[name], strict=True)):.2f}"
 
 
 def print_replays(replays: dict[str, list[float]], width: int) -> None:
@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'capture':<12}{'median ms':>12}{'ratio':>10}{'pairs':>8}")
     for name, values in times.items():
         median = statistics.median(values)
-        pairs = paired_ratio(times["plain"], values) if name != "csan" else ""
+        pairs = paired_ratio(times, name)
         print(f"{name:<12}{median * 1e3:>12.2f}{median / plain:>10.2f}{pairs:>8}")
     print(f"{'phases':<14}{'body ms':>10}{'end ms':>10}   (median of the ops and of capture_end)")
     for name, values in PHASES.items():

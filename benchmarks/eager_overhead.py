@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, values in times.items():
         median = statistics.median(values)
         per_op = (median - plain) / max(ops, 1) * 1e6
-        pairs = paired_ratio(times["plain"], values) if name != "csan" else ""
+        pairs = paired_ratio(times, name)
         print(f"{name:<14}{median * 1e3:>12.3f}{median / plain:>10.2f}{per_op:>12.2f}{pairs:>8}")
     print_replays(replays, 14)
     return 0
