@@ -106,7 +106,10 @@ class FakeCuda:
         n = block_bytes // 4
         self._blocks = [torch.zeros(n) if own_storages else self._arena[i * n : (i + 1) * n] for i in range(blocks)]
         self._handles = itertools.count(0x10000, 0x10)  # graphs, nodes, events, functions
-        self.stream = 0  # the current stream
+        # The current stream, in a cell the native hooks read without Python, as they read
+        # c10's current stream (``stream`` reads and sets it).
+        self.native_stream_cell = ctypes.c_int64(0)
+        self.native_current_stream: Callable[[int], int] | None = None
         self._initialized = initialized
         self._takes_tracker = tracker
         self._trackers: list[Callable[..., None]] = []
@@ -150,8 +153,16 @@ class FakeCuda:
         self._last_params: list[int] = []  # sizes of the parameters of the node read last
         self.driver = graph_readback.Driver.at(addresses)
         self.graphs = graph_readback.GraphReadback(self.driver)
-        self.native_current_stream = self.current_stream
         self._pinned: set[int] = set()  # storages of the fake host memory (pinned)
+
+    @property
+    def stream(self) -> int:
+        """The current stream."""
+        return self.native_stream_cell.value
+
+    @stream.setter
+    def stream(self, stream: int) -> None:
+        self.native_stream_cell.value = stream
 
     # -- what the recorder asks (CudaRuntime's interface) -----------------------------------
     def is_recorded_tensor(self, value: Any) -> bool:

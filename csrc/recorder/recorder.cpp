@@ -87,10 +87,11 @@ Driver driver_from(const py::object& addresses) {
 class State {
    public:
     State(bool eager_ops, int device_type, int stack_depth, int max_walk, const py::object& shown_path,
-          py::object raw_stream, const py::object& driver, py::object current_stream)
+          py::object raw_stream, const py::object& driver, py::object current_stream, py::object stream_cell)
         : driver_(driver_from(driver)),
           captures_(log_.mutex()),
-          streams_(static_cast<c10::DeviceType>(device_type), std::move(raw_stream), std::move(current_stream)),
+          streams_(static_cast<c10::DeviceType>(device_type), std::move(raw_stream), std::move(current_stream),
+                   std::move(stream_cell)),
           stacks_(log_, stack_depth, max_walk, shown_path.ptr()),
           unseen_(driver_, captures_, log_, streams_, stacks_),
           host(static_cast<c10::DeviceType>(device_type)),
@@ -483,9 +484,10 @@ const std::unordered_map<std::string, DirectHook>& direct_hooks() {
 class Hooks {
    public:
     Hooks(bool eager_ops, int device_type, int stack_depth, int max_walk, const py::object& shown_path,
-          py::object raw_stream, const py::object& driver, py::object current_stream)
+          py::object raw_stream, const py::object& driver, py::object current_stream, py::object stream_cell)
         : state_(std::make_shared<State>(eager_ops, device_type, stack_depth, max_walk, shown_path,
-                                         std::move(raw_stream), driver, std::move(current_stream))) {
+                                         std::move(raw_stream), driver, std::move(current_stream),
+                                         std::move(stream_cell))) {
         g_states->push_back(state_);
     }
 
@@ -530,10 +532,11 @@ using streamrace::Hooks;
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "streamrace's native recorder hooks (built on first use against this torch)";
     py::class_<Hooks>(m, "Hooks")
-        .def(py::init<bool, int, int, int, const py::object&, py::object, const py::object&, py::object>(),
+        .def(py::init<bool, int, int, int, const py::object&, py::object, const py::object&, py::object,
+                      py::object>(),
              py::arg("eager_ops"), py::arg("device_type"), py::arg("stack_depth"), py::arg("max_walk"),
              py::arg("shown_path"), py::arg("raw_stream"), py::arg("driver") = py::none(),
-             py::arg("current_stream") = py::none())
+             py::arg("current_stream") = py::none(), py::arg("stream_cell") = py::none())
         .def("start", &Hooks::start)
         .def("stop", &Hooks::stop)
         .def("next_seq", [](Hooks& h) { return h.state().next_seq(); })

@@ -1,6 +1,8 @@
 // The current device and stream, as the hooks see them: torch's (c10's device guard), with
 // each stream's raw handle (cudaStream_t) asked of Python once, since the handle needs CUDA
-// headers here; or, for a scripted capture (tests/fake_cuda.py), a Python function's.
+// headers here; or, for a scripted capture (tests/fake_cuda.py), a Python function's, or the
+// handle in a scripted cell (a ctypes int64 the script keeps current), read as c10's is,
+// without the GIL.
 #pragma once
 
 #include "python_error.h"
@@ -27,12 +29,20 @@ inline int32_t index_of(const c10::Device& device) { return device.index() < 0 ?
 class StreamSource {
    public:
     // raw_stream(device type, device index, stream id) -> handle; current_stream(device) ->
-    // handle, or None for torch's current stream.
-    StreamSource(c10::DeviceType device_type, py::object raw_stream, py::object current_stream)
+    // handle, or None; stream_cell: a ctypes.c_int64 holding the current handle, or None.
+    // Neither: torch's current stream.
+    StreamSource(c10::DeviceType device_type, py::object raw_stream, py::object current_stream,
+                 py::object stream_cell = py::none())
         : device_type_(device_type),
           scripted_(!current_stream.is_none()),
           raw_stream_(std::move(raw_stream)),
-          current_stream_(std::move(current_stream)) {}
+          current_stream_(std::move(current_stream)),
+          cell_owner_(std::move(stream_cell)) {
+        if (!scripted_ && !cell_owner_.is_none()) {
+            auto address = py::module_::import("ctypes").attr("addressof")(cell_owner_).cast<uintptr_t>();
+            cell_ = reinterpret_cast<const int64_t*>(address);
+        }
+    }
 
     c10::DeviceType device_type() const { return device_type_; }
 
@@ -48,6 +58,7 @@ class StreamSource {
             if (!current_stream_) throw std::runtime_error("the recorder has stopped");
             return current_stream_(device).cast<int64_t>();
         }
+        if (cell_ != nullptr) return __atomic_load_n(cell_, __ATOMIC_RELAXED);
         c10::Stream stream = c10::impl::getDeviceGuardImpl(device_type_)->getStream(c10::Device(device_type_, device));
         return raw_handle(stream);
     }
@@ -72,6 +83,7 @@ class StreamSource {
     void release_python() {
         raw_stream_ = py::object();
         current_stream_ = py::object();
+        // The cell stays: a hook still running reads it, and it is freed with this source.
     }
 
    private:
@@ -91,6 +103,8 @@ class StreamSource {
     const bool scripted_;
     py::object raw_stream_;
     py::object current_stream_;
+    py::object cell_owner_;  // keeps the cell alive
+    const int64_t* cell_ = nullptr;
     std::mutex mutex_;  // guards raw_
     std::unordered_map<Key, int64_t, KeyHash> raw_;
 };

@@ -9,11 +9,14 @@ on the CPU), so that the capture path of both sets of hooks is compared where th
 
 The native hooks ask two of these in C++: the driver (they take ``driver.addresses``; with
 None, the real runtime's, they look libcuda up themselves) and the current stream (with
-``native_current_stream`` None, torch's, from c10).
+``native_current_stream`` and ``native_stream_cell`` None, torch's, from c10; a scripted
+runtime gives a function, or a ``ctypes.c_int64`` it keeps current, read without the GIL as
+c10's stream is).
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import inspect
 from collections.abc import Callable
@@ -59,6 +62,7 @@ class CudaRuntime:
 
     device_type = 1  # c10::DeviceType::CUDA: whose tensors the native hooks record
     native_current_stream: Callable[[int], int] | None = None  # None: the native hooks ask c10
+    native_stream_cell: ctypes.c_int64 | None = None  # or read the current stream here
     interposes_gpu_trace = True  # torch's own GPU-trace calls reach the native hooks from C++
 
     def __init__(self) -> None:

@@ -617,6 +617,7 @@ class NativeHooks:
             runtime.raw_stream,
             runtime.driver.addresses if runtime.driver is not None else None,
             runtime.native_current_stream,
+            runtime.native_stream_cell,
         )
         self.state: HookState = self._native  # its bookkeeping methods are C++'s own
         self._runtime = runtime
