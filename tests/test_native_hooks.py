@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 from op_engines import cpu_hooks, native_events, native_module, python_ops, record_trace_calls  # noqa: E402
 
 from streamrace.record import native  # noqa: E402
+from streamrace.record.stacks import StackTable  # noqa: E402
 
 
 class _Custom:
@@ -142,6 +143,90 @@ def test_op_stacks_point_at_the_users_line():
     top = stacks[ops[0]["stack"]]["frames"][0]
     assert top == ["tests/test_native_hooks.py", first, "user_code"]
     assert not any("torch" in f[0] or "streamrace/" in f[0] for s in stacks.values() for f in s["frames"])
+
+
+def _recorded_with_walks(fn, shown_path=None) -> tuple[list[dict], tuple[int, int]]:
+    """``fn`` recorded by the native hooks on the CPU: its records, and of its ops' stack
+    walks, how many were found without the GIL and how many took it back."""
+    hooks = cpu_hooks(shown_path)
+    hooks.start()
+    try:
+        fn()
+    finally:
+        hooks.stop()
+        events, walks = hooks.state.drain(), hooks.state.op_stack_walks()
+        hooks.release_python()
+    return events, walks
+
+
+def test_op_stacks_are_the_python_walks_through_every_kind_of_frame():
+    """Generators, a coroutine, comprehensions (inlined since 3.12), a lambda, recursion deeper
+    than the depth kept, another thread: each op's stack is what the Python hooks' walk gives
+    at that line (StackTable, the reference), on the first round, when the stack is new, and on
+    the next two, when it is found again without the GIL."""
+    a = torch.ones(4)
+    reference: dict[int, list] = {}
+    table = StackTable(lambda kind, id, frames: reference.__setitem__(id, frames), depth=6, max_walk=48)
+    expected: list[int] = []
+
+    def leaf():
+        return table.capture(skip=1), torch.add(a, a)  # one line: the walk and the op see it alike
+
+    def generator():
+        for _ in range(2):
+            yield leaf()
+
+    def deep(n):
+        return deep(n - 1) if n else leaf()
+
+    async def coroutine():
+        return leaf()
+
+    def one_round():
+        expected.append(leaf()[0])
+        expected.extend(pair[0] for pair in generator())
+        expected.extend([leaf()[0] for _ in range(2)])
+        expected.append(deep(10)[0])
+        running = coroutine()
+        with pytest.raises(StopIteration) as done:
+            running.send(None)
+        expected.append(done.value.value[0])
+        expected.append((lambda: leaf()[0])())
+        worker = threading.Thread(target=lambda: expected.append(leaf()[0]))
+        worker.start()
+        worker.join()
+
+    events, (found, took) = _recorded_with_walks(lambda: [one_round() for _ in range(3)])
+    stacks = {e["id"]: e["frames"] for e in events if e["ev"] == "stack"}
+    ops = [e for e in events if e["ev"] == "op"]
+    assert len(ops) == len(expected) == 3 * 9
+    assert [stacks[op["stack"]] for op in ops] == [reference[i] for i in expected]
+    assert any(len(reference[i]) == 6 for i in expected), "the recursion is deeper than the depth kept"
+    assert found + took == len(ops)
+    if native_module().frames_without_gil:
+        assert took <= 9 and found >= 2 * 9, "after the first round every stack is found without the GIL"
+    else:
+        assert found == 0
+
+
+def test_a_code_object_at_a_dead_ones_address_gets_its_own_lines():
+    """Code compiled and run over and over dies each time, and the next one may take its
+    address: an op's line comes from its own code, whether its stack is walked with the GIL
+    or found without it."""
+    a = torch.ones(4)
+    blank_lines = [3, 1, 4, 1, 5, 9, 2, 6] * 4
+
+    def run_each():
+        for blanks in blank_lines:
+            exec(compile("\n" * blanks + "torch.add(a, a)", "generated_user_code.py", "exec"), {"torch": torch, "a": a})
+
+    def shown_path(code):
+        return code.co_filename if code.co_filename == "generated_user_code.py" else None
+
+    events, _ = _recorded_with_walks(run_each, shown_path)
+    stacks = {e["id"]: e["frames"] for e in events if e["ev"] == "stack"}
+    tops = [stacks[e["stack"]][0] for e in events if e["ev"] == "op"]
+    assert tops == [["generated_user_code.py", blanks + 1, "<module>"] for blanks in blank_lines]
 
 
 def test_ops_on_every_thread_are_recorded():

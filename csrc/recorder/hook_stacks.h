@@ -5,7 +5,9 @@
 
 #include <Python.h>
 
+#include <atomic>
 #include <cstdint>
+#include <optional>
 #include <utility>
 
 #include "event_log.h"
@@ -23,19 +25,32 @@ class HookStacks {
     // The user stack here (GIL held), its definition recorded first if it is new.
     int32_t stack() {
         NewStack fresh;
-        int id = table_.capture(fresh);
+        int id = table_.capture(PyThreadState_Get(), fresh);
         if (fresh.id >= 0) log_.define_stack(std::move(fresh));
         return id;
     }
 
-    // The user stack of an op: torch's Python bindings let go of the GIL while an op runs,
-    // so it is taken back for the walk (a thread that never ran Python has no frames).
+    // The user stack of an op: torch's Python bindings let go of the GIL while an op runs.
+    // A stack seen before is found without it; a new one takes it back (a thread that never
+    // ran Python has no frames).
     int32_t python_stack() {
         STREAMRACE_TIMED(Stack);
+        PyThreadState* thread = PyGILState_GetThisThreadState();
+        if (std::optional<int> id = table_.known(thread)) {
+            found_without_gil_.fetch_add(1, std::memory_order_relaxed);
+            return *id;
+        }
         if (PyGILState_Check()) return stack();
-        if (PyGILState_GetThisThreadState() == nullptr) return -1;
+        if (thread == nullptr) return -1;
+        took_gil_.fetch_add(1, std::memory_order_relaxed);
         py::gil_scoped_acquire gil;
         return stack();
+    }
+
+    // Of the op stacks walked with the GIL let go: how many were found without it, and how
+    // many took it back (what an op's hooks cost a program whose other threads run Python).
+    std::pair<int64_t, int64_t> op_walks() const {
+        return {found_without_gil_.load(std::memory_order_relaxed), took_gil_.load(std::memory_order_relaxed)};
     }
 
     // An allocation or free inside an op shares the op's stack; elsewhere it has its own.
@@ -49,7 +64,9 @@ class HookStacks {
 
    private:
     EventLog& log_;
-    UserStacks table_;  // GIL-guarded
+    UserStacks table_;
+    std::atomic<int64_t> found_without_gil_{0};
+    std::atomic<int64_t> took_gil_{0};
 };
 
 }  // namespace streamrace

@@ -102,6 +102,7 @@ class State {
     int64_t next_seq() { return log_.next_seq(); }
     int64_t peek_seq() { return log_.peek_seq(); }
     int32_t stack() { return stacks_.stack(); }
+    std::pair<int64_t, int64_t> op_walks() const { return stacks_.op_walks(); }
     void see_stream(int64_t stream, int32_t device) { log_.see_stream(stream, device); }
     void fail(const char* where, const std::string& message) { log_.fail(where, message); }
 
@@ -531,6 +532,8 @@ using streamrace::Hooks;
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "streamrace's native recorder hooks (built on first use against this torch)";
+    // Whether an op's stack, once seen, is found without the GIL (frame_walk.h: this CPython).
+    m.attr("frames_without_gil") = streamrace::kFramesWithoutGil;
     py::class_<Hooks>(m, "Hooks")
         .def(py::init<bool, int, int, int, const py::object&, py::object, const py::object&, py::object,
                       py::object>(),
@@ -560,6 +563,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         .def("drain", [](Hooks& h) { return h.state().drain(); })
         .def("drain_lines", [](Hooks& h) { return h.state().drain_lines(); })
         .def("release_python", [](Hooks& h) { h.state().release_python(); })
+        .def("op_stack_walks", [](Hooks& h) { return h.state().op_walks(); })
         .def("use_allocator_facts", &Hooks::use_allocator_facts, py::arg("scripted") = false)
         // Graph reads at a capture's end (GraphReadback does the same in Python): the whole
         // graph, and a kernel node's parameters.

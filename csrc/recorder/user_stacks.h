@@ -4,19 +4,23 @@
 //
 // Walking frames costs tens of nanoseconds each; a stack is identified first by its frames'
 // (code, instruction) pairs, and only a pair list never seen before is turned into
-// (file, line, function) and interned by those, as the Python table does. Everything here
-// runs with the GIL held, which is also what guards it.
+// (file, line, function) and interned by those, as the Python table does. A stack whose every
+// code object and pair list were seen before is found without the GIL (``known``, where
+// frame_walk.h reads frames without it): an op's hooks run with the GIL let go. What is new
+// needs the GIL (``capture``), which also orders every change to the tables; the mutex keeps
+// those changes from readers without the GIL.
 #pragma once
 
 #include <pybind11/pybind11.h>
-#include <frameobject.h>
-
+#include "frame_walk.h"
 #include "python_error.h"
 
 #include <c10/util/SmallVector.h>
 
 #include <cstdint>
 #include <functional>
+#include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <unordered_map>
 #include <utility>
@@ -47,6 +51,7 @@ class UserStacks {
 
     // Drops every Python reference; needs the GIL.
     void clear() {
+        std::lock_guard<std::mutex> lock(mutex_);
         for (auto& [code, seen] : paths_) Py_DECREF(seen.ref);  // paths are in owned_
         paths_.clear();
         for (PyObject* s : owned_) Py_DECREF(s);
@@ -56,35 +61,54 @@ class UserStacks {
         Py_CLEAR(shown_path_);
     }
 
-    // The id of the calling user stack (innermost first), -1 when no frame is the user's.
-    // A stack seen for the first time comes back in `fresh` so that its definition can be
-    // written before its first use. Throws pybind11::error_already_set when shown_path fails.
-    int capture(NewStack& fresh) {
+    // The id of `thread`'s user stack when its code objects and its (code, instruction)
+    // pairs were all seen before, without the GIL and without allocating; nullopt when
+    // something about it is new (ask capture, with the GIL) or frames need the GIL here.
+    // `thread` is the calling thread's own state.
+    std::optional<int> known(PyThreadState* thread) {
+        if (!kFramesWithoutGil || thread == nullptr) return std::nullopt;
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (shown_path_ == nullptr || depth_ <= 0) return -1;
+        CodeKey key;
+        bool seen = true;
+        walk_frames(thread, max_walk_, [&](PyCodeObject* code, int instruction) {
+            auto it = paths_.find(reinterpret_cast<PyObject*>(code));
+            if (it == paths_.end() || referent(it->second.ref) != reinterpret_cast<PyObject*>(code)) {
+                seen = false;
+                return false;
+            }
+            if (it->second.path != nullptr) key.emplace_back(reinterpret_cast<PyObject*>(code), instruction);
+            return static_cast<int>(key.size()) < depth_;
+        });
+        if (!seen) return std::nullopt;
+        if (key.empty()) return -1;
+        auto hit = by_code_.find(key);
+        if (hit == by_code_.end()) return std::nullopt;
+        return hit->second;
+    }
+
+    // The id of `thread`'s user stack (innermost first), -1 when no frame is the user's; the
+    // GIL held, `thread` the one running. A stack seen for the first time comes back in
+    // `fresh` so that its definition can be written before its first use. Throws
+    // pybind11::error_already_set when shown_path fails.
+    int capture(PyThreadState* thread, NewStack& fresh) {
         fresh.id = -1;
         fresh.frames.clear();
-        if (shown_path_ == nullptr) return -1;
+        if (shown_path_ == nullptr || depth_ <= 0) return -1;
         PythonErrorKept kept;
         CodeKey key;
-        PyFrameObject* frame = PyEval_GetFrame();  // borrowed
-        Py_XINCREF(frame);
-        int walked = 0;
-        while (frame != nullptr && static_cast<int>(key.size()) < depth_ && walked < max_walk_) {
-            PyCodeObject* code = PyFrame_GetCode(frame);  // new reference
-            PyObject* path = shown(reinterpret_cast<PyObject*>(code));
-            if (path != nullptr) key.emplace_back(reinterpret_cast<PyObject*>(code), lasti(frame));
-            Py_DECREF(code);  // alive while its frame is; the table holds it only weakly
-            PyFrameObject* back = PyFrame_GetBack(frame);
-            Py_DECREF(frame);
-            frame = back;
-            ++walked;
-        }
-        Py_XDECREF(frame);
+        walk_frames(thread, max_walk_, [&](PyCodeObject* code, int instruction) {
+            if (shown(reinterpret_cast<PyObject*>(code)) != nullptr) {
+                key.emplace_back(reinterpret_cast<PyObject*>(code), instruction);
+            }
+            return static_cast<int>(key.size()) < depth_;
+        });
         if (key.empty()) return -1;
         auto hit = by_code_.find(key);  // the common case: a stack seen before, no allocation
         if (hit != by_code_.end()) return hit->second;
         std::vector<UserFrame> frames;
         for (auto [code, instruction] : key) {
-            frames.push_back({paths_[code].path, PyCode_Addr2Line(reinterpret_cast<PyCodeObject*>(code), instruction),
+            frames.push_back({paths_.at(code).path, PyCode_Addr2Line(reinterpret_cast<PyCodeObject*>(code), instruction),
                               function_name(code)});
         }
         auto known = by_frames_.find(frames);
@@ -97,6 +121,7 @@ class UserStacks {
             fresh.id = id;
             fresh.frames = frames;
         }
+        std::lock_guard<std::mutex> lock(mutex_);
         by_code_.emplace(std::move(key), id);
         return id;
     }
@@ -124,14 +149,6 @@ class UserStacks {
         }
     };
 
-    static int lasti(PyFrameObject* frame) {
-#if PY_VERSION_HEX >= 0x030B0000
-        return PyFrame_GetLasti(frame);
-#else
-        return frame->f_lasti * 2;  // 3.10 counts code units; Addr2Line takes bytes
-#endif
-    }
-
     // The path to show for a code object's frames, or null for library code (cached). The
     // cache holds each code object by a weak reference: a strong one kept every compiled
     // function's code alive, and with it what dynamo hangs on it (its cache entries, the
@@ -141,10 +158,14 @@ class UserStacks {
     PyObject* shown(PyObject* code) {
         auto it = paths_.find(code);
         if (it != paths_.end()) {
-            if (alive(it->second.ref) == code) return it->second.path;
-            Py_DECREF(it->second.ref);
-            paths_.erase(it);
-            by_code_.clear();
+            if (referent(it->second.ref) == code) return it->second.path;
+            PyObject* dead = it->second.ref;
+            {
+                std::lock_guard<std::mutex> lock(mutex_);
+                paths_.erase(it);
+                by_code_.clear();
+            }
+            Py_DECREF(dead);
         }
         PyObject* result = PyObject_CallOneArg(shown_path_, code);
         if (result == nullptr) throw pybind11::error_already_set();
@@ -162,22 +183,16 @@ class UserStacks {
         if (known != paths_.end()) return known->second.path;
         PyObject* ref = PyWeakref_NewRef(code, nullptr);
         if (ref == nullptr) throw pybind11::error_already_set();
+        std::lock_guard<std::mutex> lock(mutex_);
         paths_.emplace(code, Seen{ref, path});
         return path;
     }
 
-    // The object a weak reference names, or null once it is gone (borrowed, GIL held).
-    static PyObject* alive(PyObject* ref) {
-#if PY_VERSION_HEX >= 0x030D0000
-        PyObject* object = nullptr;
-        if (PyWeakref_GetRef(ref, &object) < 0) PyErr_Clear();
-        Py_XDECREF(object);  // compared by address only; the caller's frame keeps it alive
-        return object;
-#else
-        PyObject* object = PyWeakref_GetObject(ref);
-        return object == Py_None ? nullptr : object;
-#endif
-    }
+    // The object a weak reference names (Py_None once it is gone), read from the reference
+    // itself: without the GIL this is safe for a code object on the caller's own stack, which
+    // is alive, so its reference is not being cleared; a dead one that held the same address
+    // was cleared before that address was handed out again.
+    static PyObject* referent(PyObject* ref) { return reinterpret_cast<PyWeakReference*>(ref)->wr_object; }
 
     PyObject* function_name(PyObject* code) {
         PyObject* name = PyObject_GetAttrString(code, "co_name");
@@ -202,6 +217,7 @@ class UserStacks {
         PyObject* ref;   // a weak reference to the code object (owned)
         PyObject* path;  // interned path, or null for library code
     };
+    std::mutex mutex_;  // held to change paths_ and by_code_ (GIL held too), and by known() to read them
     std::unordered_map<PyObject*, Seen> paths_;  // code (by address) -> what was decided for it
     std::vector<PyObject*> owned_;                    // every str the table holds, one reference each
     std::unordered_map<CodeKey, int, CodeKeyHash> by_code_;
