@@ -229,6 +229,43 @@ def test_a_code_object_at_a_dead_ones_address_gets_its_own_lines():
     assert tops == [["generated_user_code.py", blanks + 1, "<module>"] for blanks in blank_lines]
 
 
+def test_a_stack_is_defined_before_any_thread_uses_it():
+    """Threads meet the same new lines at once: one walks each new stack with the GIL while the
+    others, without it, may already find it. Every op names its own line, and no op names a
+    stack before its definition (a stress test: the window it guards, between a stack's
+    publication and its definition, is a few instructions wide, closed by construction in
+    UserStacks.capture)."""
+    a = torch.ones(4)
+    lines = "\n".join("    torch.add(a, a)" for _ in range(300))
+    namespace = {"torch": torch, "a": a}
+    exec(compile(f"def many_lines():\n{lines}\n", "generated_user_code.py", "exec"), namespace)
+    start = threading.Barrier(4)
+
+    def worker():
+        start.wait()
+        namespace["many_lines"]()
+
+    def run():
+        threads = [threading.Thread(target=worker) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def shown_path(code):
+        return code.co_filename if code.co_filename == "generated_user_code.py" else None
+
+    events, _ = _recorded_with_walks(run, shown_path)
+    defined = {e["id"]: e["seq"] for e in events if e["ev"] == "stack"}
+    ops = [e for e in events if e["ev"] == "op"]
+    assert len(ops) == 4 * 300 and len(defined) == 300
+    frames = {e["id"]: e["frames"] for e in events if e["ev"] == "stack"}
+    tops = sorted(frames[op["stack"]][0][1] for op in ops)
+    assert tops == sorted(list(range(2, 302)) * 4)
+    late = [op["seq"] for op in ops if not defined[op["stack"]] < op["seq"]]
+    assert not late, f"{len(late)} ops name a stack defined after them"
+
+
 def test_ops_on_every_thread_are_recorded():
     a = torch.ones(4)
     hooks = cpu_hooks()

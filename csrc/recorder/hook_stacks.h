@@ -24,10 +24,7 @@ class HookStacks {
 
     // The user stack here (GIL held), its definition recorded first if it is new.
     int32_t stack() {
-        NewStack fresh;
-        int id = table_.capture(PyThreadState_Get(), fresh);
-        if (fresh.id >= 0) log_.define_stack(std::move(fresh));
-        return id;
+        return table_.capture(PyThreadState_Get(), [&](NewStack&& fresh) { log_.define_stack(std::move(fresh)); });
     }
 
     // The user stack of an op: torch's Python bindings let go of the GIL while an op runs.

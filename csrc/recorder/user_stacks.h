@@ -37,7 +37,7 @@ struct UserFrame {
 
 struct NewStack {
     int id = -1;
-    std::vector<UserFrame> frames;  // set when the stack was interned by this call
+    std::vector<UserFrame> frames;
 };
 
 class UserStacks {
@@ -88,12 +88,11 @@ class UserStacks {
     }
 
     // The id of `thread`'s user stack (innermost first), -1 when no frame is the user's; the
-    // GIL held, `thread` the one running. A stack seen for the first time comes back in
-    // `fresh` so that its definition can be written before its first use. Throws
-    // pybind11::error_already_set when shown_path fails.
-    int capture(PyThreadState* thread, NewStack& fresh) {
-        fresh.id = -1;
-        fresh.frames.clear();
+    // GIL held, `thread` the one running. A stack seen for the first time is handed to
+    // `define` (a NewStack) before known() can find it, so that no thread uses its id before
+    // its definition is written. Throws pybind11::error_already_set when shown_path fails.
+    template <typename Define>
+    int capture(PyThreadState* thread, Define&& define) {
         if (shown_path_ == nullptr || depth_ <= 0) return -1;
         PythonErrorKept kept;
         CodeKey key;
@@ -118,8 +117,7 @@ class UserStacks {
         } else {
             id = static_cast<int>(by_frames_.size()) + 1;
             by_frames_.emplace(frames, id);
-            fresh.id = id;
-            fresh.frames = frames;
+            define(NewStack{id, std::move(frames)});
         }
         std::lock_guard<std::mutex> lock(mutex_);
         by_code_.emplace(std::move(key), id);
