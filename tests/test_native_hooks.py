@@ -7,6 +7,9 @@ compares the traces."""
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
+import textwrap
 import threading
 
 import pytest
@@ -264,6 +267,92 @@ def test_a_stack_is_defined_before_any_thread_uses_it():
     assert tops == sorted(list(range(2, 302)) * 4)
     late = [op["seq"] for op in ops if not defined[op["stack"]] < op["seq"]]
     assert not late, f"{len(late)} ops name a stack defined after them"
+
+
+def _in_a_process_of_its_own(script: str) -> subprocess.CompletedProcess:
+    """A script run by this interpreter (a crash or a hang there fails the test, not the run)."""
+    native_module()  # built here first, so the child only loads it
+    prelude = (
+        "import threading, time, torch\n"
+        "from streamrace.record import native\n"
+        "from streamrace.record.hooks import HookOptions, NativeHooks\n"
+        "from streamrace.record.stacks import UserCode\n"
+        "a = torch.ones(4)\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", prelude + textwrap.dedent(script)], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_a_recording_stopped_while_a_new_stack_is_walked_goes_on_safely():
+    """A new stack asks shown_path, which runs Python and may let the GIL go; the program stops
+    the recording meanwhile (stop, drain, release_python, as Recorder.stop does). The walk
+    gives that stack up and the program goes on (it crashed, reading the cleared table)."""
+    run = _in_a_process_of_its_own(
+        """
+        user = UserCode().shown_path
+        asking = threading.Event()
+        def shown_path(code):
+            if code.co_name == "worker_inner":
+                asking.set()
+                time.sleep(0.3)  # Python that lets the GIL go: a slow lookup, an import
+            return user(code)
+        def worker_inner():
+            return torch.add(a, a)
+        results = []
+        hooks = NativeHooks(native.load(), HookOptions(True, 6, 48, shown_path), device_type=0)
+        hooks.start()
+        worker = threading.Thread(target=lambda: results.append(worker_inner()))
+        worker.start()
+        asking.wait()
+        hooks.stop()
+        hooks.state.drain()
+        hooks.release_python()
+        worker.join()
+        print("went on", bool(torch.equal(results[0], a * 2)))
+        """
+    )
+    assert run.returncode == 0 and run.stdout.split() == ["went", "on", "True"], run.stderr[-2000:]
+
+
+def test_release_python_lets_finalizers_record_ops():
+    """What release_python drops may run Python that records an op (a finalizer of the object
+    behind shown_path): the table is not locked while it runs (it hung, waiting on itself)."""
+    run = _in_a_process_of_its_own(
+        """
+        class Paths:
+            def shown_path(self, code):
+                return UserCode().shown_path(code)
+            def __del__(self):
+                torch.add(a, a)
+        paths = Paths()
+        bound = paths.shown_path
+        del paths  # the bound method holds the last reference
+        hooks = NativeHooks(native.load(), HookOptions(True, 6, 48, bound), device_type=0)
+        del bound
+        hooks.start()
+        torch.add(a, a)
+        hooks.release_python()  # while recording: the finalizer's op reaches the hooks
+        hooks.stop()
+        print("released")
+        """
+    )
+    assert run.returncode == 0 and run.stdout.split() == ["released"], run.stderr[-2000:]
+
+
+def test_code_evaluated_every_step_leaves_the_other_stacks_found_without_the_gil():
+    """A program that evals code each step makes a new code object each time, often at a dead
+    one's address: only stacks through that address are forgotten, not every stack."""
+    a = torch.ones(4)
+
+    def step():
+        torch.add(a, a)  # the same stack every step
+        eval("torch.mul(a, a)", {"torch": torch, "a": a})  # library code to the walk, new each step
+
+    _, (found, took) = _recorded_with_walks(lambda: [step() for _ in range(300)])
+    assert found + took == 600
+    if native_module().frames_without_gil:
+        assert found >= 299, "the add's stack is found without the GIL after its first step"
 
 
 def test_ops_on_every_thread_are_recorded():

@@ -44,8 +44,9 @@ class HookStacks {
         return stack();
     }
 
-    // Of the op stacks walked with the GIL let go: how many were found without it, and how
-    // many took it back (what an op's hooks cost a program whose other threads run Python).
+    // Of the stacks python_stack looked for (an op's, an allocation's outside one): how many
+    // were found without walking with the GIL, and how many took it back to be walked (each
+    // a wait, in a program whose other threads run Python).
     std::pair<int64_t, int64_t> op_walks() const {
         return {found_without_gil_.load(std::memory_order_relaxed), took_gil_.load(std::memory_order_relaxed)};
     }

@@ -39,7 +39,11 @@ class StreamSource {
           current_stream_(std::move(current_stream)),
           cell_owner_(std::move(stream_cell)) {
         if (!scripted_ && !cell_owner_.is_none()) {
-            auto address = py::module_::import("ctypes").attr("addressof")(cell_owner_).cast<uintptr_t>();
+            py::module_ ctypes = py::module_::import("ctypes");
+            if (!py::isinstance(cell_owner_, ctypes.attr("c_int64"))) {
+                throw std::invalid_argument("stream_cell must be a ctypes.c_int64");
+            }
+            auto address = ctypes.attr("addressof")(cell_owner_).cast<uintptr_t>();
             cell_ = reinterpret_cast<const int64_t*>(address);
         }
     }

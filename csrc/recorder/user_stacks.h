@@ -17,7 +17,9 @@
 
 #include <c10/util/SmallVector.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -49,16 +51,26 @@ class UserStacks {
     UserStacks(const UserStacks&) = delete;
     UserStacks& operator=(const UserStacks&) = delete;
 
-    // Drops every Python reference; needs the GIL.
+    // Drops every Python reference; needs the GIL. A capture in progress on another thread
+    // (its shown_path let the GIL go) sees the table cleared and gives up (-1). The
+    // references go after the mutex is let go: what their finalizers run may record an op.
     void clear() {
-        std::lock_guard<std::mutex> lock(mutex_);
-        for (auto& [code, seen] : paths_) Py_DECREF(seen.ref);  // paths are in owned_
-        paths_.clear();
-        for (PyObject* s : owned_) Py_DECREF(s);
-        owned_.clear();
-        by_code_.clear();
+        std::unordered_map<PyObject*, Seen> paths;
+        std::vector<PyObject*> owned;
+        PyObject* shown_path;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            paths.swap(paths_);
+            owned.swap(owned_);
+            by_code_.clear();
+            shown_path = shown_path_;
+            shown_path_ = nullptr;
+        }
         by_frames_.clear();
-        Py_CLEAR(shown_path_);
+        ++cleared_;
+        for (auto& [code, seen] : paths) Py_DECREF(seen.ref);  // paths are in owned
+        for (PyObject* s : owned) Py_DECREF(s);
+        Py_XDECREF(shown_path);
     }
 
     // The id of `thread`'s user stack when its code objects and its (code, instruction)
@@ -95,13 +107,19 @@ class UserStacks {
     int capture(PyThreadState* thread, Define&& define) {
         if (shown_path_ == nullptr || depth_ <= 0) return -1;
         PythonErrorKept kept;
+        // shown_path runs Python, which may let the GIL go: the recording may be stopped and
+        // this table cleared meanwhile (then this stack is given up), and its function must
+        // outlive the call.
+        pybind11::object shown_path = pybind11::reinterpret_borrow<pybind11::object>(shown_path_);
+        const uint64_t generation = cleared_;
         CodeKey key;
         walk_frames(thread, max_walk_, [&](PyCodeObject* code, int instruction) {
-            if (shown(reinterpret_cast<PyObject*>(code)) != nullptr) {
-                key.emplace_back(reinterpret_cast<PyObject*>(code), instruction);
-            }
+            PyObject* path = shown(reinterpret_cast<PyObject*>(code), shown_path.ptr());
+            if (cleared_ != generation) return false;
+            if (path != nullptr) key.emplace_back(reinterpret_cast<PyObject*>(code), instruction);
             return static_cast<int>(key.size()) < depth_;
         });
+        if (cleared_ != generation) return -1;
         if (key.empty()) return -1;
         auto hit = by_code_.find(key);  // the common case: a stack seen before, no allocation
         if (hit != by_code_.end()) return hit->second;
@@ -152,21 +170,27 @@ class UserStacks {
     // function's code alive, and with it what dynamo hangs on it (its cache entries, the
     // compiled graphs and their CUDA-graph pools' blocks) until recording stopped. A code
     // object that died and whose address a new one took is asked about afresh, and the stacks
-    // keyed by addresses (by_code_) are forgotten then: they may name the dead one.
-    PyObject* shown(PyObject* code) {
+    // keyed by its address (by_code_) are forgotten then: they name the dead one. (Library
+    // code is in no key: a program that evals code every step keeps its stacks.)
+    PyObject* shown(PyObject* code, PyObject* shown_path) {
         auto it = paths_.find(code);
         if (it != paths_.end()) {
             if (referent(it->second.ref) == code) return it->second.path;
             PyObject* dead = it->second.ref;
             {
                 std::lock_guard<std::mutex> lock(mutex_);
+                if (it->second.path != nullptr) forget_stacks_of(code);
                 paths_.erase(it);
-                by_code_.clear();
             }
             Py_DECREF(dead);
         }
-        PyObject* result = PyObject_CallOneArg(shown_path_, code);
+        const uint64_t generation = cleared_;
+        PyObject* result = PyObject_CallOneArg(shown_path, code);
         if (result == nullptr) throw pybind11::error_already_set();
+        if (cleared_ != generation) {  // the recording stopped while it ran
+            Py_DECREF(result);
+            return nullptr;
+        }
         PyObject* path = nullptr;
         if (result != Py_None) {
             if (!PyUnicode_Check(result)) {
@@ -184,6 +208,14 @@ class UserStacks {
         std::lock_guard<std::mutex> lock(mutex_);
         paths_.emplace(code, Seen{ref, path});
         return path;
+    }
+
+    // Drops the stacks whose frames include `code` (mutex held).
+    void forget_stacks_of(PyObject* code) {
+        for (auto it = by_code_.begin(); it != by_code_.end();) {
+            bool names = std::any_of(it->first.begin(), it->first.end(), [&](const auto& pair) { return pair.first == code; });
+            it = names ? by_code_.erase(it) : std::next(it);
+        }
     }
 
     // The object a weak reference names (Py_None once it is gone), read from the reference
@@ -215,6 +247,7 @@ class UserStacks {
         PyObject* ref;   // a weak reference to the code object (owned)
         PyObject* path;  // interned path, or null for library code
     };
+    uint64_t cleared_ = 0;  // clear() calls (GIL-guarded)
     std::mutex mutex_;  // held to change paths_ and by_code_ (GIL held too), and by known() to read them
     std::unordered_map<PyObject*, Seen> paths_;  // code (by address) -> what was decided for it
     std::vector<PyObject*> owned_;                    // every str the table holds, one reference each
