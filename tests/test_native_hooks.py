@@ -30,6 +30,9 @@ class _Custom:
     lib.define("scale_(Tensor(a!) x, float factor) -> Tensor(a!)")
     lib.impl("fused_gelu", lambda x: torch.nn.functional.gelu(x) * 2, "CompositeImplicitAutograd")
     lib.impl("scale_", lambda x, factor: x.mul_(factor), "CPU")
+    # Called by one test alone: the hooks learn, process-wide, whether a kernel calls ops.
+    lib.define("square_plus_(Tensor(a!) x) -> Tensor(a!)")
+    lib.impl("square_plus_", lambda x: x.mul_(x).add_(1.0).abs_(), "CPU")
 
 
 def _program(t: dict[str, torch.Tensor]) -> list[torch.Tensor]:
@@ -353,6 +356,81 @@ def test_code_evaluated_every_step_leaves_the_other_stacks_found_without_the_gil
     assert found + took == 600
     if native_module().frames_without_gil:
         assert found >= 299, "the add's stack is found without the GIL after its first step"
+
+
+def _calls_and_ops(fn, times: int = 5) -> tuple[list[int], list[list[str]]]:
+    """``fn`` run ``times`` times while the native hooks record: the ops the hooks heard start
+    on this thread each time, and the ops recorded each time."""
+    module = native_module()
+    heard: list[int] = []
+    marks: list[int] = []
+
+    def runs():
+        for _ in range(times):
+            before = module.thread_op_calls()
+            fn()
+            heard.append(module.thread_op_calls() - before)
+            marks.append(len(heard))
+
+    hooks = cpu_hooks()
+    hooks.start()
+    try:
+        runs()
+    finally:
+        hooks.stop()
+        events = hooks.state.drain()
+        hooks.release_python()
+    ops = [e["op"] for e in events if e["ev"] == "op"]
+    per_run = len(ops) // times
+    return heard, [ops[i * per_run : (i + 1) * per_run] for i in range(times)]
+
+
+def test_a_kernels_own_calls_are_not_heard_once_it_is_known_to_make_them():
+    """A custom op whose kernel calls three ops: its first call is heard whole (which teaches
+    the hooks that its kernel calls ops), the later ones as the one op they are. What is
+    recorded is the op alone, every time."""
+    x = torch.ones(4)
+    heard, ops = _calls_and_ops(lambda: torch.ops.streamrace_test_hooks.square_plus_(x))
+    assert heard[0] > 1 and heard[1:] == [1] * 4
+    assert ops == [["streamrace_test_hooks::square_plus_"]] * 5
+
+
+@pytest.mark.parametrize("mode", ["inference", "grad"])
+def test_a_composite_is_silenced_only_where_it_cannot_be_taken_apart(mode):
+    """In inference mode a linear is recorded whole, and its kernel's calls are silenced; with
+    autograd on it is taken apart into what is recorded, so every part is heard."""
+    a, w = torch.randn(2, 4), torch.randn(3, 4)
+    context = torch.inference_mode() if mode == "inference" else torch.enable_grad()
+    with context:
+        heard, ops = _calls_and_ops(lambda: torch.nn.functional.linear(a, w))
+    if mode == "inference":
+        assert heard[1:] == [1] * 4 and ops == [["aten::linear"]] * 5
+    else:
+        assert all(h == heard[0] > 1 for h in heard) and ops[0] != ["aten::linear"] and ops[1:] == [ops[0]] * 4
+
+
+def test_a_profiler_hears_every_call_while_recording():
+    """With another RecordFunction callback in the process (the profiler), nothing is silenced:
+    the profile lists the kernel's own calls as it does without the recording."""
+
+    def profiled() -> list[str]:
+        x = torch.ones(4)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            for _ in range(3):
+                torch.ops.streamrace_test_hooks.scale_(x, 1.0)
+        return sorted(e.name for e in prof.events())
+
+    alone = profiled()
+    assert alone.count("aten::mul_") == 3, "the custom op's kernel calls mul_"
+    hooks = cpu_hooks()
+    hooks.start()
+    try:
+        torch.ops.streamrace_test_hooks.scale_(torch.ones(4), 1.0)  # its kernel is known to call ops
+        recorded = profiled()
+    finally:
+        hooks.stop()
+        hooks.release_python()
+    assert recorded == alone
 
 
 def test_ops_on_every_thread_are_recorded():

@@ -75,8 +75,10 @@ class OpHooks {
         // runs below autograd): the parts are what is recorded, as a TorchDispatchMode would
         // see them.
         if (t.opaque_depth > 0 && autograd_on(keys, any_tensor)) decomposed(t, index);
+        if (index > 0) called_by(t.frames[index - 1]);
         t.frames[index].opaque = true;
         t.frames[index].plan = plan;
+        silence_kernel(t.frames[index]);
         if (t.opaque_depth++ > 0) return;
         if (!eager_ops_ && !captures_.any_open()) return;
         if (device < 0) device = streams_.current_device();
@@ -388,14 +390,47 @@ class OpHooks {
         return after != sorted_spans.begin() && start < std::prev(after)->second;
     }
 
+    // What the kernel of an op that will not be taken apart calls is part of it: nothing in
+    // it is recorded, nor can it make an op recorded (a composite inside it is not what a
+    // TorchDispatchMode sees). An op will not be taken apart when it is no composite, or when
+    // autograd is off for the thread (inference mode). Those calls, most of a model's
+    // dispatches (a linear's addmm calls expand, as_strided, resize...), each cost a
+    // RecordFunction with boxed inputs and outputs and both hooks. So while such an op runs,
+    // RecordFunction is off on this thread (on_op_end turns it back on), where its kernel was
+    // seen calling ops, and only where this recording's callback is the only one a call would
+    // run: a profiler's, or anyone's, keeps every call.
+    static void silence_kernel(OpFrame& frame) {
+        const SchemaPlan* plan = frame.plan;
+        if (!plan->calls_ops.load(std::memory_order_relaxed)) return;
+        if (plan->decomposable && !autograd_excluded()) return;  // it may yet be taken apart
+        auto function = at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION);
+        if (!function.has_value() || function->callbacks_.size() != 1) return;
+        if (at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE).has_value()) return;
+        at::enableRecordFunction(false);
+        frame.silenced = true;
+    }
+
+    // An op called while `parent` ran: its kernel calls ops.
+    static void called_by(const OpFrame& parent) {
+        if (parent.plan != nullptr && !parent.plan->calls_ops.load(std::memory_order_relaxed)) {
+            parent.plan->calls_ops.store(true, std::memory_order_relaxed);
+        }
+    }
+
     // Whether autograd's keys take part in this dispatch: on for an op called from Python or
     // from a composite op's decomposition; off inside a kernel (below autograd) and in
     // inference mode. A factory has no tensor to carry the keys: the thread's state decides.
     static bool autograd_on(c10::DispatchKeySet tensor_keys, bool any_tensor) {
         auto local = c10::impl::tls_local_dispatch_key_set();
-        if (!(local.excluded_ & c10::autograd_dispatch_keyset).empty()) return false;
+        if (autograd_excluded()) return false;
         if (!any_tensor) return true;
         return !((tensor_keys | local.included_) & c10::autograd_dispatch_keyset).empty();
+    }
+
+    // Autograd is off for this thread's dispatches (inference mode; a kernel, below
+    // autograd): nothing is taken apart above the Python key.
+    static bool autograd_excluded() {
+        return !(c10::impl::tls_local_dispatch_key_set().excluded_ & c10::autograd_dispatch_keyset).empty();
     }
 
     // The innermost opaque op before frame `index`, if it is a composite, turned out to be

@@ -296,6 +296,7 @@ void guarded(const char* where, F&& f) {
 
 std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
     State* state = g_active.load(std::memory_order_acquire);
+    ++tls.op_calls;
     size_t depth = tls.frames.size();
     if (state != nullptr) failsafe(*state, "op", [&](State& s) { s.ops.op_start(fn); });
     if (tls.frames.size() == depth) tls.frames.emplace_back();  // keep start and end paired
@@ -303,6 +304,12 @@ std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
 }
 
 void on_op_end(const at::RecordFunction& fn, at::ObserverContext*) {
+    // Its kernel's calls were silenced (OpHooks::silence_kernel): heard again from here on,
+    // whatever else happens to this end.
+    if (!tls.frames.empty() && tls.frames.back().silenced) {
+        tls.frames.back().silenced = false;
+        at::enableRecordFunction(true);
+    }
     State* state = g_active.load(std::memory_order_acquire);
     if (state != nullptr) {
         failsafe(*state, "op", [&](State& s) { s.ops.op_end(fn); });
@@ -596,6 +603,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
             }
         });
     });
+    // How many ops this thread's hooks heard start (silenced kernels' calls are not heard).
+    m.def("thread_op_calls", [] { return streamrace::tls.op_calls; });
     // torch's GPU-trace calls straight to the hooks while recording (trace_interposer.h).
     m.def("install_interposer", &streamrace::interposing::install, py::arg("device_type"), py::arg("callback_lists"));
     m.def("uninstall_interposer", &streamrace::interposing::uninstall);

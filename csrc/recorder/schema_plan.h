@@ -6,6 +6,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/function_schema.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -46,6 +47,8 @@ struct SchemaPlan {
     // captured, it touched nothing.
     bool host_result = false;
     int view_of = -1;  // a view op (detach, slice, alias): the argument its result views, else -1
+    // Its kernel was seen calling other ops (learnt as ops run; op_hooks.h silences them).
+    mutable std::atomic<bool> calls_ops{false};
 };
 
 namespace detail {

@@ -22,6 +22,7 @@ namespace streamrace {
 struct OpFrame {
     bool opaque = false;    // its kernels' own ops are part of it
     bool recorded = false;  // the outermost op, while something is being recorded
+    bool silenced = false;  // RecordFunction is off on this thread while its kernel runs
     const SchemaPlan* plan = nullptr;
     int32_t device = 0;
     int32_t stack = -1;
@@ -53,6 +54,7 @@ struct ThreadState {
     int launches = 0;         // Python-side launches in flight (Triton)
     int32_t op_stack = -1;    // the stack of the op or launch in flight, shared by its allocations
     int64_t last_stream = 0;  // the stream of the previous launch, while no event hook came between
+    int64_t op_calls = 0;     // RecordFunction start callbacks heard on this thread (tests, benchmarks)
 };
 
 inline thread_local ThreadState tls;
