@@ -144,6 +144,7 @@ class CaptureTracker {
 
     // The capture a stream's launches go to, if its graph can be read (0 otherwise).
     int32_t readable_graph(int64_t stream) {
+        if (!any_open()) return 0;  // eager work: no lock taken
         Locked held(mutex_);
         auto it = capturing_.find(stream);
         if (it == capturing_.end() || captures_[it->second].handle == 0) return 0;

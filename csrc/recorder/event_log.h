@@ -128,8 +128,15 @@ class EventLog {
     // A stream's definition, the first time it is seen.
     void see_stream(int64_t stream, int32_t device) {
         Locked held = lock();
+        see_stream(held, stream, device);
+    }
+    void see_stream(const Locked& held, int64_t stream, int32_t device) {
         if (streams_.insert(stream).second) append(held, simple(Kind::Stream, 0, stream, device));
     }
+
+    // Tells this log from every other of the process (a cache of one of its text ids says
+    // whose it is).
+    uint32_t serial() const { return serial_; }
 
     // A user stack interned for the first time: its definition, before its first use.
     void define_stack(NewStack&& fresh) {
@@ -667,6 +674,10 @@ class EventLog {
 
     std::mutex mutex_;  // guards everything here and the capture tracker's state
     int64_t seq_ = 0;
+    const uint32_t serial_ = [] {
+        static std::atomic<uint32_t> logs{0};
+        return ++logs;
+    }();
     int errors_ = 0;
     std::vector<Record> records_;
     std::vector<StoredRange> ranges_;

@@ -105,6 +105,7 @@ class OpHooks {
             return;
         }
         if (!plan->touches) return;
+        if (frame.reads.capacity() == 0) frame.reads.swap(t.spare_reads);
         GraphMemory& memory = log_.graph_memory();
         bool track_reads = graph == 0 && memory.any();  // eager reads of graph memory are named by tensor
         if (plan->view_of >= 0 && track_reads && static_cast<size_t>(plan->view_of) < inputs.size() &&
@@ -128,7 +129,6 @@ class OpHooks {
             frame.non_blocking = bool_argument(inputs, plan->non_blocking_arg);
             frame.pin_memory = bool_argument(inputs, plan->pin_memory_arg);
         }
-        ByteRange range;
         for (size_t i = 0; i < inputs.size() && i < plan->args.size(); ++i) {
             Role role = plan->args[i];
             if (role == Role::Skip) continue;
@@ -141,11 +141,14 @@ class OpHooks {
                 if (tensor.device().type() != device_type_) return;
                 if (role == Role::Write) {
                     frame.written.push_back(tensor);
-                } else if (tensor_range(tensor, range = ByteRange())) {
-                    frame.reads.push_back(range);
-                    if (role == Role::Index) frame.index.push_back(range);
-                    if (track_reads) frame.read_ids.push_back(memory.holds(tensor) ? identity(tensor) : 0);
+                    return;
                 }
+                if (!tensor_range(tensor, frame.reads.emplace_back())) {  // described in place
+                    frame.reads.pop_back();
+                    return;
+                }
+                if (role == Role::Index) frame.index.push_back(frame.reads.back());
+                if (track_reads) frame.read_ids.push_back(memory.holds(tensor) ? identity(tensor) : 0);
             });
         }
     }
@@ -164,14 +167,17 @@ class OpHooks {
             return;
         }
         if (!frame.plan->touches) return;
-        std::vector<ByteRange> reads = std::move(frame.reads), writes;
+        SpareRanges spare_reads(t.spare_reads, std::move(frame.reads)), spare_writes(t.spare_writes);
+        std::vector<ByteRange>& reads = spare_reads.v;
+        std::vector<ByteRange>& writes = spare_writes.v;
         std::vector<int64_t> read_ids = std::move(frame.read_ids);
         c10::SmallVector<int64_t, 4> written_bases;  // storages it writes: graph memory, if captured
         ByteRange range;
         for (const at::Tensor& tensor : frame.written) {
-            if (tensor_range(tensor, range = ByteRange())) {
-                writes.push_back(range);
+            if (tensor_range(tensor, writes.emplace_back())) {
                 written_bases.push_back(reinterpret_cast<int64_t>(tensor.storage().data()));
+            } else {
+                writes.pop_back();
             }
         }
         frame.written.clear();
@@ -239,16 +245,16 @@ class OpHooks {
         }
         frame.host.clear();
         int64_t stream = streams_.current_stream(frame.device);
-        log_.see_stream(stream, frame.device);
         Frontier after = frame.graph != 0 && stream == frame.stream ? unseen_.frontier(stream) : Frontier();
         Locked held = log_.lock();
+        log_.see_stream(held, stream, frame.device);
         int32_t graph = captures_.graph_of(held, stream);
         if (graph == 0 && !eager_ops_) return;
         // A capture that succeeded holds no kernel of it (hook_tables.HOST_RESULT_TYPES).
         if (graph != 0 && frame.plan->host_result) return;
         Record r;
         r.kind = Kind::Op;
-        r.text = log_.text(held, frame.plan->name);
+        r.text = op_text(held, *frame.plan);
         r.stream = stream;
         r.device = frame.device;
         r.stack = frame.stack;
@@ -353,11 +359,22 @@ class OpHooks {
         Locked held = log_.lock();
         Record r;
         r.kind = Kind::HostOp;
-        r.text = log_.text(held, frame.plan->name);
+        r.text = op_text(held, *frame.plan);
         r.stack = frame.stack;
         log_.add_ranges(held, r, {}, {}, {});
         log_.add_host_ranges(held, r, reads, writes);
         log_.append(held, r);
+    }
+
+    // The text id of an op's name in this log: looked up once per op and log, kept in its plan
+    // (hashing the name for every op cost as much as the rest of writing its record).
+    int32_t op_text(const Locked& held, const SchemaPlan& plan) {
+        uint64_t kept = plan.text_id.load(std::memory_order_relaxed);
+        if (static_cast<uint32_t>(kept >> 32) == log_.serial()) return static_cast<int32_t>(kept & 0xffffffffu);
+        int32_t id = log_.text(held, plan.name);
+        plan.text_id.store((static_cast<uint64_t>(log_.serial()) << 32) | static_cast<uint32_t>(id),
+                           std::memory_order_relaxed);
+        return id;
     }
 
     template <typename F>
@@ -475,7 +492,7 @@ class OpHooks {
             r.kind = Kind::View;
             r.value = id;
             r.base = frame.view_base;
-            r.text = log_.text(held, frame.plan->name);
+            r.text = op_text(held, *frame.plan);
             r.stream = stream;
             r.device = frame.device;
             r.stack = frame.stack;

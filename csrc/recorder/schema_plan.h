@@ -6,6 +6,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/function_schema.h>
 
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -49,6 +50,8 @@ struct SchemaPlan {
     int view_of = -1;  // a view op (detach, slice, alias): the argument its result views, else -1
     // Its kernel was seen calling other ops (learnt as ops run; op_hooks.h silences them).
     mutable std::atomic<bool> calls_ops{false};
+    // Its name's text id in the event log that last named it: (the log's serial << 32) | id.
+    mutable std::atomic<uint64_t> text_id{0};
 };
 
 namespace detail {
@@ -165,6 +168,19 @@ class PlanCache {
     const SchemaPlan* lookup(const at::RecordFunction& fn) {
         const char* name = fn.name();
         const char* overload = fn.overload_name();
+        // The plans this thread used last, by their name's address: no lock for a model's
+        // few dozen ops. A plan is never freed (retired_), so a slot names a live one; a
+        // slot of another op at a reused address fails the match.
+        thread_local std::array<std::pair<const char*, const SchemaPlan*>, 64> recent{};
+        auto& slot = recent[(reinterpret_cast<uintptr_t>(name) >> 4) % recent.size()];
+        if (slot.first == name && matches(*slot.second, name, overload)) return slot.second;
+        const SchemaPlan* plan = lookup(fn, name, overload);
+        if (plan != nullptr) slot = {name, plan};
+        return plan;
+    }
+
+   private:
+    const SchemaPlan* lookup(const at::RecordFunction& fn, const char* name, const char* overload) {
         {
             std::lock_guard<std::mutex> lock(mutex_);
             auto it = plans_.find(name);
@@ -182,7 +198,6 @@ class PlanCache {
         return slot.get();
     }
 
-   private:
     static bool matches(const SchemaPlan& plan, const char* name, const char* overload) {
         size_t n = std::strlen(name);
         return plan.name.compare(0, n, name) == 0 && plan.overload == overload &&

@@ -55,9 +55,33 @@ struct ThreadState {
     int32_t op_stack = -1;    // the stack of the op or launch in flight, shared by its allocations
     int64_t last_stream = 0;  // the stream of the previous launch, while no event hook came between
     int64_t op_calls = 0;     // RecordFunction start callbacks heard on this thread (tests, benchmarks)
+    // Buffers of ranges an op lent back when it ended: the next op's, so that describing an
+    // op allocates nothing once the thread has recorded a few.
+    std::vector<ByteRange> spare_reads, spare_writes;
 };
 
 inline thread_local ThreadState tls;
+
+// A vector of ranges whose buffer is a thread's spare while it lives, and goes back to it
+// (emptied) when it ends, unless the spare got a larger one meanwhile (a nested op's).
+class SpareRanges {
+   public:
+    SpareRanges(std::vector<ByteRange>& spare, std::vector<ByteRange>&& taken = {}) : spare_(spare), v(std::move(taken)) {
+        if (v.capacity() == 0) v.swap(spare_);
+    }
+    ~SpareRanges() {
+        v.clear();
+        if (v.capacity() > spare_.capacity()) v.swap(spare_);
+    }
+    SpareRanges(const SpareRanges&) = delete;
+    SpareRanges& operator=(const SpareRanges&) = delete;
+
+   private:
+    std::vector<ByteRange>& spare_;
+
+   public:
+    std::vector<ByteRange> v;
+};
 
 // Inside an op's kernel or a Python-side launch: what happens now is part of it.
 inline bool in_op() { return tls.opaque_depth > 0 || tls.launches > 0; }
