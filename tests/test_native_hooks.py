@@ -117,6 +117,28 @@ def test_native_and_python_hooks_record_the_same_ops():
     assert all(torch.equal(x, y) for x, y in zip(plain, alone["r"], strict=True))
 
 
+def test_a_long_recording_keeps_every_range_across_the_logs_chunks():
+    """Thousands of ops on strided views of one to five dimensions: more records, ranges and
+    shape-and-stride runs than one of the log's chunks holds (csrc/recorder/chunked.h), a run
+    never split between two. Every op's ranges are the Python hooks', seen at once."""
+    native_module()
+    base = torch.arange(4 * 6 * 5 * 3 * 2, dtype=torch.float32)
+    shapes = [(720,), (24, 30), (6, 10, 12), (4, 6, 5, 6), (4, 3, 2, 5, 6)]
+
+    def program():
+        for i in range(2500):
+            view = base.view(shapes[i % 5])
+            view = view.transpose(0, -1) if view.dim() > 1 else view[:: 1 + i % 3]
+            torch.mul(view, 2.0)
+
+    outputs = {}
+    events = native_events(lambda: outputs.setdefault("both", python_ops(program)))
+    native_ops = [(e["op"], e["reads"], e["writes"]) for e in events if e["ev"] == "op"]
+    assert len(native_ops) == 2500
+    assert native_ops == outputs["both"]
+    assert {len(op[1][0].get("shape", ())) for op in native_ops} == {1, 2, 3, 4, 5}
+
+
 def test_native_and_python_hooks_record_the_same_training_step():
     # Separate runs: under a TorchDispatchMode, autograd's TLS snapshot changes what nests in
     # what, so the two cannot watch one autograd execution together; shapes must agree.

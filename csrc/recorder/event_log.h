@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "allocator_facts.h"
+#include "chunked.h"
 #include "event_dict.h"
 #include "hook_tables.h"
 #include "tensor_range.h"
@@ -44,9 +45,16 @@ struct StoredRange {
     uint32_t dims = 0;
     int32_t ndim = -1;  // -1: contiguous, {addr, nbytes}
     bool contiguous() const { return ndim < 0; }
-    // A strided range's shape and stride, each ndim ints, in the dims it was stored into.
-    const int64_t* shape(const std::vector<int64_t>& all) const { return all.data() + dims; }
-    const int64_t* stride(const std::vector<int64_t>& all) const { return shape(all) + ndim; }
+    // A strided range's shape and stride, each ndim ints, in the dims it was stored into
+    // (one run: Chunked::append_run).
+    template <typename Dims>
+    const int64_t* shape(const Dims& all) const {
+        return &all[dims];
+    }
+    template <typename Dims>
+    const int64_t* stride(const Dims& all) const {
+        return shape(all) + ndim;
+    }
 };
 
 struct Record {
@@ -231,7 +239,8 @@ class EventLog {
     py::tuple drain_lines() {
         Taken taken = take();
         bool any_collective = false;
-        for (const Record& r : taken.records) {
+        for (size_t i = 0; i < taken.records.size(); ++i) {
+            const Record& r = taken.records[i];
             if (r.kind == Kind::Op && is_collective(r.text)) {
                 any_collective = true;
                 break;
@@ -242,7 +251,8 @@ class EventLog {
         int64_t index_ops = 0, views = 0, host_ops = 0;
         py::list dicts;
         if (!any_collective) lines.reserve(taken.records.size() * 160);
-        for (const Record& r : taken.records) {
+        for (size_t i = 0; i < taken.records.size(); ++i) {
+            const Record& r = taken.records[i];
             if (!any_collective && passes_through(r.kind)) {
                 size_t mark = lines.size();
                 LineSink sink(*this, lines);
@@ -265,10 +275,13 @@ class EventLog {
 
    private:
     // The records since the last drain, with the side tables they index into.
+    using Records = Chunked<Record, 512>;
+    using Ranges = Chunked<StoredRange, 2048>;
+    using Dims = Chunked<int64_t, 8192>;
     struct Taken {
-        std::vector<Record> records;
-        std::vector<StoredRange> ranges;
-        std::vector<int64_t> dims;  // the strided ranges' shapes and strides
+        Records records;
+        Ranges ranges;
+        Dims dims;  // the strided ranges' shapes and strides
         std::vector<AllocFact> facts;
         std::vector<int64_t> tensor_ids;
     };
@@ -283,10 +296,12 @@ class EventLog {
                 continue;
             }
             stored.size = r.itemsize;
-            stored.dims = static_cast<uint32_t>(dims_.size());
             stored.ndim = static_cast<int32_t>(r.shape.size());
-            dims_.insert(dims_.end(), r.shape.begin(), r.shape.end());
-            dims_.insert(dims_.end(), r.stride.begin(), r.stride.end());
+            size_t first = 0;
+            int64_t* run = dims_.append_run(2 * r.shape.size(), first);
+            stored.dims = static_cast<uint32_t>(first);
+            std::copy(r.shape.begin(), r.shape.end(), run);
+            std::copy(r.stride.begin(), r.stride.end(), run + r.shape.size());
         }
     }
 
@@ -679,9 +694,9 @@ class EventLog {
         return ++logs;
     }();
     int errors_ = 0;
-    std::vector<Record> records_;
-    std::vector<StoredRange> ranges_;
-    std::vector<int64_t> dims_;  // the strided ranges' shapes and strides
+    Records records_;
+    Ranges ranges_;
+    Dims dims_;  // the strided ranges' shapes and strides
     std::vector<AllocFact> facts_;
     std::vector<int64_t> tensor_ids_;
     GraphMemory graph_memory_;
