@@ -99,12 +99,13 @@ def worker(ops: int, steps: int, forwards: int) -> None:
                 b.add_(a)
             return recorder, time.process_time() - start
 
-    torch.set_num_threads(1)  # the model's kernels: no intra-op threads spinning beside it
     forward = decode_model()
 
     def answer(edge: str) -> dict[str, float]:
         fake = FakeCuda()
         if edge == "model forwards":
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)  # the model's kernels: no intra-op threads spinning beside it
             recorder = Recorder(hooks="native", runtime=fake)
             recorder.start()
             with torch.inference_mode():
@@ -114,6 +115,7 @@ def worker(ops: int, steps: int, forwards: int) -> None:
                     forward()
                 seconds = time.process_time() - start
             recorder.stop()
+            torch.set_num_threads(threads)
             return {"seconds": seconds}
         if edge == "eager ops":
             recorder, seconds = eager_adds(fake)

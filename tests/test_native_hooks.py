@@ -16,10 +16,26 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from op_engines import cpu_hooks, native_events, native_module, python_ops, record_trace_calls  # noqa: E402
+from op_engines import (  # noqa: E402
+    cpu_hooks,
+    native_events,
+    native_module,
+    native_ops,
+    python_ops,
+    record_trace_calls,
+)
 
 from streamrace.record import native  # noqa: E402
 from streamrace.record.stacks import StackTable  # noqa: E402
+
+_PROFILES: list[list[str]] = []
+
+
+def _profiled_kernel(x: torch.Tensor) -> torch.Tensor:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        y = x.mul(2).add(1)
+    _PROFILES.append(sorted(e.name for e in prof.events()))
+    return y
 
 
 class _Custom:
@@ -30,6 +46,9 @@ class _Custom:
     lib.define("scale_(Tensor(a!) x, float factor) -> Tensor(a!)")
     lib.impl("fused_gelu", lambda x: torch.nn.functional.gelu(x) * 2, "CompositeImplicitAutograd")
     lib.impl("scale_", lambda x, factor: x.mul_(factor), "CPU")
+    # A kernel that profiles its own work (what the profiler saw: _PROFILES).
+    lib.define("profiled(Tensor x) -> Tensor")
+    lib.impl("profiled", lambda x: _profiled_kernel(x), "CPU")
     # Called by one test alone: the hooks learn, process-wide, whether a kernel calls ops.
     lib.define("square_plus_(Tensor(a!) x) -> Tensor(a!)")
     lib.impl("square_plus_", lambda x: x.mul_(x).add_(1.0).abs_(), "CPU")
@@ -382,17 +401,17 @@ def test_code_evaluated_every_step_leaves_the_other_stacks_found_without_the_gil
 
 def _calls_and_ops(fn, times: int = 5) -> tuple[list[int], list[list[str]]]:
     """``fn`` run ``times`` times while the native hooks record: the ops the hooks heard start
-    on this thread each time, and the ops recorded each time."""
+    on this thread each time, and the ops recorded each time (a marker op between runs)."""
     module = native_module()
     heard: list[int] = []
-    marks: list[int] = []
+    marker = torch.zeros(1)
 
     def runs():
         for _ in range(times):
             before = module.thread_op_calls()
             fn()
             heard.append(module.thread_op_calls() - before)
-            marks.append(len(heard))
+            marker.neg_()
 
     hooks = cpu_hooks()
     hooks.start()
@@ -402,33 +421,90 @@ def _calls_and_ops(fn, times: int = 5) -> tuple[list[int], list[list[str]]]:
         hooks.stop()
         events = hooks.state.drain()
         hooks.release_python()
-    ops = [e["op"] for e in events if e["ev"] == "op"]
-    per_run = len(ops) // times
-    return heard, [ops[i * per_run : (i + 1) * per_run] for i in range(times)]
+    runs_ops: list[list[str]] = [[]]
+    for event in events:
+        if event["ev"] == "op":
+            if event["op"] == "aten::neg_":
+                runs_ops.append([])
+            else:
+                runs_ops[-1].append(event["op"])
+    assert runs_ops[-1] == [] and len(runs_ops) == times + 1
+    return heard, runs_ops[:-1]
 
 
-def test_a_kernels_own_calls_are_not_heard_once_it_is_known_to_make_them():
-    """A custom op whose kernel calls three ops: its first call is heard whole (which teaches
-    the hooks that its kernel calls ops), the later ones as the one op they are. What is
-    recorded is the op alone, every time."""
+def test_an_aten_kernels_own_calls_are_not_heard_once_it_is_known_to_make_them():
+    """index_select's kernel calls other ops: its first call is heard whole (which teaches the
+    hooks that it does), the later ones as the one op they are. What is recorded is the op
+    alone, every time."""
+    a, index = torch.randn(4, 8), torch.tensor([0, 2])
+    heard, ops = _calls_and_ops(lambda: a.index_select(0, index))
+    assert heard[0] > 1 and heard[1:] == [1] * 4
+    assert ops == [["aten::index_select"]] * 5
+
+
+def test_a_custom_ops_kernel_is_heard_whole_every_time():
+    """A custom op's kernel may run Python that starts a profiler or a thread: the three ops it
+    calls are always heard (and, as always, not recorded); what their own kernels call is not,
+    once known."""
     x = torch.ones(4)
     heard, ops = _calls_and_ops(lambda: torch.ops.streamrace_test_hooks.square_plus_(x))
-    assert heard[0] > 1 and heard[1:] == [1] * 4
+    assert heard[1:] == [1 + 3] * 4
     assert ops == [["streamrace_test_hooks::square_plus_"]] * 5
 
 
-@pytest.mark.parametrize("mode", ["inference", "grad"])
-def test_a_composite_is_silenced_only_where_it_cannot_be_taken_apart(mode):
-    """In inference mode a linear is recorded whole, and its kernel's calls are silenced; with
-    autograd on it is taken apart into what is recorded, so every part is heard."""
-    a, w = torch.randn(2, 4), torch.randn(3, 4)
-    context = torch.inference_mode() if mode == "inference" else torch.enable_grad()
-    with context:
-        heard, ops = _calls_and_ops(lambda: torch.nn.functional.linear(a, w))
-    if mode == "inference":
-        assert heard[1:] == [1] * 4 and ops == [["aten::linear"]] * 5
-    else:
-        assert all(h == heard[0] > 1 for h in heard) and ops[0] != ["aten::linear"] and ops[1:] == [ops[0]] * 4
+def test_functionalize_records_what_the_python_hooks_do_every_time():
+    """Under functionalize a composite is dispatched with autograd excluded, and a kernel below
+    it lifts the exclusion and takes it apart: composites are never silenced, so every call of
+    every recording records its parts, as a TorchDispatchMode sees them."""
+    torch.manual_seed(0)
+    norm, x = torch.nn.LayerNorm(16), torch.randn(5, 16)
+    functional = torch.func.functionalize(lambda x: norm(x))
+
+    def program():
+        for _ in range(3):
+            functional(x)
+
+    first, second = native_ops(program), native_ops(program)
+    reference = python_ops(program)
+    assert [op[0] for op in reference] == ["aten::native_layer_norm"] * 3
+    assert [op[0] for op in first] == [op[0] for op in second] == [op[0] for op in reference]
+
+
+def test_a_profiler_started_inside_a_custom_kernel_hears_its_calls():
+    """A custom op's Python kernel profiles its own work while a recording runs: the profile is
+    the one it makes without the recording."""
+    x = torch.ones(4)
+    del _PROFILES[:]
+    torch.ops.streamrace_test_hooks.profiled(x)  # plain, not recording
+    hooks = cpu_hooks()
+    hooks.start()
+    try:
+        torch.ops.streamrace_test_hooks.profiled(x)  # its kernel is known to call ops from here on
+        torch.ops.streamrace_test_hooks.profiled(x)
+    finally:
+        hooks.stop()
+        hooks.release_python()
+    assert len(_PROFILES) == 3 and "aten::mul" in _PROFILES[0] and _PROFILES[1] == _PROFILES[2] == _PROFILES[0]
+
+
+def test_nothing_is_silenced_for_a_recording_that_began_beside_another_callback():
+    """Another RecordFunction callback there when recording began (a profiler, or an observer
+    whose sampling cannot be asked without drawing its samples): every call is heard for the
+    whole recording, also once it is gone."""
+    a, index = torch.randn(4, 8), torch.tensor([0, 2])
+    _calls_and_ops(lambda: a.index_select(0, index))  # index_select is known to call ops
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        hooks = cpu_hooks()
+        hooks.start()
+    try:
+        module = native_module()
+        before = module.thread_op_calls()
+        a.index_select(0, index)
+        heard = module.thread_op_calls() - before
+    finally:
+        hooks.stop()
+        hooks.release_python()
+    assert heard > 1
 
 
 def test_a_profiler_hears_every_call_while_recording():

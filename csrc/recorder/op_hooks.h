@@ -78,7 +78,7 @@ class OpHooks {
         if (index > 0) called_by(t.frames[index - 1]);
         t.frames[index].opaque = true;
         t.frames[index].plan = plan;
-        silence_kernel(t.frames[index]);
+        if (may_silence_) silence_kernel(t.frames[index]);
         if (t.opaque_depth++ > 0) return;
         if (!eager_ops_ && !captures_.any_open()) return;
         if (device < 0) device = streams_.current_device();
@@ -295,6 +295,8 @@ class OpHooks {
         t.op_stack = -1;
     }
 
+    void set_may_silence(bool may) { may_silence_ = may; }
+
    private:
     static bool bool_argument(c10::ArrayRef<const c10::IValue> inputs, int index) {
         if (index < 0 || static_cast<size_t>(index) >= inputs.size()) return false;
@@ -407,19 +409,20 @@ class OpHooks {
         return after != sorted_spans.begin() && start < std::prev(after)->second;
     }
 
-    // What the kernel of an op that will not be taken apart calls is part of it: nothing in
-    // it is recorded, nor can it make an op recorded (a composite inside it is not what a
-    // TorchDispatchMode sees). An op will not be taken apart when it is no composite, or when
-    // autograd is off for the thread (inference mode). Those calls, most of a model's
-    // dispatches (a linear's addmm calls expand, as_strided, resize...), each cost a
-    // RecordFunction with boxed inputs and outputs and both hooks. So while such an op runs,
-    // RecordFunction is off on this thread (on_op_end turns it back on), where its kernel was
-    // seen calling ops, and only where this recording's callback is the only one a call would
-    // run: a profiler's, or anyone's, keeps every call.
+    // What an op's kernel calls is part of it: nothing in it is recorded. For PyTorch's own
+    // C++ kernels of ops that are never taken apart, nothing in it can make an op recorded
+    // either, and no Python runs in it. Those calls, most of a model's dispatches (addmm calls
+    // expand, as_strided, resize...), each cost a RecordFunction with boxed inputs and outputs
+    // and both hooks. So while such an op runs, RecordFunction is off on this thread (on_op_end
+    // turns it back on), where its kernel was seen calling ops, and only where this
+    // recording's callback is the only one a call would run: under the profiler every call is
+    // made. (Composites are left alone: a kernel below them may lift the thread's autograd
+    // exclusion, as functionalize does, and take one apart after all; custom ops' kernels may
+    // run Python that starts a profiler or forks a thread, which takes this thread's
+    // RecordFunction state along.)
     static void silence_kernel(OpFrame& frame) {
         const SchemaPlan* plan = frame.plan;
-        if (!plan->calls_ops.load(std::memory_order_relaxed)) return;
-        if (plan->decomposable && !autograd_excluded()) return;  // it may yet be taken apart
+        if (!plan->silenceable || !plan->calls_ops.load(std::memory_order_relaxed)) return;
         auto function = at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION);
         if (!function.has_value() || function->callbacks_.size() != 1) return;
         if (at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE).has_value()) return;
@@ -517,6 +520,10 @@ class OpHooks {
     }
 
     const bool eager_ops_;
+    // No other RecordFunction callback was there when recording began: a sampled observer's
+    // presence cannot be asked without drawing its samples, so any at the start keeps every
+    // call for the whole recording (set before the hooks are installed).
+    bool may_silence_ = false;
     const c10::DeviceType device_type_;
     EventLog& log_;
     CaptureTracker& captures_;

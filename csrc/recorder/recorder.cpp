@@ -504,6 +504,7 @@ class Hooks {
         if (!g_active.compare_exchange_strong(expected, state_.get())) {
             throw std::runtime_error("native hooks are already recording in this process");
         }
+        state_->ops.set_may_silence(!at::hasCallbacks());  // before ours is one
         at::RecordFunctionCallback callback(&on_op_start, &on_op_end);
         callback.needsInputs(true).needsOutputs(true).scopes({at::RecordScope::FUNCTION});
         g_callback = at::addGlobalCallback(callback);

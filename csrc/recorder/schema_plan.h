@@ -48,7 +48,10 @@ struct SchemaPlan {
     // captured, it touched nothing.
     bool host_result = false;
     int view_of = -1;  // a view op (detach, slice, alias): the argument its result views, else -1
-    // Its kernel was seen calling other ops (learnt as ops run; op_hooks.h silences them).
+    // PyTorch's own C++ kernel, never taken apart: what it calls may be silenced while it
+    // runs (op_hooks.h, silence_kernel): no Python runs in it to start a profiler or a thread.
+    bool silenceable = false;
+    // Its kernel was seen calling other ops (learnt as ops run).
     mutable std::atomic<bool> calls_ops{false};
     // Its name's text id in the event log that last named it: (the log's serial << 32) | id.
     mutable std::atomic<uint64_t> text_id{0};
@@ -148,6 +151,7 @@ inline std::unique_ptr<SchemaPlan> make_plan(const c10::FunctionSchema& schema) 
     }
     bool fresh = !detail::allocates_only(base) && !collective;
     plan->host_result = plan->trusted && !schema.returns().empty();
+    plan->silenceable = !plan->decomposable && (detail::starts_with(full, "aten::") || detail::starts_with(full, "prims::"));
     for (const auto& ret : schema.returns()) {
         bool written = fresh && ret.alias_info() == nullptr;
         plan->returns.push_back(written);
