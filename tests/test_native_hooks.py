@@ -24,6 +24,7 @@ from op_engines import (  # noqa: E402
     python_ops,
     record_trace_calls,
 )
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from streamrace.record import native  # noqa: E402
 from streamrace.record.stacks import StackTable  # noqa: E402
@@ -150,12 +151,25 @@ def test_a_long_recording_keeps_every_range_across_the_logs_chunks():
             view = view.transpose(0, -1) if view.dim() > 1 else view[:: 1 + i % 3]
             torch.mul(view, 2.0)
 
+    for _ in range(2):  # the second recording writes into the chunks the first gave back
+        outputs = {}
+        events = native_events(lambda outputs=outputs: outputs.setdefault("both", python_ops(program)))
+        native_ops = [(e["op"], e["reads"], e["writes"]) for e in events if e["ev"] == "op"]
+        assert len(native_ops) == 2500
+        assert native_ops == outputs["both"]
+        assert {len(op[1][0].get("shape", ())) for op in native_ops} == {1, 2, 3, 4, 5}
+
+
+def test_a_tensor_of_thousands_of_dimensions_is_recorded_whole():
+    """A strided range's shape and stride are kept in one run; 5,000 dimensions make a run
+    longer than one of the log's chunks (an allocation of its own, not a recorder error)."""
+    native_module()
+    strided = torch.ones([3] + [1] * 5000)[::2]
     outputs = {}
-    events = native_events(lambda: outputs.setdefault("both", python_ops(program)))
+    events = native_events(lambda: outputs.setdefault("both", python_ops(lambda: torch.mul(strided, 2.0))))
+    assert not [e for e in events if e["ev"] == "recorder_error"]
     native_ops = [(e["op"], e["reads"], e["writes"]) for e in events if e["ev"] == "op"]
-    assert len(native_ops) == 2500
-    assert native_ops == outputs["both"]
-    assert {len(op[1][0].get("shape", ())) for op in native_ops} == {1, 2, 3, 4, 5}
+    assert native_ops == outputs["both"] and len(native_ops[0][1][0]["shape"]) == 5001
 
 
 def test_native_and_python_hooks_record_the_same_training_step():
@@ -485,6 +499,33 @@ def test_a_profiler_started_inside_a_custom_kernel_hears_its_calls():
         hooks.stop()
         hooks.release_python()
     assert len(_PROFILES) == 3 and "aten::mul" in _PROFILES[0] and _PROFILES[1] == _PROFILES[2] == _PROFILES[0]
+
+
+def test_a_profiler_inside_a_dispatch_mode_hears_an_aten_kernels_calls():
+    """An aten op under a TorchDispatchMode: the mode's __torch_dispatch__ is Python below the
+    op, and a profiler it starts sees what it sees without the recording."""
+    a, index = torch.randn(4, 8), torch.tensor([0, 2])
+    seen: list[list[str]] = []
+
+    class Profiling(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+                out = func(*args, **(kwargs or {}))
+            seen.append(sorted({e.name for e in prof.events()}))
+            return out
+
+    with Profiling():
+        a.index_select(0, index)
+    hooks = cpu_hooks()
+    hooks.start()
+    try:
+        a.index_select(0, index)  # known to call ops from here on
+        with Profiling():
+            a.index_select(0, index)
+    finally:
+        hooks.stop()
+        hooks.release_python()
+    assert "aten::index_select" in seen[0] and seen[1] == seen[0]
 
 
 def test_nothing_is_silenced_for_a_recording_that_began_beside_another_callback():

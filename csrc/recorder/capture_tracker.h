@@ -48,8 +48,8 @@ class CaptureTracker {
     explicit CaptureTracker(std::mutex& guard) : mutex_(guard) {}
 
     // Whether any capture is open, read without the lock by the hooks' cheapest checks.
-    bool any_open() const { return any_open_.load(std::memory_order_relaxed); }
-    void set_any_open(bool open) { any_open_.store(open, std::memory_order_relaxed); }
+    bool any_open() const { return any_open_.load(std::memory_order_acquire); }
+    void set_any_open(bool open) { any_open_.store(open, std::memory_order_release); }
 
     // `base`: the nodes the graph already has (its first new one's index).
     void begin(int32_t graph, int64_t stream, int64_t handle, const Frontier& now, int64_t base) {

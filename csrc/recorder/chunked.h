@@ -3,7 +3,8 @@
 // much fresh memory again), and chunks a drained log gave back are taken again first (up to
 // a bound, process-wide), so a recording that flushes as it goes, or the next recording,
 // writes into memory already paged in. Elements are addressed by index; a run of them can be
-// kept contiguous (a range's shape and stride).
+// kept contiguous (a range's shape and stride), a run longer than a chunk in one allocation
+// of its own that spans as many chunks' indices.
 #pragma once
 
 #include <cstddef>
@@ -11,7 +12,6 @@
 #include <memory>
 #include <mutex>
 #include <new>
-#include <stdexcept>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -49,9 +49,9 @@ class Chunked {
     T& emplace_back() { return *new (slots(1)) T(); }
     void push_back(const T& value) { *slots(1) = value; }
 
-    // `n` consecutive slots in one chunk (n <= kPerChunk); `first`: the index of the first.
+    // `n` consecutive slots in memory; `first`: the index of the first.
     T* append_run(size_t n, size_t& first) {
-        if (n > kPerChunk) throw std::length_error("a run longer than a chunk");
+        if (n > kPerChunk) return long_run(n, first);
         T* run = slots(n);
         first = size_ - n;
         return run;
@@ -59,19 +59,37 @@ class Chunked {
 
     void swap(Chunked& other) noexcept {
         chunks_.swap(other.chunks_);
+        starts_.swap(other.starts_);
+        long_runs_.swap(other.long_runs_);
         std::swap(size_, other.size_);
     }
 
    private:
-    T& at(size_t i) { return reinterpret_cast<T*>(chunks_[i / kPerChunk]->bytes)[i % kPerChunk]; }
+    T& at(size_t i) { return starts_[i / kPerChunk][i % kPerChunk]; }
 
     T* slots(size_t n) {
         size_t offset = size_ % kPerChunk;
         if (offset + n > kPerChunk && offset != 0) size_ += kPerChunk - offset;  // to the next chunk
-        if (size_ / kPerChunk == chunks_.size()) chunks_.push_back(take_chunk());
+        if (size_ / kPerChunk == starts_.size()) {
+            chunks_.push_back(take_chunk());
+            starts_.push_back(reinterpret_cast<T*>(chunks_.back()->bytes));
+        }
         T* first = &at(size_);
         size_ += n;
         return first;
+    }
+
+    // A run longer than a chunk (a tensor of thousands of dimensions): an allocation of its
+    // own, whole chunks' worth, each of their indices pointing into it.
+    T* long_run(size_t n, size_t& first) {
+        if (size_ % kPerChunk != 0) size_ += kPerChunk - size_ % kPerChunk;
+        size_t count = (n + kPerChunk - 1) / kPerChunk;
+        long_runs_.push_back(std::make_unique<T[]>(count * kPerChunk));
+        T* run = long_runs_.back().get();
+        for (size_t c = 0; c < count; ++c) starts_.push_back(run + c * kPerChunk);
+        first = size_;
+        size_ += count * kPerChunk;
+        return run;
     }
 
     // The process's spare chunks of this type, at most kSpareBytes of them.
@@ -107,7 +125,9 @@ class Chunked {
         chunks.clear();
     }
 
-    std::vector<Chunk> chunks_;
+    std::vector<Chunk> chunks_;                  // owned, given back to the spares
+    std::vector<std::unique_ptr<T[]>> long_runs_;  // owned, freed
+    std::vector<T*> starts_;                     // each chunk index's first element
     size_t size_ = 0;
 };
 

@@ -78,7 +78,7 @@ class OpHooks {
         if (index > 0) called_by(t.frames[index - 1]);
         t.frames[index].opaque = true;
         t.frames[index].plan = plan;
-        if (may_silence_) silence_kernel(t.frames[index]);
+        if (may_silence_) silence_kernel(t.frames[index], keys);
         if (t.opaque_depth++ > 0) return;
         if (!eager_ops_ && !captures_.any_open()) return;
         if (device < 0) device = streams_.current_device();
@@ -417,12 +417,20 @@ class OpHooks {
     // turns it back on), where its kernel was seen calling ops, and only where this
     // recording's callback is the only one a call would run: under the profiler every call is
     // made. (Composites are left alone: a kernel below them may lift the thread's autograd
-    // exclusion, as functionalize does, and take one apart after all; custom ops' kernels may
-    // run Python that starts a profiler or forks a thread, which takes this thread's
-    // RecordFunction state along.)
-    static void silence_kernel(OpFrame& frame) {
+    // exclusion, as functionalize does, and take one apart after all; custom ops' kernels,
+    // and any op under a dispatch mode or a functorch transform, may run Python that starts a
+    // profiler or forks a thread, which takes this thread's RecordFunction state along.)
+    static void silence_kernel(OpFrame& frame, c10::DispatchKeySet tensor_keys) {
         const SchemaPlan* plan = frame.plan;
         if (!plan->silenceable || !plan->calls_ops.load(std::memory_order_relaxed)) return;
+        // Python may run below it all the same: a TorchDispatchMode's __torch_dispatch__, a
+        // functorch transform's, a tensor's.
+        static const c10::DispatchKeySet python_below({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot,
+                                                       c10::DispatchKey::PythonDispatcher, c10::DispatchKey::PreDispatch,
+                                                       c10::DispatchKey::FuncTorchDynamicLayerFrontMode,
+                                                       c10::DispatchKey::FuncTorchDynamicLayerBackMode,
+                                                       c10::DispatchKey::Functionalize});
+        if (!((c10::impl::tls_local_dispatch_key_set().included_ | tensor_keys) & python_below).empty()) return;
         auto function = at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION);
         if (!function.has_value() || function->callbacks_.size() != 1) return;
         if (at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE).has_value()) return;

@@ -124,8 +124,8 @@ class State {
     void begin_capture(int32_t graph, int64_t stream, int64_t handle) {
         Frontier now = handle != 0 ? unseen_.frontier(stream) : Frontier();
         int64_t base = handle != 0 ? streamrace::node_count(driver_, handle) : 0;
+        captures_.set_any_open(true);  // first: an op that sees none open takes no lock
         captures_.begin(graph, stream, handle, now, base);
-        captures_.set_any_open(true);
     }
 
     void end_capture(int32_t graph) {
