@@ -274,10 +274,10 @@ class EventLog {
     }
 
    private:
-    // The records since the last drain, with the side tables they index into.
     using Records = Chunked<Record, 512>;
     using Ranges = Chunked<StoredRange, 2048>;
     using Dims = Chunked<int64_t, 8192>;
+    // The records since the last drain, with the side tables they index into.
     struct Taken {
         Records records;
         Ranges ranges;

@@ -450,15 +450,9 @@ class OpHooks {
     // inference mode. A factory has no tensor to carry the keys: the thread's state decides.
     static bool autograd_on(c10::DispatchKeySet tensor_keys, bool any_tensor) {
         auto local = c10::impl::tls_local_dispatch_key_set();
-        if (autograd_excluded()) return false;
+        if (!(local.excluded_ & c10::autograd_dispatch_keyset).empty()) return false;
         if (!any_tensor) return true;
         return !((tensor_keys | local.included_) & c10::autograd_dispatch_keyset).empty();
-    }
-
-    // Autograd is off for this thread's dispatches (inference mode; a kernel, below
-    // autograd): nothing is taken apart above the Python key.
-    static bool autograd_excluded() {
-        return !(c10::impl::tls_local_dispatch_key_set().excluded_ & c10::autograd_dispatch_keyset).empty();
     }
 
     // The innermost opaque op before frame `index`, if it is a composite, turned out to be
