@@ -4,6 +4,10 @@ GPU) reaches the program, never the recorder's errors."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -48,3 +52,89 @@ def test_a_ctrl_c_inside_an_op_s_hook_reaches_the_program(hooks):
     assert interrupted == 1 and not armed[0]
     assert not [e for e in recorder.errors if "KeyboardInterrupt" in e]
     assert sum(e["ev"] == "op" for e in recorder.events) >= 1
+
+
+def _recorded_adds(hooks: str, adds: int) -> tuple[Recorder, FakeCuda]:
+    if hooks == "native":
+        native_module()
+    fake = FakeCuda()
+    recorder = Recorder(hooks=hooks, runtime=fake)
+    recorder.start()
+    with fake.on(0x1000):
+        a, b = fake.alloc(), fake.alloc()
+        for _ in range(adds):
+            b.add_(a)
+    return recorder, fake
+
+
+def _signal_at_first(recorder: Recorder, signum: int) -> None:
+    """A settler that sends the process ``signum`` at the first op it settles: the program's
+    handler would run at a bytecode of the settle loop that follows."""
+    sent = [False]
+
+    def settle(event):
+        if not sent[0]:
+            sent[0] = True
+            os.kill(os.getpid(), signum)
+        return event
+
+    recorder.log.settle("op", settle)
+
+
+@pytest.mark.parametrize("hooks", ["native", "python"])
+def test_a_ctrl_c_while_events_are_settled_reaches_the_program_and_loses_none(hooks):
+    recorder, _ = _recorded_adds(hooks, 50)
+    _signal_at_first(recorder, signal.SIGINT)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            recorder.settle()
+        recorder.settle()
+    finally:
+        recorder.stop()
+    assert sum(e["ev"] == "op" for e in recorder.events) == 50
+    seqs = sorted(e["seq"] for e in recorder.events)
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # none lost in between
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.parametrize("hooks", ["native", "python"])
+def test_a_program_s_own_handler_runs_once_after_the_settle_and_stays_its(hooks):
+    calls = []
+
+    def handler(signum, frame):
+        calls.append(signum)
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        recorder, _ = _recorded_adds(hooks, 10)
+        _signal_at_first(recorder, signal.SIGUSR1)
+        try:
+            recorder.settle()
+            assert calls == [signal.SIGUSR1]
+        finally:
+            recorder.stop()
+        assert signal.getsignal(signal.SIGUSR1) is handler
+        assert sum(e["ev"] == "op" for e in recorder.events) == 10
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def test_handlers_are_held_back_only_on_the_main_thread_and_once_when_nested():
+    from streamrace.record.deferred_signals import deferred_signals
+
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(_inside(deferred_signals)))
+    worker.start()
+    worker.join()
+    assert seen == [signal.default_int_handler]  # another thread: nothing swapped (it could not)
+    with deferred_signals():
+        stand_in = signal.getsignal(signal.SIGINT)
+        assert stand_in is not signal.default_int_handler
+        with deferred_signals():
+            assert signal.getsignal(signal.SIGINT) is stand_in
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def _inside(deferred_signals):
+    with deferred_signals():
+        return signal.getsignal(signal.SIGINT)
