@@ -4,8 +4,10 @@ GPU) reaches the program, never the recorder's errors."""
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
+import sys
 import threading
 
 import pytest
@@ -98,43 +100,70 @@ def test_a_ctrl_c_while_events_are_settled_reaches_the_program_and_loses_none(ho
 
 
 @pytest.mark.parametrize("hooks", ["native", "python"])
-def test_a_program_s_own_handler_runs_once_after_the_settle_and_stays_its(hooks):
+def test_a_program_s_own_handler_is_left_alone(hooks):
     calls = []
 
     def handler(signum, frame):
-        calls.append(signum)
+        calls.append(signal.getsignal(signal.SIGINT))  # its own, while the settle runs
 
-    previous = signal.signal(signal.SIGUSR1, handler)
+    previous = signal.signal(signal.SIGINT, handler)
     try:
         recorder, _ = _recorded_adds(hooks, 10)
-        _signal_at_first(recorder, signal.SIGUSR1)
+        _signal_at_first(recorder, signal.SIGINT)
         try:
             recorder.settle()
-            assert calls == [signal.SIGUSR1]
         finally:
             recorder.stop()
-        assert signal.getsignal(signal.SIGUSR1) is handler
+        assert calls == [handler]
+        assert signal.getsignal(signal.SIGINT) is handler
         assert sum(e["ev"] == "op" for e in recorder.events) == 10
     finally:
-        signal.signal(signal.SIGUSR1, previous)
+        signal.signal(signal.SIGINT, previous)
 
 
-def test_handlers_are_held_back_only_on_the_main_thread_and_once_when_nested():
-    from streamrace.record.deferred_signals import deferred_signals
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sigaction copy is Linux's")
+def test_sigint_s_c_level_disposition_is_put_back_byte_for_byte():
+    from streamrace.record.deferred_signals import _disposition, deferred_ctrl_c
+
+    signal.siginterrupt(signal.SIGINT, False)  # SA_RESTART, which signal.signal would reset
+    try:
+        before = _disposition(signal.SIGINT)
+        with deferred_ctrl_c():
+            assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler  # held
+        assert _disposition(signal.SIGINT) == before
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        faulthandler.register(signal.SIGINT, chain=True)  # a C-level handler before Python's
+        chained = _disposition(signal.SIGINT)
+        try:
+            with deferred_ctrl_c():
+                assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not held
+            assert _disposition(signal.SIGINT) == chained
+        finally:
+            faulthandler.unregister(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def test_a_ctrl_c_is_held_back_only_on_the_main_thread_and_once_when_nested():
+    from streamrace.record.deferred_signals import deferred_ctrl_c
 
     seen = []
-    worker = threading.Thread(target=lambda: seen.append(_inside(deferred_signals)))
+    worker = threading.Thread(target=lambda: seen.append(_inside(deferred_ctrl_c)))
     worker.start()
     worker.join()
     assert seen == [signal.default_int_handler]  # another thread: nothing swapped (it could not)
-    with deferred_signals():
+    with pytest.raises(KeyboardInterrupt), deferred_ctrl_c():
         stand_in = signal.getsignal(signal.SIGINT)
         assert stand_in is not signal.default_int_handler
-        with deferred_signals():
+        with deferred_ctrl_c():
             assert signal.getsignal(signal.SIGINT) is stand_in
+            signal.raise_signal(signal.SIGINT)
+            for _ in range(100):  # bytecodes: the stand-in notes it at one of them
+                pass
+        signal.raise_signal(signal.SIGINT)  # a second Ctrl-C: still one KeyboardInterrupt
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def _inside(deferred_signals):
-    with deferred_signals():
+def _inside(deferred_ctrl_c):
+    with deferred_ctrl_c():
         return signal.getsignal(signal.SIGINT)
