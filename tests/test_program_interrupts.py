@@ -4,11 +4,8 @@ GPU) reaches the program, never the recorder's errors."""
 
 from __future__ import annotations
 
-import faulthandler
 import os
 import signal
-import sys
-import threading
 
 import pytest
 
@@ -83,6 +80,11 @@ def _signal_at_first(recorder: Recorder, signum: int) -> None:
     recorder.log.settle("op", settle)
 
 
+# A known defect, kept in view: the events a settle took from the hooks and had not kept yet
+# are lost to a signal handler's exception (a Ctrl-C) raised in between. Holding Python's
+# handlers back while settling was tried and withdrawn (docs/recording.md, "Signals"); the fix
+# is an ingest that keeps what it took whatever is raised.
+@pytest.mark.xfail(strict=True, reason="a Ctrl-C inside a settle loses the events it took (docs/recording.md)")
 @pytest.mark.parametrize("hooks", ["native", "python"])
 def test_a_ctrl_c_while_events_are_settled_reaches_the_program_and_loses_none(hooks):
     recorder, _ = _recorded_adds(hooks, 50)
@@ -97,73 +99,3 @@ def test_a_ctrl_c_while_events_are_settled_reaches_the_program_and_loses_none(ho
     seqs = sorted(e["seq"] for e in recorder.events)
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # none lost in between
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-
-
-@pytest.mark.parametrize("hooks", ["native", "python"])
-def test_a_program_s_own_handler_is_left_alone(hooks):
-    calls = []
-
-    def handler(signum, frame):
-        calls.append(signal.getsignal(signal.SIGINT))  # its own, while the settle runs
-
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        recorder, _ = _recorded_adds(hooks, 10)
-        _signal_at_first(recorder, signal.SIGINT)
-        try:
-            recorder.settle()
-        finally:
-            recorder.stop()
-        assert calls == [handler]
-        assert signal.getsignal(signal.SIGINT) is handler
-        assert sum(e["ev"] == "op" for e in recorder.events) == 10
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sigaction copy is Linux's")
-def test_sigint_s_c_level_disposition_is_put_back_byte_for_byte():
-    from streamrace.record.deferred_signals import _disposition, deferred_ctrl_c
-
-    signal.siginterrupt(signal.SIGINT, False)  # SA_RESTART, which signal.signal would reset
-    try:
-        before = _disposition(signal.SIGINT)
-        with deferred_ctrl_c():
-            assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler  # held
-        assert _disposition(signal.SIGINT) == before
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-        faulthandler.register(signal.SIGINT, chain=True)  # a C-level handler before Python's
-        chained = _disposition(signal.SIGINT)
-        try:
-            with deferred_ctrl_c():
-                assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not held
-            assert _disposition(signal.SIGINT) == chained
-        finally:
-            faulthandler.unregister(signal.SIGINT)
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def test_a_ctrl_c_is_held_back_only_on_the_main_thread_and_once_when_nested():
-    from streamrace.record.deferred_signals import deferred_ctrl_c
-
-    seen = []
-    worker = threading.Thread(target=lambda: seen.append(_inside(deferred_ctrl_c)))
-    worker.start()
-    worker.join()
-    assert seen == [signal.default_int_handler]  # another thread: nothing swapped (it could not)
-    with pytest.raises(KeyboardInterrupt), deferred_ctrl_c():
-        stand_in = signal.getsignal(signal.SIGINT)
-        assert stand_in is not signal.default_int_handler
-        with deferred_ctrl_c():
-            assert signal.getsignal(signal.SIGINT) is stand_in
-            signal.raise_signal(signal.SIGINT)
-            for _ in range(100):  # bytecodes: the stand-in notes it at one of them
-                pass
-        signal.raise_signal(signal.SIGINT)  # a second Ctrl-C: still one KeyboardInterrupt
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-
-
-def _inside(deferred_ctrl_c):
-    with deferred_ctrl_c():
-        return signal.getsignal(signal.SIGINT)

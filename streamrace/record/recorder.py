@@ -39,7 +39,6 @@ from streamrace.record.app_pools import AppPools
 from streamrace.record.capture_nodes import KernelStats
 from streamrace.record.captures import CaptureLifecycle
 from streamrace.record.cuda_runtime import CudaRuntime
-from streamrace.record.deferred_signals import deferred_ctrl_c
 from streamrace.record.event_log import Event, EventLog, name_stream
 from streamrace.record.hooks import HookOptions, Hooks, make_hooks
 from streamrace.record.host_memory import HostMemory
@@ -237,10 +236,8 @@ class Recorder:
             return
         # No cyclic collection while the drained events are made (as in a flush): at the end
         # of a recording that never flushed, a collection every few hundred of them walked
-        # the rest, most of a stop's time (2.6 s of 300,000 eager ops' events). And a Ctrl-C
-        # waits until the events taken from the hooks are kept: one in between lost them
-        # (deferred_signals.py).
-        with collections_paused(), deferred_ctrl_c():
+        # the rest, most of a stop's time (2.6 s of 300,000 eager ops' events).
+        with collections_paused():
             self.log.ingest(lines=lines and not self.unseen.waiting)
             self.resolve_allocations()
             self.unseen.finish()
@@ -304,10 +301,9 @@ class Recorder:
         pool, or is listed unknown (``allocations.unknown``, left out of the trace)."""
         if self.allocations.facts_on:
             self._forget_first_allocation()
-        with deferred_ctrl_c():
-            self.log.ingest()
-            if self.allocations.resolve(self.started_hooks.state.see_stream):
-                self.log.ingest()  # the streams seen only now
+        self.log.ingest()
+        if self.allocations.resolve(self.started_hooks.state.see_stream):
+            self.log.ingest()  # the streams seen only now
 
     def trace_events(self, since: int = 0) -> list[Event]:
         """The events from seq ``since`` on, ready for a trace: stacks and streams defined
