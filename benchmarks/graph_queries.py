@@ -5,7 +5,7 @@ A catch-up (csrc/recorder/unseen_launches.h) asks the driver for every node of t
 graph to find the few new ones: ``cuGraphGetNodes`` once for the count and once for the
 handles, each walking the graph. This prints, on a graph captured from the DSV4 decode
 example stacked ``--layers`` deep (kept with ``keep_graph``), what each query costs through
-ctypes (a ctypes call's own cost is the ``cuGraphGetId`` row, which walks nothing):
+ctypes (a ctypes call's own cost is the ``cuDriverGetVersion`` row, which walks nothing):
 
 * ``cuGraphGetNodes`` for the count alone and for the handles;
 * ``cuGraphNodeGetDependencies`` and ``cuGraphNodeGetLocalId`` on one node;
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     assert cuda.cuGraphGetNodes(handle, nodes, ctypes.byref(filled)) == 0 and filled.value == total
     last = ctypes.c_void_p(nodes[total - 1])
     deps = (ctypes.c_void_p * 64)()
-    out_size, out_uint = ctypes.c_size_t(0), ctypes.c_uint(0)
+    out_size, out_uint, out_int = ctypes.c_size_t(0), ctypes.c_uint(0), ctypes.c_int(0)
 
     def count_only() -> int:
         out_size.value = 0
@@ -84,12 +84,12 @@ def main(argv: list[str] | None = None) -> int:
         return cuda.cuGraphNodeGetDependencies(last, deps, ctypes.byref(out_size))
 
     rows = [
-        ("cuGraphGetId (a ctypes call)", lambda: cuda.cuGraphGetId(handle, ctypes.byref(out_uint))),
+        ("cuDriverGetVersion (a ctypes call)", lambda: cuda.cuDriverGetVersion(ctypes.byref(out_int))),
         ("cuGraphGetNodes, count", count_only),
         ("cuGraphGetNodes, handles", handles),
         ("cuGraphNodeGetDependencies", dependencies),
     ]
-    local_id = getattr(cuda, "cuGraphNodeGetLocalId", None)
+    local_id = getattr(cuda, "cuGraphNodeGetLocalId", None) if hasattr(cuda, "cuGraphNodeGetLocalId") else None
     if local_id is not None:
         rows.append(("cuGraphNodeGetLocalId", lambda: local_id(last, ctypes.byref(out_uint))))
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.layers} layers: {total} nodes")
