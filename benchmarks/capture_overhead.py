@@ -63,6 +63,15 @@ class DeepDecoder:
         return x
 
 
+def decoder_on_gpu(layers: int, batch: int) -> tuple[DeepDecoder, torch.Tensor, torch.Tensor, torch.cuda.Stream]:
+    """The stacked example, its input and cache slots on the GPU, and a stream to run it on."""
+    dsv4 = _example()
+    model = DeepDecoder(dsv4, layers)
+    x = torch.randn(batch, dsv4.HIDDEN, device="cuda")
+    loc = torch.arange(batch, device="cuda")
+    return model, x, loc, torch.cuda.Stream()
+
+
 PHASES: dict[str, list[float]] = {}  # --breakdown: config -> [body, end] seconds, summed
 HOOK_TIMES: list[dict[str, tuple[int, float]]] = []  # --hook-times: each streamrace capture's
 
@@ -190,11 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
 
-    dsv4 = _example()
-    model = DeepDecoder(dsv4, args.layers)
-    x = torch.randn(args.batch, dsv4.HIDDEN, device="cuda")
-    loc = torch.arange(args.batch, device="cuda")
-    stream = torch.cuda.Stream()
+    model, x, loc, stream = decoder_on_gpu(args.layers, args.batch)
     pool = torch.cuda.graph_pool_handle()
     with torch.cuda.stream(stream):
         for _ in range(2):

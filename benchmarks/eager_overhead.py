@@ -24,7 +24,7 @@ import sys
 import time
 
 import torch
-from capture_overhead import DeepDecoder, _example, paired_ratio, print_replays, replay_time
+from capture_overhead import DeepDecoder, decoder_on_gpu, paired_ratio, print_replays, replay_time
 
 import streamrace
 
@@ -52,11 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
 
-    dsv4 = _example()
-    model = DeepDecoder(dsv4, args.layers)
-    x = torch.randn(args.batch, dsv4.HIDDEN, device="cuda")
-    loc = torch.arange(args.batch, device="cuda")
-    stream = torch.cuda.Stream()
+    model, x, loc, stream = decoder_on_gpu(args.layers, args.batch)
     stream.wait_stream(torch.cuda.current_stream())  # the inputs and weights are made on this one
     eager_time(model, x, loc, stream, 2)  # warm-up: cuBLAS handles, workspaces, allocator segments
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 
 import torch
-from capture_overhead import DeepDecoder, _example
+from capture_overhead import decoder_on_gpu
 
 _CALLS = 2000
 
@@ -47,11 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
 
-    dsv4 = _example()
-    model = DeepDecoder(dsv4, args.layers)
-    x = torch.randn(args.batch, dsv4.HIDDEN, device="cuda")
-    loc = torch.arange(args.batch, device="cuda")
-    stream = torch.cuda.Stream()
+    model, x, loc, stream = decoder_on_gpu(args.layers, args.batch)
     with torch.cuda.stream(stream):
         model.forward(x, loc)  # warm-up
     torch.cuda.synchronize()
@@ -89,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         ("cuGraphGetNodes, handles", handles),
         ("cuGraphNodeGetDependencies", dependencies),
     ]
-    local_id = getattr(cuda, "cuGraphNodeGetLocalId", None) if hasattr(cuda, "cuGraphNodeGetLocalId") else None
+    local_id = getattr(cuda, "cuGraphNodeGetLocalId", None)  # CUDA 12.9 on; absent before
     if local_id is not None:
         rows.append(("cuGraphNodeGetLocalId", lambda: local_id(last, ctypes.byref(out_uint))))
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.layers} layers: {total} nodes")
