@@ -12,8 +12,8 @@ ctypes (a ctypes call's own cost is the ``cuDriverGetVersion`` row, which walks 
 * what a capture's end reads of each node (``cuGraphNodeGetType``, a kernel node's
   ``cuGraphKernelNodeGetParams_v2`` and ``cuFuncGetName``) and of the graph
   (``cuGraphGetEdges_v2``), with the sum over this graph's nodes: the read-back's driver floor;
-* ``cuStreamGetCaptureInfo_v2``, the frontier query the hooks make around every launch, asked
-  of a stream inside a live capture of the same model;
+* ``cuStreamGetCaptureInfo_v2``, the frontier query the hooks make around every launch, and
+  the count of the capture graph's nodes, asked inside a live capture of the same model;
 
 and whether each node's local id (``cuGraphNodeGetLocalId``, CUDA 12.9 and later) is its index
 in ``cuGraphGetNodes``'s creation order, which a catch-up could then read without the walk.
@@ -44,9 +44,10 @@ def per_call_us(call: Callable[[], int]) -> float:
     return (time.perf_counter() - start) / _CALLS * 1e6
 
 
-def capture_info_us(cuda: ctypes.CDLL, model: object, x: object, loc: object, stream: object) -> float:
-    """Microseconds a frontier query of a capturing stream, through ctypes, timed in the middle
-    of a capture of the model (the graph then holds one forward's nodes)."""
+def live_capture_us(cuda: ctypes.CDLL, model: object, x: object, loc: object, stream: object) -> tuple[float, float]:
+    """Microseconds a frontier query of a capturing stream, and a count of the capture graph's
+    nodes (a catch-up's walk), through ctypes, timed in the middle of a capture of the model
+    (the graph then holds one forward's nodes)."""
     status, capture_id = ctypes.c_int(0), ctypes.c_uint64(0)
     graph_out, deps, count = ctypes.c_void_p(), ctypes.POINTER(ctypes.c_void_p)(), ctypes.c_size_t(0)
     raw = ctypes.c_void_p(stream.cuda_stream)  # type: ignore[attr-defined]
@@ -61,12 +62,17 @@ def capture_info_us(cuda: ctypes.CDLL, model: object, x: object, loc: object, st
             ctypes.byref(count),
         )
 
+    def count_nodes() -> int:
+        count.value = 0
+        return cuda.cuGraphGetNodes(graph_out, None, ctypes.byref(count))
+
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
         model.forward(x, loc)  # type: ignore[attr-defined]
-        us = per_call_us(query)
+        frontier_us = per_call_us(query)
         assert status.value == 1  # CU_STREAM_CAPTURE_STATUS_ACTIVE
-    return us
+        walk_us = per_call_us(count_nodes)
+    return frontier_us, walk_us
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,8 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     for label, call in rows:
         cost[label] = per_call_us(call)
         print(f"{label:<32}{cost[label]:>10.2f}")
-    frontier_us = capture_info_us(cuda, model, x, loc, stream)
+    frontier_us, walk_us = live_capture_us(cuda, model, x, loc, stream)
     print(f"{'cuStreamGetCaptureInfo_v2':<32}{frontier_us:>10.2f}   (inside a capture)")
+    print(f"{'cuGraphGetNodes, count':<32}{walk_us:>10.2f}   (inside a capture, on its graph)")
     base = cost["cuDriverGetVersion (a ctypes call)"]
     per_node = total * (cost["cuGraphNodeGetType"] - base) + len(kernels) * (
         cost["cuGraphKernelNodeGetParams_v2"] + cost["cuFuncGetName"] - 2 * base
