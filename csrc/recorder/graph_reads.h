@@ -232,6 +232,7 @@ inline std::vector<Edge> graph_edges(const Driver& driver, int64_t graph) {
 // on at least.
 inline std::vector<std::tuple<int64_t, int64_t, std::string>> nodes_since(const Driver& driver, int64_t graph,
                                                                           int64_t last_claim, int64_t floor) {
+    STREAMRACE_TIMED(CatchUpWalk);
     std::vector<int64_t> handles = node_handles(driver, graph);
     int64_t seen = floor;
     for (int64_t i = static_cast<int64_t>(handles.size()) - 1; i >= seen && last_claim != 0; --i) {

@@ -14,8 +14,9 @@ namespace streamrace::timing {
 
 #define STREAMRACE_PHASES(X)                                                                            \
     X(OpStart, "op start") X(OpEnd, "op end") X(Stack, "stack walk") X(Frontier, "frontier query")     \
-    X(CatchUp, "catch up") X(Alloc, "alloc hook") X(Free, "free hook") X(EventRecord, "event record hook") \
-    X(EventWait, "event wait hook") X(OtherTrace, "other trace hook")
+    X(CatchUp, "catch up") X(CatchUpWalk, "catch-up walk") X(Alloc, "alloc hook") X(Free, "free hook")           \
+    X(EventRecord, "event record hook") X(EventWait, "event wait hook") X(OtherTrace, "other trace hook")       \
+    X(GraphRead, "graph read-back") X(KernelAccess, "kernel params")
 
 enum Phase : int {
 #define STREAMRACE_PHASE_ENUM(name, text) name,

@@ -151,6 +151,7 @@ class State {
     // graph (a module unloaded between two captures may leave its function's address to
     // another) (GIL held).
     py::tuple read_graph(int64_t graph) {
+        STREAMRACE_TIMED(GraphRead);
         kernel_names_.clear();
         std::vector<int64_t> handles = streamrace::node_handles(driver_, graph);
         std::unordered_map<int64_t, int64_t> index;
@@ -184,6 +185,7 @@ class State {
     // (function name or None, [words per parameter]) of a kernel node, or None where the
     // driver gives no parameter layouts (Python reads them then).
     py::object kernel_access(int64_t node) {
+        STREAMRACE_TIMED(KernelAccess);
         KernelParams read = streamrace::kernel_params(driver_, node);
         if (!read.read) return py::none();
         py::object name = read.named ? decoded(read.name.data(), read.name.size()) : py::none();
