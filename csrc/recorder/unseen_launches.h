@@ -84,10 +84,7 @@ class UnseenLaunches {
         std::vector<int64_t> streams = captures_.capture_streams(graph);
         std::vector<Frontier> now;
         for (int64_t stream : streams) now.push_back(frontier(stream));
-        Locked held(mutex_);
-        for (size_t i = 0; i < streams.size(); ++i) {
-            if (captures_.capturing(held, streams[i])) captures_.set_known(held, streams[i], now[i]);
-        }
+        refresh(streams, now);
     }
 
     // Give each node that appeared where no recorded launch was a kernel event, now. A failure
@@ -97,11 +94,11 @@ class UnseenLaunches {
         // One catch-up at a time (hooks run on any thread, with or without the GIL): each
         // reads its captures' floors and last claims only once it has the turn. The turn is
         // never waited for with the GIL held, since a catch-up may take the GIL (the stack).
-        std::unique_lock<std::mutex> turn(turn_, std::defer_lock);
-        if (PyGILState_Check()) {
-            py::gil_scoped_release released;
+        std::unique_lock<std::mutex> turn(turn_, std::try_to_lock);
+        if (!turn.owns_lock() && PyGILState_Check()) {
+            py::gil_scoped_release released;  // (letting go of it only when the turn is taken)
             turn.lock();
-        } else {
+        } else if (!turn.owns_lock()) {
             turn.lock();
         }
         try {
@@ -139,14 +136,28 @@ class UnseenLaunches {
         return false;
     }
 
+    void refresh(const std::vector<int64_t>& streams, const std::vector<Frontier>& now) {
+        Locked held(mutex_);
+        for (size_t i = 0; i < streams.size(); ++i) {
+            if (captures_.capturing(held, streams[i])) captures_.set_known(held, streams[i], now[i]);
+        }
+    }
+
     void catch_up(int32_t graph, const CatchUpState& state) {
+        // The frontiers are read once, before the walk: each launch they hold is among the
+        // nodes walked, so they are what is accounted for after (a node launched on another
+        // thread in between is walked too, and its stream's next check finds nothing new).
+        const std::vector<int64_t> streams = captures_.capture_streams(graph);
+        std::vector<Frontier> now;
+        now.reserve(streams.size());
+        for (int64_t stream : streams) now.push_back(frontier(stream));
         const auto fresh = nodes_since(driver_, state.handle, state.last_claim, state.floor);
         if (!fresh.empty()) {
             // A launch's nodes end where its stream's frontier is now; earlier ones of the
             // same gap lead to it, so they take the stream of the next node that has one.
             std::unordered_map<int64_t, int64_t> launcher;
-            for (int64_t stream : captures_.capture_streams(graph)) {
-                for (int64_t node : frontier(stream)) launcher[node] = stream;
+            for (size_t i = 0; i < streams.size(); ++i) {
+                for (int64_t node : now[i]) launcher[node] = streams[i];
             }
             std::vector<std::optional<int64_t>> stream_of(fresh.size());
             std::optional<int64_t> launching;
@@ -174,7 +185,7 @@ class UnseenLaunches {
                 captures_.caught_up(held, graph, index, r.seq);
             }
         }
-        refresh(graph);
+        refresh(streams, now);
     }
 
     const Driver& driver_;
