@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "allocator_facts.h"
 #include "capture_tracker.h"
@@ -72,15 +73,17 @@ class GpuTraceHooks {
         STREAMRACE_TIMED(EventWait);
         tls.last_stream = 0;
         log_.see_stream(stream, streams_.current_device());
-        unseen_.check_wait(stream);
+        std::optional<Frontier> checked = unseen_.checked_wait(stream);
         int32_t stack = stacks_.python_stack();
         {
             Locked held = log_.lock();
             log_.append(held, simple(Kind::EventWait, event, stream, -1, stack));
             captures_.join_on_wait(held, event, stream);
         }
+        // The wait is the last thing the stream did (torch reports it once it is made); a
+        // stream it joins to a capture is read now.
         if (captures_.readable_graph(stream) != 0) {
-            Frontier now = unseen_.frontier(stream);
+            Frontier now = checked ? std::move(*checked) : unseen_.frontier(stream);
             Locked held = log_.lock();
             captures_.set_known(held, stream, now);
         }

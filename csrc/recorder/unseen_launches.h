@@ -69,14 +69,19 @@ class UnseenLaunches {
     }
 
     // A wait adds the event's nodes to the stream's frontier; a launch would have replaced it.
-    void check_wait(int64_t stream) {
-        if (captures_.readable_graph(stream) == 0) return;
+    // The frontier after the wait, accounted for; nothing when the stream's capture cannot be
+    // read (or it captures in none yet).
+    std::optional<Frontier> checked_wait(int64_t stream) {
+        if (captures_.readable_graph(stream) == 0) return std::nullopt;
         Frontier known;
         {
             Locked held(mutex_);
             known = captures_.known(held, stream);
         }
-        if (!subset(known, frontier(stream))) catch_up();
+        Frontier now = frontier(stream);
+        if (subset(known, now)) return now;
+        catch_up();
+        return frontier(stream);
     }
 
     // After catching up: what every stream of the capture has launched is accounted for.
