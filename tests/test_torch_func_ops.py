@@ -2,9 +2,10 @@
 
 A TorchDispatchMode (the Python hooks) sees the ops a transform's rules run on the tensors
 underneath; the native hooks see each op first on the transform's wrappers, whose bytes are
-not their own. vmap's batched tensors are looked into (op_hooks.h, ``physical``), so a race
-through a vmapped op is found as it is without vmap. grad's wrappers are not yet: their
-header needs a JSON library torch does not ship (docs/recording.md, Limits).
+not their own. vmap's batched tensors are wrappers to them (tensor_range.h, ``is_wrapper``):
+the op on them is passed over and the ops its batching rule dispatches are recorded, so a
+race through a vmapped op is found as it is without vmap. grad's wrappers are not looked
+through yet (docs/recording.md, Limits).
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@
 #include <pybind11/pybind11.h>
 
 #include <ATen/core/ivalue.h>
-#include <ATen/functorch/BatchedTensorImpl.h>
 #include <ATen/record_function.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
@@ -380,23 +379,10 @@ class OpHooks {
         return id;
     }
 
-    // vmap's batched tensors (torch.func) stand for the tensor whose bytes the op's kernel
-    // touches, which the batching rule may hand to it without a dispatch the recorder sees:
-    // the recorder takes that tensor, as a TorchDispatchMode below the transform sees it.
-    // (grad's and jvp's wrappers are not looked into: their header needs nlohmann's JSON,
-    // which torch does not ship; docs/recording.md, Limits.)
-    static const at::Tensor& physical(const at::Tensor& tensor) {
-        const at::Tensor* t = &tensor;
-        while (at::functorch::BatchedTensorImpl* batched = at::functorch::maybeGetBatchedImpl(*t)) {
-            t = &batched->value();
-        }
-        return *t;
-    }
-
     template <typename F>
     static void each_tensor(const c10::IValue& value, F&& f) {
         if (value.isTensor()) {
-            f(physical(value.toTensor()));
+            f(value.toTensor());
         } else if (value.isList()) {
             for (const c10::IValue& item : value.toListRef()) each_tensor(item, f);
         } else if (value.isTuple()) {

@@ -23,11 +23,14 @@ struct ByteRange {
     }
 };
 
-// Tensors whose bytes are not their own: a Python subclass or a functional wrapper stands in
-// for tensors the recorder sees separately, when they are dispatched.
+// Tensors whose bytes are not their own: a Python subclass, a functional wrapper or vmap's
+// batched tensor stands in for tensors the recorder sees separately, when the ops on them
+// are dispatched (by the subclass, functionalization, or vmap's batching rule).
 inline bool is_wrapper(const at::Tensor& t) {
-    auto keys = t.key_set();
-    return keys.has(c10::DispatchKey::Python) || keys.has(c10::DispatchKey::Functionalize);
+    static const c10::DispatchKeySet wrappers({c10::DispatchKey::Python, c10::DispatchKey::Functionalize,
+                                               c10::DispatchKey::FuncTorchBatched,
+                                               c10::DispatchKey::BatchedNestedTensor});
+    return !(t.key_set() & wrappers).empty();
 }
 
 // False when the tensor touches no bytes (empty, meta, no storage, no real data).
