@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fake_cuda import FakeCuda, FakeGraph  # noqa: E402
+from fake_cuda import FakeCuda, FakeGraph, memcopy  # noqa: E402
 from test_hooks_differential import KINDS, MAIN, SIDE, analyzed, record_program, recorded_alike  # noqa: E402
 
 ROWS = 4
@@ -59,6 +59,77 @@ def test_a_vmapped_read_the_main_stream_overwrites_before_the_join_races(kind):
     assert recorder.errors == []
     findings = analyzed(recorder.trace_events()).findings
     assert [(f.kind, f.hazard) for f in findings] == [("data-race", "WAR")]
+
+
+def side_stream_program(fake: FakeCuda, side_work, main_work) -> None:
+    """A capture on MAIN forks SIDE for ``side_work(x, w)`` while MAIN does ``main_work(x, w)``
+    before joining it back."""
+    x, w = fake.alloc(), fake.alloc()
+    graph = FakeGraph(fake)
+    fork, done = fake.event(), fake.event()
+    with fake.on(MAIN):
+        graph.capture_begin()
+        x.fill_(2.0)
+        fake.record(fork)
+        with fake.on(SIDE):
+            fake.wait(fork)
+            side_work(x, w)
+            fake.record(done)
+        main_work(x, w)
+        fake.wait(done)
+        graph.capture_end()
+
+
+# Composites a batching rule runs with autograd off, so never taken apart: recorded from their
+# schema they read what they only take a shape from (view_as's other), or hide the copy
+# they make (contiguous), which then reads back as a kernel with inferred accesses.
+SIDE_WORK = {
+    "view_as": lambda x, w: torch.vmap(torch.Tensor.view_as)(x.view(ROWS, -1), w.view(ROWS, -1)),
+    "expand_as": lambda x, w: torch.vmap(lambda a, b: a[:1].expand_as(b))(x.view(ROWS, -1), w.view(ROWS, -1)),
+    "contiguous": lambda x, w: torch.vmap(lambda a: a.t().contiguous())(x.view(ROWS, ROWS, -1)),
+}
+
+
+@pytest.mark.parametrize("work", SIDE_WORK)
+def test_a_vmapped_composite_is_recorded_as_the_ops_its_rule_runs(work):
+    """MAIN writes ``w`` and reads ``x`` meanwhile: the side stream only reads ``x``."""
+
+    def program(fake: FakeCuda) -> None:
+        side_stream_program(fake, SIDE_WORK[work], lambda x, w: (w.fill_(0.0), x.sum()))
+
+    events = recorded_alike(program)
+    assert not [e for e in events if e["ev"] == "kernel"], "every node is an op's"
+    assert analyzed(events).findings == []
+
+
+def stale_view_program(fake: FakeCuda) -> None:
+    """A graph's static output viewed after one replay, and a vmapped view of that taken and
+    read after the next: the value read is the second replay's (format 1.5's stale check)."""
+    with fake.on(MAIN):
+        x = fake.alloc(64)
+        x.fill_(1.0)
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        out = fake.alloc(64)
+        torch.mul(x, 2.0, out=out)
+        graph.capture_end()
+        graph.work = lambda: memcopy(out, x)
+        total = fake.alloc(64)
+        graph.replay()
+        kept = out.view(ROWS, -1)
+        graph.replay()
+        part = torch.vmap(lambda t: t[:2])(kept)
+        torch.mul(part, 1.0, out=total.view(ROWS, -1)[:, :2])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_vmapped_view_of_a_kept_static_output_is_stale_as_its_base(kind):
+    recorder, _ = record_program(kind, stale_view_program, own_storages=True)
+    assert recorder.errors == []
+    events = recorder.trace_events()
+    views = [e for e in events if e["ev"] == "view"]
+    assert len(views) == 2 and views[1]["base"] == views[0]["tensor"], "the vmapped view names the kept one"
+    assert [f.kind for f in analyzed(events, minor=5).findings] == ["stale-static-output"]
 
 
 def grad_program(fake: FakeCuda) -> None:
