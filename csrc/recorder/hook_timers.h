@@ -16,7 +16,8 @@ namespace streamrace::timing {
     X(OpStart, "op start") X(OpEnd, "op end") X(Stack, "stack walk") X(Frontier, "frontier query")     \
     X(CatchUp, "catch up") X(CatchUpWalk, "catch-up walk") X(Alloc, "alloc hook") X(Free, "free hook")           \
     X(EventRecord, "event record hook") X(EventWait, "event wait hook") X(OtherTrace, "other trace hook")       \
-    X(GraphRead, "graph read-back") X(KernelAccess, "kernel params")
+    X(GraphRead, "graph read-back") X(KernelAccess, "kernel params") X(LaunchCheck, "launch check")               \
+    X(LaunchClaim, "launch claim")
 
 enum Phase : int {
 #define STREAMRACE_PHASE_ENUM(name, text) name,

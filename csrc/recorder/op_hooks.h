@@ -85,8 +85,13 @@ class OpHooks {
         int64_t stream = streams_.current_stream(device);
         int32_t stack = stacks_.python_stack();
         t.op_stack = stack;
-        int32_t graph = captures_.readable_graph(stream);
-        Frontier before = graph != 0 ? unseen_.checked_before_launch(graph, stream) : Frontier();
+        int32_t graph = 0;
+        Frontier before;
+        {
+            STREAMRACE_TIMED(LaunchCheck);
+            graph = captures_.readable_graph(stream);
+            if (graph != 0) before = unseen_.checked_before_launch(graph, stream);
+        }
         OpFrame& frame = t.frames[index];  // Python may have run above: nested ops came and went
         frame.recorded = true;
         frame.plan = plan;
@@ -269,6 +274,7 @@ class OpHooks {
         }
         log_.append(held, r);
         if (frame.graph != 0 && frame.graph == graph && stream == frame.stream) {
+            STREAMRACE_TIMED(LaunchClaim);
             if (!after.empty() && after != frame.before) {
                 captures_.claim(held, graph, r.seq, after.back(), frame.plan->trusted);
             }
