@@ -1,11 +1,10 @@
 """Ops under torch.func's transforms, recorded by both sets of hooks on the fake CUDA.
 
 A TorchDispatchMode (the Python hooks) sees the ops a transform's rules run on the tensors
-underneath; the native hooks see each op first on the transform's wrappers, whose bytes are
-not their own. vmap's batched tensors are wrappers to them (tensor_range.h, ``is_wrapper``):
-the op on them is passed over and the ops its batching rule dispatches are recorded, so a
-race through a vmapped op is found as it is without vmap. grad's wrappers are not looked
-through yet (docs/recording.md, Limits).
+underneath. The native hooks see each op first with the transform's layer in place, on its
+wrappers, and then again, boxed, below the layer: only that call is recorded (op_hooks.h,
+``in_a_transform_layer``), with the op's own arguments from the top of the boxed stack. So a
+race through an op under vmap or grad is found as it is without them.
 """
 
 from __future__ import annotations
@@ -15,7 +14,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fake_cuda import FakeCuda, FakeGraph, memcopy  # noqa: E402
+from op_engines import native_module  # noqa: E402
 from test_hooks_differential import KINDS, MAIN, SIDE, analyzed, record_program, recorded_alike  # noqa: E402
+
+from streamrace.record.recorder import Recorder  # noqa: E402
 
 ROWS = 4
 
@@ -140,14 +142,69 @@ def grad_program(fake: FakeCuda) -> None:
         torch.func.grad(lambda t: (t * t).sum())(x[:ROWS])
 
 
-@pytest.mark.xfail(strict=True, reason="grad's wrappers are not looked into (docs/recording.md, Limits)")
 def test_both_hook_sets_record_the_ops_under_grad_alike():
-    recorded_alike(grad_program)
+    events = recorded_alike(grad_program)
+    ops = [e["op"] for e in events if e["ev"] == "op"]
+    assert ops.count("aten::mul.Tensor") == 3 and "aten::sum" in ops
 
 
-def test_the_python_hooks_see_the_ops_under_grad():
-    """What the native hooks miss under grad, the dispatch mode sees: the limit above is the
-    native hooks' alone."""
-    recorder, _ = record_program("python", grad_program)
-    ops = [e["op"] for e in recorder.trace_events() if e["ev"] == "op"]
-    assert ops.count("aten::mul.Tensor") >= 1 and "aten::sum" in ops
+def random_rows_program(fake: FakeCuda) -> None:
+    """Under vmap with different randomness per row, SIDE draws rows from no batched input;
+    MAIN reads them before joining SIDE back: a race."""
+
+    def draw(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.vmap(lambda t: torch.randn(16), randomness="different")(x.view(ROWS, -1))
+
+    holder: list[torch.Tensor] = []
+    side_stream_program(fake, lambda x, w: holder.append(draw(x, w)), lambda x, w: holder[0].sum())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_random_rows_drawn_under_vmap_race_with_an_unjoined_read(kind):
+    recorder, _ = record_program(kind, random_rows_program)
+    assert recorder.errors == []
+    assert [(f.kind, f.hazard) for f in analyzed(recorder.trace_events()).findings] == [("data-race", "RAW")]
+
+
+def fallback_program(fake: FakeCuda) -> None:
+    """An op with no batching rule (vmap runs it row by row, boxed) writes rows 0-1 of ``w`` on
+    SIDE from ``x``, while MAIN reads ``x`` and rows 2-3 of ``w``: no race."""
+
+    def side(x: torch.Tensor, w: torch.Tensor) -> None:
+        torch.vmap(lambda a, b: a.addcdiv_(b, b))(w.view(ROWS, -1)[:2], x.view(ROWS, -1)[:2])
+
+    side_stream_program(fake, side, lambda x, w: (x.sum(), w.view(ROWS, -1)[2:].sum()))
+
+
+def test_an_op_vmap_runs_row_by_row_is_recorded_alike_for_each_row():
+    events = recorded_alike(fallback_program)
+    rows = [e for e in events if e["ev"] == "op" and e["op"].startswith("aten::addcdiv_")]
+    assert len(rows) == 2 and not [e for e in events if e["ev"] == "kernel"]
+    assert analyzed(events).findings == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_eager_row_by_row_write_under_vmap_races_with_an_unjoined_read(kind):
+    """Eager, with no dispatch mode of the fake's below the hooks (as on a GPU): SIDE's
+    vmapped lerp_ writes ``w`` while MAIN reads it without waiting."""
+    if kind == "native":
+        native_module()
+    fake = FakeCuda()
+    recorder = Recorder(hooks=kind, runtime=fake)
+    recorder.start()
+    try:
+        x, w = fake.alloc(), fake.alloc()
+        ready = fake.event()
+        with fake.on(MAIN):
+            x.fill_(2.0)
+            w.fill_(1.0)
+            fake.record(ready)
+        with fake.on(SIDE):
+            fake.wait(ready)
+            torch.vmap(lambda a, b: a.lerp_(b, 0.5))(w.view(ROWS, -1), x.view(ROWS, -1))
+        with fake.on(MAIN):
+            w.sum()
+    finally:
+        recorder.stop()
+    assert recorder.errors == []
+    assert [(f.kind, f.hazard) for f in analyzed(recorder.trace_events()).findings] == [("data-race", "RAW")]

@@ -56,6 +56,12 @@ class OpHooks {
         const SchemaPlan* plan = plans().lookup(fn);
         if (plan == nullptr) return;  // a named range, not an operator
         auto inputs = fn.inputs();
+        // A boxed call (Dispatcher::callBoxed) hands RecordFunction its whole stack: the op's
+        // own arguments are the top ones (vmap's for-loop fallback calls each slice's op over
+        // the batched originals).
+        if (const auto& schema = fn.operator_schema(); schema.has_value() && inputs.size() > schema->arguments().size()) {
+            inputs = inputs.slice(inputs.size() - schema->arguments().size());
+        }
         c10::DispatchKeySet keys;
         int32_t device = -1;
         bool wrapper = false, any_tensor = false;
@@ -70,6 +76,11 @@ class OpHooks {
         }
         // A subclass's own ops come through here again, on the tensors it holds.
         if (wrapper) return;
+        // Inside a torch.func transform (vmap, grad, jvp) an op is dispatched first with the
+        // transform's layer in place, then, from its DynamicLayerBackMode fallback, again
+        // (boxed) below it, on the tensors its rule works on: that call is the one recorded,
+        // as a TorchDispatchMode below the transforms sees it.
+        if (in_a_transform_layer()) return;
         // An op dispatched with autograd on, inside a composite op, is part of its
         // decomposition (taken apart above the Python dispatch key), not of a kernel (which
         // runs below autograd): the parts are what is recorded, as a TorchDispatchMode would
@@ -442,6 +453,14 @@ class OpHooks {
         if (at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE).has_value()) return;
         at::enableRecordFunction(false);
         frame.silenced = true;
+    }
+
+    // Whether a torch.func transform's layer is on this thread, to be popped by the op's
+    // DynamicLayerBackMode fallback before the op runs below it.
+    static bool in_a_transform_layer() {
+        auto local = c10::impl::tls_local_dispatch_key_set();
+        return local.included_.has(c10::DispatchKey::FuncTorchDynamicLayerBackMode) &&
+               !local.excluded_.has(c10::DispatchKey::FuncTorchDynamicLayerBackMode);
     }
 
     // An op called while `parent` ran: its kernel calls ops.
