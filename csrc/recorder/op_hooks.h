@@ -59,9 +59,7 @@ class OpHooks {
         // A boxed call (Dispatcher::callBoxed) hands RecordFunction its whole stack: the op's
         // own arguments are the top ones (vmap's for-loop fallback calls each slice's op over
         // the batched originals).
-        if (const auto& schema = fn.operator_schema(); schema.has_value() && inputs.size() > schema->arguments().size()) {
-            inputs = inputs.slice(inputs.size() - schema->arguments().size());
-        }
+        if (inputs.size() > plan->args.size()) inputs = inputs.slice(inputs.size() - plan->args.size());
         c10::DispatchKeySet keys;
         int32_t device = -1;
         bool wrapper = false, any_tensor = false;
