@@ -22,6 +22,32 @@ from streamrace.record.recorder import Recorder  # noqa: E402
 ROWS = 4
 
 
+def _shapes(ranges: list[dict]) -> list[tuple]:
+    return [(r.get("shape"), r.get("stride"), r.get("itemsize")) for r in ranges]
+
+
+def recorded_as_alike(program) -> list[dict]:
+    """The native hooks' events of a program both hook sets recorded with the same ops, each
+    touching ranges of the same shapes, and the same findings. Addresses are left out: the
+    transforms' temporaries are the CPU allocator's, which hands an address back at its own
+    pace (tests/test_hooks_differential.py's ``recorded_alike`` compares the fake's blocks)."""
+    recorded = [record_program(kind, program)[0] for kind in KINDS]
+    assert [r.errors for r in recorded] == [[], []]
+    native, python = [r.trace_events() for r in recorded]
+
+    def ops(events: list[dict]) -> list[tuple]:
+        return [
+            (e["ev"], e.get("op") or e.get("name"), e["stream"], _shapes(e["reads"]), _shapes(e["writes"]))
+            for e in events
+            if e["ev"] in ("op", "kernel")
+        ]
+
+    assert ops(native) == ops(python)
+    kinds = [[(f.kind, f.hazard) for f in analyzed(events).findings] for events in (native, python)]
+    assert kinds[0] == kinds[1]
+    return native
+
+
 def vmapped_program(fake: FakeCuda, joined: bool = True) -> None:
     """A capture on MAIN forks SIDE, where a vmapped in-place multiply writes ``y`` row by row
     from ``x``; MAIN then overwrites ``x``, after joining SIDE back (``joined``) or before."""
@@ -99,7 +125,7 @@ def test_a_vmapped_composite_is_recorded_as_the_ops_its_rule_runs(work):
     def program(fake: FakeCuda) -> None:
         side_stream_program(fake, SIDE_WORK[work], lambda x, w: (w.fill_(0.0), x.sum()))
 
-    events = recorded_alike(program)
+    events = recorded_as_alike(program)
     assert not [e for e in events if e["ev"] == "kernel"], "every node is an op's"
     assert analyzed(events).findings == []
 
@@ -143,7 +169,7 @@ def grad_program(fake: FakeCuda) -> None:
 
 
 def test_both_hook_sets_record_the_ops_under_grad_alike():
-    events = recorded_alike(grad_program)
+    events = recorded_as_alike(grad_program)
     ops = [e["op"] for e in events if e["ev"] == "op"]
     assert ops.count("aten::mul.Tensor") == 3 and "aten::sum" in ops
 
@@ -177,7 +203,7 @@ def fallback_program(fake: FakeCuda) -> None:
 
 
 def test_an_op_vmap_runs_row_by_row_is_recorded_alike_for_each_row():
-    events = recorded_alike(fallback_program)
+    events = recorded_as_alike(fallback_program)
     rows = [e for e in events if e["ev"] == "op" and e["op"].startswith("aten::addcdiv_")]
     assert len(rows) == 2 and not [e for e in events if e["ev"] == "kernel"]
     assert analyzed(events).findings == []
@@ -208,3 +234,32 @@ def test_an_eager_row_by_row_write_under_vmap_races_with_an_unjoined_read(kind):
         recorder.stop()
     assert recorder.errors == []
     assert [(f.kind, f.hazard) for f in analyzed(recorder.trace_events()).findings] == [("data-race", "RAW")]
+
+
+@torch.jit.script
+def _stacked_sums(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    c = torch.cat([a, b], 0)
+    d = torch.stack([a, b])
+    return c.sum(0) + d.sum(0) + torch.add(a, b, alpha=2)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_torchscript_function_s_ops_are_recorded_with_their_own_arguments_and_results(kind):
+    """Eager, with no dispatch mode of the fake's below the hooks (as on a GPU): TorchScript's
+    interpreter calls each op boxed, over a stack that may hold the function's other values
+    below the op's own arguments and results; each op is recorded with its own."""
+    if kind == "native":
+        native_module()
+    fake = FakeCuda()
+    recorder = Recorder(hooks=kind, runtime=fake)
+    recorder.start()
+    try:
+        x, w = fake.alloc(), fake.alloc()
+        with fake.on(MAIN):
+            _stacked_sums(x.view(ROWS, -1), w.view(ROWS, -1))
+    finally:
+        recorder.stop()
+    assert recorder.errors == []
+    sums = [e for e in recorder.trace_events() if e["ev"] == "op" and e["op"] == "aten::sum.dim_IntList"]
+    assert [[r["shape"] for r in e["reads"]] for e in sums] == [[[2 * ROWS, 16]], [[2, ROWS, 16]]]
+    assert [[w["shape"] for w in e["writes"]] for e in sums] == [[[16]], [[ROWS, 16]]]

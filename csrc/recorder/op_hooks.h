@@ -202,7 +202,7 @@ class OpHooks {
         bool host_returned = false;
         if (frame.plan->any_return_written) {
             sort_spans(frame.input_storages);
-            const auto& outputs = fn.outputs();
+            const auto outputs = own_outputs(fn, *frame.plan);
             for (size_t i = 0; i < outputs.size() && !returns.empty(); ++i) {
                 if (!returns[std::min(i, returns.size() - 1)]) continue;
                 each_tensor(outputs[i], [&](const at::Tensor& tensor) {
@@ -358,7 +358,7 @@ class OpHooks {
     void host_op(const at::RecordFunction& fn, OpFrame& frame, const c10::SmallVector<at::Tensor, 2>& outputs,
                  bool returned) {
         if (frame.pin_memory || frame.plan->pin_factory) {
-            for (const c10::IValue& value : fn.outputs()) {
+            for (const c10::IValue& value : own_outputs(fn, *frame.plan)) {
                 each_tensor(value, [&](const at::Tensor& tensor) {
                     if (host_.is_host(tensor)) host_.pinned(tensor, false, true);
                 });
@@ -453,6 +453,14 @@ class OpHooks {
         frame.silenced = true;
     }
 
+    // The op's own results: a boxed call's RecordFunction gets the whole stack it left (a
+    // TorchScript function's values below them), with the results on top.
+    static c10::ArrayRef<c10::IValue> own_outputs(const at::RecordFunction& fn, const SchemaPlan& plan) {
+        c10::ArrayRef<c10::IValue> outputs = fn.outputs();
+        if (outputs.size() > plan.returns.size()) outputs = outputs.slice(outputs.size() - plan.returns.size());
+        return outputs;
+    }
+
     // Whether a torch.func transform's layer is on this thread, to be popped by the op's
     // DynamicLayerBackMode fallback before the op runs below it.
     static bool in_a_transform_layer() {
@@ -504,7 +512,7 @@ class OpHooks {
         GraphMemory& memory = log_.graph_memory();
         std::vector<std::pair<int64_t, ByteRange>> made;
         ByteRange range;
-        for (const c10::IValue& value : fn.outputs()) {
+        for (const c10::IValue& value : own_outputs(fn, *frame.plan)) {
             each_tensor(value, [&](const at::Tensor& tensor) {
                 if (!tensor.defined() || tensor.device().type() != device_type_ || !memory.holds(tensor)) return;
                 if (tensor_range(tensor, range = ByteRange())) made.emplace_back(identity(tensor), range);
