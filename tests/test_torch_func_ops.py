@@ -51,24 +51,11 @@ def recorded_as_alike(program) -> list[dict]:
 def vmapped_program(fake: FakeCuda, joined: bool = True) -> None:
     """A capture on MAIN forks SIDE, where a vmapped in-place multiply writes ``y`` row by row
     from ``x``; MAIN then overwrites ``x``, after joining SIDE back (``joined``) or before."""
-    x, y = fake.alloc(), fake.alloc()
-    graph = FakeGraph(fake)
-    fork, done = fake.event(), fake.event()
-    with fake.on(MAIN):
-        graph.capture_begin()
-        x.fill_(2.0)
-        fake.record(fork)
-        with fake.on(SIDE):
-            fake.wait(fork)
-            torch.vmap(torch.Tensor.mul_)(y.view(ROWS, -1), x.view(ROWS, -1))
-            fake.record(done)
-        if joined:
-            fake.wait(done)
-        x.fill_(0.0)
-        if not joined:
-            fake.wait(done)
-        graph.capture_end()
-    fake.synchronize()
+
+    def multiply(x: torch.Tensor, y: torch.Tensor) -> None:
+        torch.vmap(torch.Tensor.mul_)(y.view(ROWS, -1), x.view(ROWS, -1))
+
+    side_stream_program(fake, multiply, lambda x, y: x.fill_(0.0), joined=joined)
 
 
 def test_both_hook_sets_record_a_vmapped_op_alike_with_its_bytes():
@@ -89,9 +76,9 @@ def test_a_vmapped_read_the_main_stream_overwrites_before_the_join_races(kind):
     assert [(f.kind, f.hazard) for f in findings] == [("data-race", "WAR")]
 
 
-def side_stream_program(fake: FakeCuda, side_work, main_work) -> None:
-    """A capture on MAIN forks SIDE for ``side_work(x, w)`` while MAIN does ``main_work(x, w)``
-    before joining it back."""
+def side_stream_program(fake: FakeCuda, side_work, main_work, joined: bool = False) -> None:
+    """A capture on MAIN forks SIDE for ``side_work(x, w)``; MAIN does ``main_work(x, w)``
+    before joining SIDE back, or after (``joined``)."""
     x, w = fake.alloc(), fake.alloc()
     graph = FakeGraph(fake)
     fork, done = fake.event(), fake.event()
@@ -103,8 +90,11 @@ def side_stream_program(fake: FakeCuda, side_work, main_work) -> None:
             fake.wait(fork)
             side_work(x, w)
             fake.record(done)
+        if joined:
+            fake.wait(done)
         main_work(x, w)
-        fake.wait(done)
+        if not joined:
+            fake.wait(done)
         graph.capture_end()
 
 

@@ -55,11 +55,9 @@ class OpHooks {
         t.frames.emplace_back();
         const SchemaPlan* plan = plans().lookup(fn);
         if (plan == nullptr) return;  // a named range, not an operator
-        auto inputs = fn.inputs();
-        // A boxed call (Dispatcher::callBoxed) hands RecordFunction its whole stack: the op's
-        // own arguments are the top ones (vmap's for-loop fallback calls each slice's op over
-        // the batched originals).
-        if (inputs.size() > plan->args.size()) inputs = inputs.slice(inputs.size() - plan->args.size());
+        // Its own arguments (vmap's for-loop fallback calls each slice's op boxed, over the
+        // batched originals).
+        const c10::ArrayRef<const c10::IValue> inputs = own(fn.inputs(), plan->args.size());
         c10::DispatchKeySet keys;
         int32_t device = -1;
         bool wrapper = false, any_tensor = false;
@@ -453,12 +451,16 @@ class OpHooks {
         frame.silenced = true;
     }
 
-    // The op's own results: a boxed call's RecordFunction gets the whole stack it left (a
-    // TorchScript function's values below them), with the results on top.
+    // The op's own `count` arguments or results: a boxed call (Dispatcher::callBoxed) hands
+    // RecordFunction its whole stack (a TorchScript function's other values, a fallback's
+    // originals), with the op's own on top.
+    template <typename Value>
+    static c10::ArrayRef<Value> own(c10::ArrayRef<Value> stack, size_t count) {
+        return stack.size() > count ? stack.slice(stack.size() - count) : stack;
+    }
+
     static c10::ArrayRef<c10::IValue> own_outputs(const at::RecordFunction& fn, const SchemaPlan& plan) {
-        c10::ArrayRef<c10::IValue> outputs = fn.outputs();
-        if (outputs.size() > plan.returns.size()) outputs = outputs.slice(outputs.size() - plan.returns.size());
-        return outputs;
+        return own(c10::ArrayRef<c10::IValue>(fn.outputs()), plan.returns.size());
     }
 
     // Whether a torch.func transform's layer is on this thread, to be popped by the op's

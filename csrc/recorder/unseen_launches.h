@@ -87,9 +87,7 @@ class UnseenLaunches {
     // After catching up: what every stream of the capture has launched is accounted for.
     void refresh(int32_t graph) {
         std::vector<int64_t> streams = captures_.capture_streams(graph);
-        std::vector<Frontier> now;
-        for (int64_t stream : streams) now.push_back(frontier(stream));
-        refresh(streams, now);
+        refresh(streams, frontiers(streams));
     }
 
     // Give each node that appeared where no recorded launch was a kernel event, now. A failure
@@ -100,11 +98,13 @@ class UnseenLaunches {
         // reads its captures' floors and last claims only once it has the turn. The turn is
         // never waited for with the GIL held, since a catch-up may take the GIL (the stack).
         std::unique_lock<std::mutex> turn(turn_, std::try_to_lock);
-        if (!turn.owns_lock() && PyGILState_Check()) {
-            py::gil_scoped_release released;  // (letting go of it only when the turn is taken)
-            turn.lock();
-        } else if (!turn.owns_lock()) {
-            turn.lock();
+        if (!turn.owns_lock()) {  // another catch-up has it: wait without holding the GIL
+            if (PyGILState_Check()) {
+                py::gil_scoped_release released;
+                turn.lock();
+            } else {
+                turn.lock();
+            }
         }
         try {
             for (const auto& [graph, state] : captures_.catch_up_states()) catch_up(graph, state);
@@ -141,6 +141,13 @@ class UnseenLaunches {
         return false;
     }
 
+    std::vector<Frontier> frontiers(const std::vector<int64_t>& streams) const {
+        std::vector<Frontier> now;
+        now.reserve(streams.size());
+        for (int64_t stream : streams) now.push_back(frontier(stream));
+        return now;
+    }
+
     void refresh(const std::vector<int64_t>& streams, const std::vector<Frontier>& now) {
         Locked held(mutex_);
         for (size_t i = 0; i < streams.size(); ++i) {
@@ -153,9 +160,7 @@ class UnseenLaunches {
         // nodes walked, so they are what is accounted for after (a node launched on another
         // thread in between is walked too, and its stream's next check finds nothing new).
         const std::vector<int64_t> streams = captures_.capture_streams(graph);
-        std::vector<Frontier> now;
-        now.reserve(streams.size());
-        for (int64_t stream : streams) now.push_back(frontier(stream));
+        const std::vector<Frontier> now = frontiers(streams);
         const auto fresh = nodes_since(driver_, state.handle, state.last_claim, state.floor);
         if (!fresh.empty()) {
             // A launch's nodes end where its stream's frontier is now; earlier ones of the
