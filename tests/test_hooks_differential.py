@@ -684,3 +684,23 @@ def _recorded_natively(program: Callable[[FakeCuda], None], trace: str | None) -
         if trace is not None:
             finish_trace(recorder)
     return recorder
+
+
+def growing_captures_program(fake: FakeCuda) -> None:
+    """A small capture, then one with more nodes than the room the native hooks leave past
+    the small one's count (graph_reads.h, node_handles_as_before), then the small one again."""
+    x, y = fake.alloc(), fake.alloc()
+    for ops in (2, 300, 2):
+        graph = FakeGraph(fake)
+        with fake.on(MAIN):
+            graph.capture_begin()
+            for _ in range(ops):
+                torch.add(x, 1.0, out=y)
+            graph.capture_end()
+
+
+def test_a_graph_larger_than_the_previous_one_is_read_whole():
+    events = recorded_alike(growing_captures_program)
+    graphs = [e for e in events if e["ev"] == "graph"]
+    assert [len(g["nodes"]) for g in graphs] == [2, 300, 2]
+    assert analyzed(events).findings == []

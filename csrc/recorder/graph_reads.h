@@ -60,7 +60,6 @@ inline void check(int err, const char* what) {
 }
 }  // namespace detail
 
-// Every node of the graph, in creation order.
 // How many nodes the graph has (CUDA counts them one by one: not for every launch).
 inline int64_t node_count(const Driver& driver, int64_t graph) {
     if (driver.get_nodes == nullptr) throw std::runtime_error("the driver has no cuGraphGetNodes");
@@ -69,16 +68,41 @@ inline int64_t node_count(const Driver& driver, int64_t graph) {
     return static_cast<int64_t>(count);
 }
 
-inline std::vector<int64_t> node_handles(const Driver& driver, int64_t graph) {
-    auto count = static_cast<size_t>(node_count(driver, graph));
-    // The driver refuses a node array with a zero count (an empty capture): nothing to read.
-    if (count == 0) return {};
-    std::vector<void*> nodes(count);
-    detail::check(driver.get_nodes(reinterpret_cast<void*>(graph), nodes.data(), &count), "cuGraphGetNodes");
+// Every node, in creation order. `expected`: about how many there are (0: not known). Each
+// call of the driver walks the whole graph, and it fills an array up to its size and says how
+// many it wrote: an array with room to spare reads them in one walk, where counting first
+// takes two (a full one is read again at the counted size).
+inline std::vector<int64_t> node_handles(const Driver& driver, int64_t graph, size_t expected = 0) {
+    if (driver.get_nodes == nullptr) throw std::runtime_error("the driver has no cuGraphGetNodes");
+    std::vector<void*> nodes;
+    size_t count = 0;
+    if (expected > 0) {
+        const size_t room = expected + expected / 8 + 64;
+        nodes.resize(room);
+        count = room;
+        detail::check(driver.get_nodes(reinterpret_cast<void*>(graph), nodes.data(), &count), "cuGraphGetNodes");
+    }
+    if (expected == 0 || count >= nodes.size()) {
+        count = static_cast<size_t>(node_count(driver, graph));
+        // The driver refuses a node array with a zero count (an empty capture): nothing to read.
+        if (count == 0) return {};
+        nodes.resize(count);
+        detail::check(driver.get_nodes(reinterpret_cast<void*>(graph), nodes.data(), &count), "cuGraphGetNodes");
+    }
     std::vector<int64_t> out;
     out.reserve(count);
     for (size_t i = 0; i < count; ++i) out.push_back(reinterpret_cast<int64_t>(nodes[i]));
     return out;
+}
+
+// The nodes of a graph read on this thread after another one (or the same, grown): the count
+// the previous read found is the guess. A capture's graph only grows, and its catch-ups and
+// its end's read-back follow each other.
+inline std::vector<int64_t> node_handles_as_before(const Driver& driver, int64_t graph) {
+    static thread_local size_t previous = 0;
+    std::vector<int64_t> handles = node_handles(driver, graph, previous);
+    previous = handles.size();
+    return handles;
 }
 
 inline int node_type(const Driver& driver, int64_t node) {
@@ -233,7 +257,7 @@ inline std::vector<Edge> graph_edges(const Driver& driver, int64_t graph) {
 inline std::vector<std::tuple<int64_t, int64_t, std::string>> nodes_since(const Driver& driver, int64_t graph,
                                                                           int64_t last_claim, int64_t floor) {
     STREAMRACE_TIMED(CatchUpWalk);
-    std::vector<int64_t> handles = node_handles(driver, graph);
+    std::vector<int64_t> handles = node_handles_as_before(driver, graph);
     int64_t seen = floor;
     for (int64_t i = static_cast<int64_t>(handles.size()) - 1; i >= seen && last_claim != 0; --i) {
         if (handles[i] == last_claim) {

@@ -153,7 +153,7 @@ class State {
     py::tuple read_graph(int64_t graph) {
         STREAMRACE_TIMED(GraphRead);
         kernel_names_.clear();
-        std::vector<int64_t> handles = streamrace::node_handles(driver_, graph);
+        std::vector<int64_t> handles = streamrace::node_handles_as_before(driver_, graph);
         std::unordered_map<int64_t, int64_t> index;
         index.reserve(handles.size());
         const auto n = static_cast<Py_ssize_t>(handles.size());
