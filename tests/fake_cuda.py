@@ -58,17 +58,13 @@ _SUCCESS, _INVALID_VALUE, _INVALID_HANDLE, _NOT_FOUND = 0, 1, 400, 500
 _VOID_P = ctypes.POINTER(ctypes.c_void_p)
 _SIZE_P = ctypes.POINTER(ctypes.c_size_t)
 _PARAM_INFO = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, _SIZE_P, _SIZE_P)
-_NODE_DEPENDENCIES = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, _SIZE_P)
 
 
 class _Node:
-    __slots__ = ("access", "deps", "event", "handle", "packed", "type")
+    __slots__ = ("access", "event", "handle", "packed", "type")
 
-    def __init__(
-        self, handle: int, type_name: str, access: NodeAccess, packed: bool = False, event: int = 0, deps: tuple = ()
-    ) -> None:
+    def __init__(self, handle: int, type_name: str, access: NodeAccess, packed: bool = False, event: int = 0) -> None:
         self.handle, self.type, self.access = handle, NODE_TYPES.index(type_name), access
-        self.deps: tuple[int, ...] = deps  # the nodes it depends on: its stream's frontier at its launch
         self.packed = packed  # a kernel whose parameters come in one buffer (``extra``)
         self.event = event  # an event record or wait node's event
 
@@ -99,15 +95,12 @@ class FakeCuda:
         history_entries: int = HISTORY_MAX_ENTRIES,
         program_history: bool = False,
         own_storages: bool = False,
-        node_dependencies: bool = True,
     ) -> None:
         """``initialized``: CUDA is initialized before recording starts (else at the first
         allocation); ``tracker``: the allocator takes a trace tracker; ``history_entries``:
         the history's bound (HISTORY_MAX_ENTRIES, as the recorder asks); ``program_history``:
         the program recorded its own history before recording began; ``own_storages``: each
-        block is a storage of its own, as the caching allocator's are (else views of one arena);
-        ``node_dependencies``: the driver answers cuGraphNodeGetDependencies_v2 (a CUDA 12.3
-        driver on; else a catch-up walks the graph)."""
+        block is a storage of its own, as the caching allocator's are (else views of one arena)."""
         self.block_bytes = block_bytes
         self._arena = torch.zeros(blocks * block_bytes // 4)
         n = block_bytes // 4
@@ -156,11 +149,6 @@ class FakeCuda:
         self._param_info = _PARAM_INFO(self._c_param_info)
         for symbol in ("cuFuncGetParamInfo", "cuKernelGetParamInfo"):
             addresses[symbol] = ctypes.cast(self._param_info, ctypes.c_void_p).value
-        self._node_dependencies = _NODE_DEPENDENCIES(self._c_node_dependencies)
-        if node_dependencies:
-            addresses["cuGraphNodeGetDependencies_v2"] = ctypes.cast(self._node_dependencies, ctypes.c_void_p).value
-        self.dependency_queries = 0  # how many times the native hooks asked for a node's dependencies
-        self.node_walks = 0  # how many times a graph's nodes were asked for (cuGraphGetNodes)
         self._param_buffers: dict[int, tuple[Any, list[Any]]] = {}  # node -> its kernelParams, kept alive
         self._last_params: list[int] = []  # sizes of the parameters of the node read last
         self.driver = graph_readback.Driver.at(addresses)
@@ -410,7 +398,7 @@ class FakeCuda:
             return
         handle = next(self._handles)
         access = NodeAccess(type_name, name, writes=list(writes), params=[list(p) for p in params])
-        node = self._nodes[handle] = _Node(handle, type_name, access, packed, event, self._frontier[self.stream])
+        node = self._nodes[handle] = _Node(handle, type_name, access, packed, event)
         if name is not None:
             self._functions.setdefault(name, next(self._handles))
         g = self._graphs[graph]
@@ -478,7 +466,6 @@ class FakeCuda:
         g = self._graphs.get(graph or 0)
         if g is None:
             return _INVALID_HANDLE
-        self.node_walks += 1
         if nodes is None:
             count[0] = len(g.nodes)
             return _SUCCESS
@@ -554,20 +541,6 @@ class FakeCuda:
 
     def _c_kernel_name(self, name, kernel) -> int:
         return _NOT_FOUND  # every fake kernel is a CUfunction
-
-    def _c_node_dependencies(self, node, deps, edge_data, count) -> int:
-        found = self._nodes.get(node or 0)
-        if found is None:
-            return _INVALID_HANDLE
-        self.dependency_queries += 1
-        if deps is None:
-            count[0] = len(found.deps)
-            return _SUCCESS
-        out = ctypes.cast(deps, _VOID_P)
-        for i in range(count[0]):  # as libcuda does: room past the dependencies is set to NULL
-            out[i] = found.deps[i] if i < len(found.deps) else None
-        count[0] = min(count[0], len(found.deps))
-        return _SUCCESS
 
     def _c_edges(self, graph, sources, targets, data, count) -> int:
         g = self._graphs.get(graph or 0)

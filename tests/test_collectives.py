@@ -187,47 +187,40 @@ def test_in_a_capture_the_node_nccl_launched_is_the_collective_itself(late):
     assert wait["seq"] < caught_up["seq"] < min(records), "before the end event"
 
 
-@pytest.mark.parametrize("drained_first", [False, True], ids=["drained after the capture's end", "drained before it"])
 @pytest.mark.parametrize("late", [False, True], ids=["before the end event", "after it"])
-def test_a_node_the_native_hooks_caught_up_names_the_event_it_became(late, drained_first):
+def test_a_node_the_native_hooks_caught_up_names_the_event_it_became(late):
     """The native hooks catch the collective's node up themselves: the kernel event is among
     the drained events, and which node is whose is known by the seqs the events were emitted
-    at (the hooks' own, given at the capture's end). Moving the collective renumbers the
-    events of its call; the node must still name its event (the op it became, or the kernel
-    left beside the op), or the graph check sees a launch with no node (H200, N1 and N2). The
-    kernel event names its node by handle until the capture's end gives its index, whether it
-    was drained before the end or after."""
+    at (the hooks' own, given at the capture's end, before the drain). Moving the collective
+    renumbers the events of its call; the node must still name its event (the op it became,
+    or the kernel left beside the op), or the graph check sees a launch with no node (H200,
+    N1 and N2)."""
     from streamrace.record.capture_nodes import CaptureNodes, KernelStats
     from streamrace.record.event_log import EventLog
     from streamrace.record.graph_readback import GraphRead
     from streamrace.record.kernel_params import LiveBlocks, NodeAccess
 
     events, _wait, op, nccl, caught_up = _gather_and_its_node(25 if late else 5)
-    caught_up["node"] = 700  # the node's handle, as the native hooks give it
     events.append(caught_up)
     events.sort(key=lambda e: e["seq"])
     nodes = CaptureNodes(handle=1, base=0, read_access=lambda node, kind: NodeAccess(kind))
+    nodes.add_caught([(0, caught_up["seq"])])  # what the native hooks say at the capture's end
+    nodes.snapshot(GraphRead([700], ["memcpy"], [None], []), claims=[])
+    graph = nodes.event_nodes  # what the graph event holds
 
     def settle_kernel(event):
-        nodes.claim_caught_kernel(event)
+        nodes.claim_kernel(event, event["node"])
         return event
 
     log = EventLog()
     log.settle("kernel", settle_kernel)
     log.hooks = _Drained(events)
-    if drained_first:
-        log.ingest()
-    nodes.add_caught([(0, caught_up["seq"])], {700: 0})  # what the native hooks say at the capture's end
-    nodes.snapshot(GraphRead([700], ["memcpy"], [None], []), claims=[])
-    graph = nodes.event_nodes  # what the graph event holds
-    if not drained_first:
-        log.ingest()
+    log.ingest()
     nodes.finish(lambda: LiveBlocks([]), {}, KernelStats())
     kept = {e["seq"]: e for e in log.in_order(0, set())}
     owner = kept[graph[0]["op"]]
     assert owner["stream"] == nccl and owner["ev"] == ("kernel" if late else "op")
     assert owner is nodes.kernels[0]
-    assert owner.get("node", 0) == 0, "a kernel left beside the op names its node by index"
     if not late:
         assert owner["op"] == GATHER and owner["writes"] == op["writes"]
     seqs = [e["seq"] for e in log.in_order(0, set())]

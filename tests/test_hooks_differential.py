@@ -132,10 +132,10 @@ def record_program(kind: str, program: Callable[[FakeCuda], None], **fake_option
     return recorder, fake
 
 
-def recorded_alike(program: Callable[[FakeCuda], None], **fake_options: Any) -> list[dict[str, Any]]:
+def recorded_alike(program: Callable[[FakeCuda], None]) -> list[dict[str, Any]]:
     """The native hooks' trace of a scripted program, once both hook sets recorded it without
     an error and event for event alike."""
-    (native, _), (python, _) = [record_program(k, program, **fake_options) for k in KINDS]
+    (native, _), (python, _) = [record_program(k, program) for k in KINDS]
     assert native.errors == [] and python.errors == []
     events = native.trace_events()
     difference = first_difference(canonical(events), canonical(python.trace_events()))
@@ -704,81 +704,3 @@ def test_a_graph_larger_than_the_previous_one_is_read_whole():
     graphs = [e for e in events if e["ev"] == "graph"]
     assert [len(g["nodes"]) for g in graphs] == [2, 300, 2]
     assert analyzed(events).findings == []
-
-
-def unseen_launches_program(launches: int) -> Callable[[FakeCuda], None]:
-    """A capture in which a library launches ``launches`` kernels and memsets no op made on a
-    side stream, each pair after an op there (a chain of two nodes), then a memset on the copy
-    stream and a kernel and a memset on the side stream between the same two hooks (new nodes
-    on two streams: walked), the copy stream's memset writing what the side stream's ops read:
-    the catch-ups find their nodes (unseen_launches.h)."""
-
-    def program(fake: FakeCuda) -> None:
-        x, y, z = fake.alloc(), fake.alloc(), fake.alloc()
-        graph = FakeGraph(fake)
-        fork, side_done, copy_done = fake.event(), fake.event(), fake.event()
-        with fake.on(MAIN):
-            graph.capture_begin()
-            torch.mul(x, 2.0, out=y)
-            fake.record(fork)
-            with fake.on(COPY):
-                fake.wait(fork)
-            with fake.on(SIDE):
-                fake.wait(fork)
-                for _ in range(launches):
-                    torch.add(y, 1.0, out=z)
-                    fake.launch("kernel", "lib_scale", params=[[z.data_ptr()]])
-                    fake.launch("memset", writes=[{"addr": z.data_ptr(), "nbytes": 64}])
-                torch.add(y, 1.0, out=z)
-            with fake.on(COPY):
-                fake.launch("memset", writes=[{"addr": y.data_ptr(), "nbytes": 64}])
-            with fake.on(SIDE):
-                fake.launch("kernel", "lib_scale", params=[[z.data_ptr()]])
-                fake.launch("memset", writes=[{"addr": z.data_ptr(), "nbytes": 64}])
-            torch.mul(x, 3.0, out=x)  # on MAIN: the two launches before it are caught up here
-            with fake.on(SIDE):
-                fake.record(side_done)
-            with fake.on(COPY):
-                fake.record(copy_done)
-            fake.wait(side_done)
-            fake.wait(copy_done)
-            graph.capture_end()
-
-    return program
-
-
-@pytest.mark.parametrize("dependencies", [True, False], ids=["traced through dependencies", "walked"])
-def test_both_hook_sets_catch_up_unseen_launches_alike(dependencies):
-    """A catch-up finds the nodes no op made by their dependencies from the frontiers it reads
-    where they are one chain, else (or on a driver without cuGraphNodeGetDependencies_v2) by
-    walking the graph; either way the kernel events are those the Python hooks' walk makes:
-    each node once, in the order made, on its stream, by its index, and the memset on the copy
-    stream races the side stream's read of y."""
-    events = recorded_alike(unseen_launches_program(3), node_dependencies=dependencies)
-    kernels = [e for e in events if e["ev"] == "kernel"]
-    assert [(e["name"], e["stream"]) for e in kernels] == [("lib_scale", SIDE), ("memset", SIDE)] * 3 + [
-        ("memset", COPY),
-        ("lib_scale", SIDE),
-        ("memset", SIDE),
-    ], "in the order they were made"
-    graph = next(e for e in events if e["ev"] == "graph")
-    seqs = {e["seq"]: e for e in kernels}
-    assert sorted(e["node"] for e in kernels) == sorted(n["id"] for n in graph["nodes"] if n["op"] in seqs)
-    assert all(graph["nodes"][e["node"]]["op"] == e["seq"] for e in kernels), "each event names its own node"
-    assert analyzed(events).findings, "the memset on the copy stream races the side stream's ops on y"
-
-
-def test_a_catch_up_reads_only_the_new_nodes_where_the_driver_gives_dependencies():
-    """With cuGraphNodeGetDependencies_v2 a catch-up of one chain asks for no whole graph: the
-    capture reads its graph's nodes as often with ten unseen launches as with one (at its
-    start, its end, and the one gap with new nodes on two streams). Without it, each catch-up
-    walks the graph."""
-    walks = {}
-    for dependencies in (True, False):
-        for launches in (1, 10):
-            _, fake = record_program("native", unseen_launches_program(launches), node_dependencies=dependencies)
-            walks[dependencies, launches] = fake.node_walks
-            if dependencies and launches > 1:
-                assert fake.dependency_queries > 0, "the side stream's catch-ups follow dependencies"
-    assert walks[True, 1] == walks[True, 10]
-    assert walks[False, 10] > walks[False, 1] > walks[True, 1]

@@ -30,13 +30,9 @@ struct Capture {
     int64_t handle = 0;  // the capture graph (cudaGraph_t), 0 where it cannot be read
     int64_t stream = 0;  // the stream it began on
     bool open = true;
-    int64_t floor = 0;  // no node before this index is new: the graph's nodes when it began
+    int64_t floor = 0;  // no node before this index is new: its first, or after the last caught up
     std::vector<Claim> claims;  // the recorded launches' nodes, in seq order
-    std::vector<std::pair<int64_t, int64_t>> caught;  // (node handle, seq) of each caught-up kernel event
-    // Every node the hooks accounted for while the capture was open, in the order they did (a
-    // frontier they saw, a node caught up): where a catch-up's trace through dependencies
-    // stops. A push_back a launch: the catch-up that needs them takes them (seen_since).
-    std::vector<int64_t> seen;
+    std::vector<std::pair<int64_t, int64_t>> caught;  // (node index, seq) of each caught-up kernel event
 };
 
 // What a catch-up needs of a capture (catch_up_state).
@@ -58,18 +54,15 @@ class CaptureTracker {
     // `base`: the nodes the graph already has (its first new one's index).
     void begin(int32_t graph, int64_t stream, int64_t handle, const Frontier& now, int64_t base) {
         Locked held(mutex_);
-        captures_[graph] = Capture{handle, stream, true, base, {}, {}, {}};
+        captures_[graph] = Capture{handle, stream, true, base, {}, {}};
         capturing_[stream] = graph;
-        if (handle != 0) set_known(held, stream, now);
+        if (handle != 0) known_[stream] = now;
     }
 
     void end(int32_t graph) {
         Locked held(mutex_);
         auto it = captures_.find(graph);
-        if (it != captures_.end()) {
-            it->second.open = false;
-            it->second.seen = {};  // no catch-up reads a closed capture
-        }
+        if (it != captures_.end()) it->second.open = false;
         for (auto s = capturing_.begin(); s != capturing_.end();) {
             if (s->second == graph) {
                 known_.erase(s->first);
@@ -112,12 +105,6 @@ class CaptureTracker {
         return out;
     }
 
-    bool is_open(int32_t graph) {
-        Locked held(mutex_);
-        auto it = captures_.find(graph);
-        return it != captures_.end() && it->second.open;
-    }
-
     // The open captures whose graphs can be read, for a catch-up.
     std::vector<std::pair<int32_t, CatchUpState>> catch_up_states() {
         Locked held(mutex_);
@@ -131,23 +118,13 @@ class CaptureTracker {
         return out;
     }
 
-    // A catch-up gave node `node` (a handle) its kernel event, numbered `seq`.
-    void caught_up(const Locked&, int32_t graph, int64_t node, int64_t seq) {
+    // A catch-up gave node `index` its kernel event, numbered `seq`: no earlier node is new
+    // any more.
+    void caught_up(const Locked&, int32_t graph, int64_t index, int64_t seq) {
         auto it = captures_.find(graph);
         if (it == captures_.end()) return;
-        it->second.caught.emplace_back(node, seq);
-        it->second.seen.push_back(node);
-    }
-
-    // The nodes accounted for in `graph` since the first `from` of them, appended to `out`;
-    // returns how many there are now.
-    size_t seen_since(int32_t graph, size_t from, std::vector<int64_t>& out) {
-        Locked held(mutex_);
-        auto it = captures_.find(graph);
-        if (it == captures_.end()) return from;
-        const std::vector<int64_t>& seen = it->second.seen;
-        if (from < seen.size()) out.insert(out.end(), seen.begin() + static_cast<std::ptrdiff_t>(from), seen.end());
-        return seen.size();
+        it->second.floor = std::max(it->second.floor, index + 1);
+        it->second.caught.emplace_back(index, seq);
     }
 
     std::vector<std::pair<int64_t, int64_t>> caught(int32_t graph) {
@@ -192,13 +169,7 @@ class CaptureTracker {
 
     // A capturing stream's frontier as the hooks last saw it (empty if never).
     Frontier known(const Locked&, int64_t stream) { return known_[stream]; }
-    void set_known(const Locked& held, int64_t stream, Frontier now) {
-        if (int32_t graph = graph_of(held, stream); graph != 0) {
-            auto it = captures_.find(graph);
-            if (it != captures_.end()) it->second.seen.insert(it->second.seen.end(), now.begin(), now.end());
-        }
-        known_[stream] = std::move(now);
-    }
+    void set_known(const Locked&, int64_t stream, Frontier now) { known_[stream] = std::move(now); }
 
     // An event recorded on a stream: in that stream's capture, or in none.
     void event_recorded(int64_t event, int64_t stream) {

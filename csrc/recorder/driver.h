@@ -42,7 +42,6 @@ struct Driver {
     using Edges = int (*)(void* graph, void** from, void** to, EdgeData* data, size_t* count);
     using ParamInfo = int (*)(void* function, size_t index, size_t* offset, size_t* size);
     using NodeEvent = int (*)(void* node, void** event);
-    using NodeDependencies = int (*)(void* node, void** deps, void* edge_data, size_t* count);
 
     CaptureInfo capture_info = nullptr;
     GetNodes get_nodes = nullptr;
@@ -57,8 +56,6 @@ struct Driver {
     // Python (streamrace/record/kernel_params.py).
     ParamInfo func_param_info = nullptr;
     ParamInfo kernel_param_info = nullptr;
-    // Optional (CUDA 12.3 drivers on): without it a catch-up walks the whole graph.
-    NodeDependencies node_dependencies = nullptr;  // cuGraphNodeGetDependencies_v2
 
     // libcuda's, loaded once; a function the driver lacks stays null.
     static const Driver& libcuda() {
@@ -77,7 +74,6 @@ struct Driver {
             d.wait_node_event = reinterpret_cast<NodeEvent>(dlsym(lib, "cuGraphEventWaitNodeGetEvent"));
             d.func_param_info = reinterpret_cast<ParamInfo>(dlsym(lib, "cuFuncGetParamInfo"));
             d.kernel_param_info = reinterpret_cast<ParamInfo>(dlsym(lib, "cuKernelGetParamInfo"));
-            d.node_dependencies = reinterpret_cast<NodeDependencies>(dlsym(lib, "cuGraphNodeGetDependencies_v2"));
             return d;
         }();
         return driver;
@@ -109,7 +105,6 @@ struct Driver {
         };
         d.func_param_info = reinterpret_cast<ParamInfo>(optional("cuFuncGetParamInfo"));
         d.kernel_param_info = reinterpret_cast<ParamInfo>(optional("cuKernelGetParamInfo"));
-        d.node_dependencies = reinterpret_cast<NodeDependencies>(optional("cuGraphNodeGetDependencies_v2"));
         return d;
     }
 };

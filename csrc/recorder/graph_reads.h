@@ -112,25 +112,6 @@ inline int node_type(const Driver& driver, int64_t node) {
     return type;
 }
 
-// The nodes `node` depends on, into `out` (cleared first).
-inline void node_dependencies(const Driver& driver, int64_t node, c10::SmallVector<int64_t, 8>& out) {
-    if (driver.node_dependencies == nullptr) throw std::runtime_error("the driver has no cuGraphNodeGetDependencies_v2");
-    out.clear();
-    void* n = reinterpret_cast<void*>(node);
-    constexpr size_t kRoom = 8;
-    void* deps[kRoom] = {};
-    size_t count = kRoom;
-    detail::check(driver.node_dependencies(n, deps, nullptr, &count), "cuGraphNodeGetDependencies");
-    if (count < kRoom) {  // the driver says how many it wrote when the array had room to spare
-        for (size_t i = 0; i < count; ++i) out.push_back(reinterpret_cast<int64_t>(deps[i]));
-        return;
-    }
-    detail::check(driver.node_dependencies(n, nullptr, nullptr, &count), "cuGraphNodeGetDependencies");
-    std::vector<void*> all(count);
-    if (count > 0) detail::check(driver.node_dependencies(n, all.data(), nullptr, &count), "cuGraphNodeGetDependencies");
-    for (size_t i = 0; i < count && i < all.size(); ++i) out.push_back(reinterpret_cast<int64_t>(all[i]));
-}
-
 // CUgraphNodeType values of the nodes that name an event (hook_tables.NODE_TYPES).
 constexpr int kWaitEventNode = 6, kEventRecordNode = 7;
 
@@ -275,11 +256,8 @@ inline std::vector<Edge> graph_edges(const Driver& driver, int64_t graph) {
 // on at least.
 inline std::vector<std::tuple<int64_t, int64_t, std::string>> nodes_since(const Driver& driver, int64_t graph,
                                                                           int64_t last_claim, int64_t floor) {
-    std::vector<int64_t> handles;
-    {
-        STREAMRACE_TIMED(CatchUpWalk);
-        handles = node_handles_as_before(driver, graph);
-    }
+    STREAMRACE_TIMED(CatchUpWalk);
+    std::vector<int64_t> handles = node_handles_as_before(driver, graph);
     int64_t seen = floor;
     for (int64_t i = static_cast<int64_t>(handles.size()) - 1; i >= seen && last_claim != 0; --i) {
         if (handles[i] == last_claim) {
@@ -289,7 +267,6 @@ inline std::vector<std::tuple<int64_t, int64_t, std::string>> nodes_since(const 
     }
     std::vector<std::tuple<int64_t, int64_t, std::string>> out;
     for (int64_t i = seen; i < static_cast<int64_t>(handles.size()); ++i) {
-        STREAMRACE_TIMED(CatchUpNode);
         out.emplace_back(i, handles[i], node_type_name(node_type(driver, handles[i])));
     }
     return out;

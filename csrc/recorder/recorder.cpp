@@ -151,33 +151,10 @@ class State {
     // graph (a module unloaded between two captures may leave its function's address to
     // another) (GIL held).
     py::tuple read_graph(int64_t graph) {
-        std::unordered_map<int64_t, int64_t> index;
-        return read_graph(graph, index);
-    }
-
-    // At a capture's end, once caught up: (caught, graph, claims, renumbered): the (node
-    // index, seq when emitted) of each kernel event the hooks caught up, the graph read back
-    // (read_graph), the claims, flattened (CaptureTracker::claims), and each caught-up node's
-    // handle, which its kernel event names until now, to its index (GIL held).
-    py::tuple read_capture(int32_t graph, int64_t handle) {
-        unseen_.catch_up();
-        std::unordered_map<int64_t, int64_t> index;
-        py::tuple columns = read_graph(handle, index);
-        py::list caught;
-        py::dict renumbered;
-        for (const auto& [node, seq] : captures_.caught(graph)) {
-            auto it = index.find(node);
-            if (it == index.end()) continue;  // not in its graph: cannot be, nothing to name it by
-            caught.append(py::make_tuple(it->second, seq));
-            renumbered[py::int_(node)] = py::int_(it->second);
-        }
-        return py::make_tuple(caught, columns, captures_.claims(graph), renumbered);
-    }
-
-    py::tuple read_graph(int64_t graph, std::unordered_map<int64_t, int64_t>& index) {
         STREAMRACE_TIMED(GraphRead);
         kernel_names_.clear();
         std::vector<int64_t> handles = streamrace::node_handles_as_before(driver_, graph);
+        std::unordered_map<int64_t, int64_t> index;
         index.reserve(handles.size());
         const auto n = static_cast<Py_ssize_t>(handles.size());
         py::list handle_list(n), types(n), names(n), events(n);
@@ -188,7 +165,6 @@ class State {
             int type = streamrace::node_type(driver_, node);
             types[i] = type_object(type);
             if (type == 0) {  // CU_GRAPH_NODE_TYPE_KERNEL
-                STREAMRACE_TIMED(ReadBackName);
                 names[i] = kernel_name_object(streamrace::kernel_function(driver_, node));
             } else {
                 names[i] = py::none();
@@ -592,7 +568,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         .def("refresh_frontiers", [](Hooks& h, int32_t graph) { h.state().refresh_frontiers(graph); })
         .def("catch_up", [](Hooks& h) { h.state().catch_up(); })
         .def("caught_up", [](Hooks& h, int32_t graph) { return h.state().caught_up(graph); })
-        .def("read_capture", [](Hooks& h, int32_t graph, int64_t handle) { return h.state().read_capture(graph, handle); })
         .def("begin_launch", [](Hooks& h) { return h.state().ops.begin_launch(); })
         .def("end_launch", [](Hooks& h) { h.state().ops.end_launch(); })
         .def("drain", [](Hooks& h) { return h.state().drain(); })

@@ -13,7 +13,6 @@
 #include <mutex>
 #include <optional>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -116,7 +115,6 @@ class UnseenLaunches {
 
    private:
     Frontier checked_all(int32_t graph, int64_t stream) {
-        STREAMRACE_TIMED(CheckAll);
         std::vector<int64_t> streams;
         std::vector<Frontier> known;
         {
@@ -157,128 +155,47 @@ class UnseenLaunches {
         }
     }
 
-    // A node no recorded launch made, with the stream whose frontier leads to it.
-    struct Fresh {
-        int64_t node;
-        std::optional<int64_t> stream;
-        std::string type;
-    };
-
-    // What a catch-up knows it accounted for in an open capture: the nodes a trace stops at.
-    struct Accounted {
-        std::unordered_set<int64_t> nodes;
-        size_t taken = 0;  // of the capture's seen nodes (CaptureTracker::seen_since)
-    };
-
-    // A chain of new nodes longer than this is walked instead (the walk's cost, once).
-    static constexpr size_t kMaxTraced = 4096;
-
     void catch_up(int32_t graph, const CatchUpState& state) {
-        // The frontiers are read once, before the nodes are looked for: each launch they hold
-        // is among the nodes found, so they are what is accounted for after (a node launched
-        // on another thread in between is found too, and its stream's next check finds
-        // nothing new).
+        // The frontiers are read once, before the walk: each launch they hold is among the
+        // nodes walked, so they are what is accounted for after (a node launched on another
+        // thread in between is walked too, and its stream's next check finds nothing new).
         const std::vector<int64_t> streams = captures_.capture_streams(graph);
         const std::vector<Frontier> now = frontiers(streams);
-        Accounted& accounted = accounted_for(graph);
-        std::vector<Fresh> fresh;
-        if (driver_.node_dependencies == nullptr || !traced(streams, now, accounted.nodes, fresh)) {
-            fresh = walked(state, streams, now, accounted.nodes);
-        }
-        const int32_t device = streams_.current_device();
-        std::optional<int32_t> stack;
-        for (const Fresh& found : fresh) {
-            accounted.nodes.insert(found.node);
-            if (!access_type(found.type)) continue;
-            if (!stack) stack = stacks_.python_stack();
-            Locked held = log_.lock();
-            Record r;
-            r.kind = Kind::Kernel;
-            r.graph = graph;
-            r.value = found.node;  // a handle: the capture's end gives it its index (read_capture)
-            r.text = log_.text(held, found.type);
-            r.stream = found.stream.value_or(state.stream);
-            r.device = device;
-            r.stack = *stack;
-            log_.append(held, r);
-            captures_.caught_up(held, graph, found.node, r.seq);
+        const auto fresh = nodes_since(driver_, state.handle, state.last_claim, state.floor);
+        if (!fresh.empty()) {
+            // A launch's nodes end where its stream's frontier is now; earlier ones of the
+            // same gap lead to it, so they take the stream of the next node that has one.
+            std::unordered_map<int64_t, int64_t> launcher;
+            for (size_t i = 0; i < streams.size(); ++i) {
+                for (int64_t node : now[i]) launcher[node] = streams[i];
+            }
+            std::vector<std::optional<int64_t>> stream_of(fresh.size());
+            std::optional<int64_t> launching;
+            for (size_t k = fresh.size(); k-- > 0;) {
+                auto it = launcher.find(std::get<1>(fresh[k]));
+                if (it != launcher.end()) launching = it->second;
+                stream_of[k] = launching;
+            }
+            const int32_t device = streams_.current_device();
+            std::optional<int32_t> stack;
+            for (size_t k = 0; k < fresh.size(); ++k) {
+                const auto& [index, handle, type] = fresh[k];
+                if (!access_type(type)) continue;
+                if (!stack) stack = stacks_.python_stack();
+                Locked held = log_.lock();
+                Record r;
+                r.kind = Kind::Kernel;
+                r.graph = graph;
+                r.value = index;
+                r.text = log_.text(held, type);
+                r.stream = stream_of[k].value_or(state.stream);
+                r.device = device;
+                r.stack = *stack;
+                log_.append(held, r);
+                captures_.caught_up(held, graph, index, r.seq);
+            }
         }
         refresh(streams, now);
-    }
-
-    // This catch-up's record of what `graph` accounted for, brought up to date; the records
-    // of captures no longer open go (graph ids are never reused).
-    Accounted& accounted_for(int32_t graph) {
-        for (auto it = accounted_.begin(); it != accounted_.end();) {
-            it = it->first != graph && !captures_.is_open(it->first) ? accounted_.erase(it) : std::next(it);
-        }
-        Accounted& accounted = accounted_[graph];
-        std::vector<int64_t> more;
-        accounted.taken = captures_.seen_since(graph, accounted.taken, more);
-        accounted.nodes.insert(more.begin(), more.end());
-        return accounted;
-    }
-
-    // The nodes new since everything accounted for, where they are one chain (what one
-    // library call on one stream leaves, the case a catch-up meets nearly always): found from
-    // the streams' frontiers through their dependencies, stopping at nodes accounted for,
-    // first to last. False where new nodes end on more than one stream or branch (nodes of
-    // several streams between two hooks, or a fork the hooks never saw): then the walk finds
-    // them, in the order they were made, which no dependency tells.
-    bool traced(const std::vector<int64_t>& streams, const std::vector<Frontier>& now,
-                const std::unordered_set<int64_t>& accounted, std::vector<Fresh>& out) const {
-        STREAMRACE_TIMED(CatchUpWalk);
-        std::optional<std::pair<int64_t, int64_t>> last;  // (node, stream): the chain's newest
-        for (size_t i = 0; i < streams.size(); ++i) {
-            for (int64_t node : now[i]) {
-                if (accounted.count(node) != 0) continue;
-                if (last && last->first != node) return false;  // new nodes end on two streams
-                last = {node, streams[i]};
-            }
-        }
-        if (!last) return true;  // nothing new
-        std::vector<int64_t> chain{last->first};
-        c10::SmallVector<int64_t, 8> deps;
-        for (;;) {
-            node_dependencies(driver_, chain.back(), deps);
-            std::optional<int64_t> earlier;
-            for (int64_t dep : deps) {
-                if (accounted.count(dep) != 0) continue;
-                if (earlier) return false;  // a branch
-                earlier = dep;
-            }
-            if (!earlier) break;
-            if (chain.size() >= kMaxTraced) return false;
-            chain.push_back(*earlier);
-        }
-        for (size_t k = chain.size(); k-- > 0;) {
-            STREAMRACE_TIMED(CatchUpNode);
-            out.push_back({chain[k], last->second, node_type_name(node_type(driver_, chain[k]))});
-        }
-        return true;
-    }
-
-    // The same found by walking the graph: the nodes after the latest claim's (and the
-    // capture's first), less those accounted for, in creation order. A launch's nodes end
-    // where its stream's frontier is now; earlier ones of the same gap lead to it, so they
-    // take the stream of the next node that has one.
-    std::vector<Fresh> walked(const CatchUpState& state, const std::vector<int64_t>& streams,
-                              const std::vector<Frontier>& now, const std::unordered_set<int64_t>& accounted) const {
-        std::vector<Fresh> out;
-        for (auto& [index, node, type] : nodes_since(driver_, state.handle, state.last_claim, state.floor)) {
-            if (accounted.count(node) == 0) out.push_back({node, std::nullopt, std::move(type)});
-        }
-        std::unordered_map<int64_t, int64_t> launcher;
-        for (size_t i = 0; i < streams.size(); ++i) {
-            for (int64_t node : now[i]) launcher[node] = streams[i];
-        }
-        std::optional<int64_t> launching;
-        for (size_t k = out.size(); k-- > 0;) {
-            auto it = launcher.find(out[k].node);
-            if (it != launcher.end()) launching = it->second;
-            out[k].stream = launching;
-        }
-        return out;
     }
 
     const Driver& driver_;
@@ -288,7 +205,6 @@ class UnseenLaunches {
     HookStacks& stacks_;
     std::mutex& mutex_;
     std::mutex turn_;  // one native catch-up at a time
-    std::unordered_map<int32_t, Accounted> accounted_;  // by open capture; the turn's holder's
 };
 
 }  // namespace streamrace

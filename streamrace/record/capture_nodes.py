@@ -85,10 +85,6 @@ class CaptureNodes:
         # drained event's seq may have moved since; its own seq is what its node names)
         self.caught: dict[int, int] = {}
         self.launches: dict[int, dict[str, Any]] = {}  # seq -> kernel event of a launch claimed by handle
-        # The native hooks' caught-up kernel events name their node by handle until the graph
-        # is read at the capture's end: those drained before, by handle; the renumbering after.
-        self._by_handle: dict[int, dict[str, Any]] = {}
-        self._renumbered: dict[int, int] | None = None
         self._accesses: dict[int, Any] = {}  # node index -> NodeAccess, read before the graph is gone
         self._checked_ops: dict[int, list[int]] = {}  # seq of a custom op -> its kernel nodes (_owners)
         self._read: GraphRead | None = None
@@ -128,33 +124,15 @@ class CaptureNodes:
         return found[::-1]
 
     def claim_kernel(self, event: dict[str, Any], index: int) -> None:
-        """The kernel event the Recorder's catch-up (for the Python hooks) gave node ``index``."""
+        """The kernel event a catch-up gave node ``index`` (emitted, or drained from the hooks)."""
         self.kernels[index] = event
         self.caught.setdefault(index, event["seq"])
 
-    def claim_caught_kernel(self, event: dict[str, Any], handle: int | None = None) -> None:
-        """A kernel event the native hooks caught up, drained: its node is a handle until the
-        capture's end gives its index (``add_caught``)."""
-        if handle is None:
-            handle = event["node"]
-        index = self._renumbered.get(handle) if self._renumbered is not None else None
-        if index is None:
-            self._by_handle[handle] = event
-            return
-        if event["ev"] == "kernel":  # else a collective took it over (collectives.absorb)
-            event["node"] = index
-        self.kernels[index] = event
-
-    def add_caught(self, caught: Iterable[tuple[int, int]], renumbered: dict[int, int]) -> None:
+    def add_caught(self, caught: Iterable[tuple[int, int]]) -> None:
         """(node index, seq when emitted) of the kernel events the native hooks caught up,
         whose events are claimed when they are drained (maybe renumbered by then: moving a
-        collective onto its stream renumbers the events of its call, collectives.py), and
-        each one's node handle -> index, for the events that name it by handle."""
+        collective onto its stream renumbers the events of its call, collectives.py)."""
         self.caught.update(caught)
-        self._renumbered = renumbered
-        waiting, self._by_handle = self._by_handle, {}
-        for handle, event in waiting.items():
-            self.claim_caught_kernel(event, handle)
 
     def snapshot(self, read: GraphRead, claims: Sequence[int]) -> None:
         """At capture end, what only the live graph can tell: its nodes and edges (``read``)

@@ -110,7 +110,7 @@ class CaptureLifecycle:
         """A node the native hooks caught up is its capture's (EventLog.settle)."""
         capture = self._captures.get(event["graph"])
         if capture is not None and capture.nodes is not None:
-            capture.nodes.claim_caught_kernel(event)
+            capture.nodes.claim_kernel(event, event["node"])
         return event
 
     def settle_alloc(self, event: Event) -> Event:
@@ -164,8 +164,8 @@ class CaptureLifecycle:
             return None
         assert capture.handle is not None  # a capture has nodes only where its graph was read
         rec = self._rec
-        caught, graph, claims, renumbered = rec.started_hooks.read_capture(capture.graph, capture.handle)
-        capture.nodes.add_caught(caught, renumbered)
+        caught, graph, claims = rec.started_hooks.read_capture(capture.graph, capture.handle)
+        capture.nodes.add_caught(caught)
         # Finished later even if reading a node's parameters fails: the launches' nodes are
         # still worked out then.
         rec.unseen.finish_later(capture)

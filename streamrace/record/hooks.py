@@ -92,9 +92,6 @@ class CaptureRead(NamedTuple):
     graph: GraphColumns  # the graph read back (graph_readback.py, or the same in C++)
     # (seq, frontier node, 1 for a trusted op else 0) of each claim in seq order, flattened
     claims: list[int]
-    # The native hooks' kernel events name their node by handle until the graph is read: each
-    # caught-up node's handle -> its index (the Python hooks' events carry the index already)
-    renumbered: dict[int, int]
 
 
 class HookState(Protocol):
@@ -352,7 +349,7 @@ class PythonHooks:
     def read_capture(self, graph: int, handle: int) -> CaptureRead:
         if self._recorder_catch_up is not None:
             self._recorder_catch_up.catch_up(self)  # it claims the kernel events it makes itself
-        return CaptureRead([], self._graphs.read_graph(handle), self.claims(graph), {})
+        return CaptureRead([], self._graphs.read_graph(handle), self.claims(graph))
 
     def kernel_access(self, node: int) -> tuple[str | None, list[list[int]]] | None:
         return None
@@ -645,7 +642,8 @@ class NativeHooks:
         return self._native.kernel_access(node)
 
     def read_capture(self, graph: int, handle: int) -> CaptureRead:
-        return CaptureRead(*self._native.read_capture(graph, handle))
+        self._native.catch_up()
+        return CaptureRead(self._native.caught_up(graph), self._native.read_graph(handle), self._native.claims(graph))
 
     def use_allocator_facts(self) -> str:
         """Allocations take their exact facts from the allocator's trace tracker from now on
