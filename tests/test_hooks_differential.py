@@ -11,6 +11,7 @@ event. tests/gpu/test_hooks_gpu.py does the same on real captures.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -116,12 +117,16 @@ def record(kind: str) -> Recorder:
     return record_program(kind, scripted_program)[0]
 
 
-def record_program(kind: str, program: Callable[[FakeCuda], None], **fake_options: Any) -> tuple[Recorder, FakeCuda]:
-    """A scripted program, recorded with one set of hooks on a fresh fake."""
+def record_program(
+    kind: str, program: Callable[[FakeCuda], None], kernels: bool = True, **fake_options: Any
+) -> tuple[Recorder, FakeCuda]:
+    """A scripted program, recorded with one set of hooks on a fresh fake. ``kernels``: the
+    fake's dispatch mode launches a node for each op (without it, nothing runs below the
+    hooks' dispatch, as on a GPU, and eager work launches nothing)."""
     if kind == "native":
         native_module()  # or a skip saying why not (CI insists they build: .ci/run)
     fake = FakeCuda(**fake_options)
-    with Kernels(fake):
+    with Kernels(fake) if kernels else contextlib.nullcontext():
         recorder = Recorder(hooks=kind, runtime=fake)
         recorder.start()
         try:

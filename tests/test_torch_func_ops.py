@@ -14,10 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fake_cuda import FakeCuda, FakeGraph, memcopy  # noqa: E402
-from op_engines import native_module  # noqa: E402
 from test_hooks_differential import KINDS, MAIN, SIDE, analyzed, record_program, recorded_alike  # noqa: E402
-
-from streamrace.record.recorder import Recorder  # noqa: E402
 
 ROWS = 4
 
@@ -203,12 +200,8 @@ def test_an_op_vmap_runs_row_by_row_is_recorded_alike_for_each_row():
 def test_an_eager_row_by_row_write_under_vmap_races_with_an_unjoined_read(kind):
     """Eager, with no dispatch mode of the fake's below the hooks (as on a GPU): SIDE's
     vmapped lerp_ writes ``w`` while MAIN reads it without waiting."""
-    if kind == "native":
-        native_module()
-    fake = FakeCuda()
-    recorder = Recorder(hooks=kind, runtime=fake)
-    recorder.start()
-    try:
+
+    def program(fake: FakeCuda) -> None:
         x, w = fake.alloc(), fake.alloc()
         ready = fake.event()
         with fake.on(MAIN):
@@ -220,8 +213,8 @@ def test_an_eager_row_by_row_write_under_vmap_races_with_an_unjoined_read(kind):
             torch.vmap(lambda a, b: a.lerp_(b, 0.5))(w.view(ROWS, -1), x.view(ROWS, -1))
         with fake.on(MAIN):
             w.sum()
-    finally:
-        recorder.stop()
+
+    recorder, _ = record_program(kind, program, kernels=False)
     assert recorder.errors == []
     assert [(f.kind, f.hazard) for f in analyzed(recorder.trace_events()).findings] == [("data-race", "RAW")]
 
@@ -238,17 +231,13 @@ def test_a_torchscript_function_s_ops_are_recorded_with_their_own_arguments_and_
     """Eager, with no dispatch mode of the fake's below the hooks (as on a GPU): TorchScript's
     interpreter calls each op boxed, over a stack that may hold the function's other values
     below the op's own arguments and results; each op is recorded with its own."""
-    if kind == "native":
-        native_module()
-    fake = FakeCuda()
-    recorder = Recorder(hooks=kind, runtime=fake)
-    recorder.start()
-    try:
+
+    def program(fake: FakeCuda) -> None:
         x, w = fake.alloc(), fake.alloc()
         with fake.on(MAIN):
             _stacked_sums(x.view(ROWS, -1), w.view(ROWS, -1))
-    finally:
-        recorder.stop()
+
+    recorder, _ = record_program(kind, program, kernels=False)
     assert recorder.errors == []
     sums = [e for e in recorder.trace_events() if e["ev"] == "op" and e["op"] == "aten::sum.dim_IntList"]
     assert [[r["shape"] for r in e["reads"]] for e in sums] == [[[2 * ROWS, 16]], [[2, ROWS, 16]]]
