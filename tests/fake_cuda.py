@@ -54,10 +54,12 @@ _LIBRARY = torch.library.Library("streamrace_fake", "DEF")
 _LIBRARY.define("scale_(Tensor(a!) x, float factor) -> Tensor(a!)")
 _LIBRARY.impl("scale_", lambda x, factor: x.mul_(factor), "CPU")
 
-_SUCCESS, _INVALID_VALUE, _INVALID_HANDLE, _NOT_FOUND = 0, 1, 400, 500
+_SUCCESS, _INVALID_VALUE, _INVALID_HANDLE, _NOT_FOUND, _LOSSY_QUERY = 0, 1, 400, 500, 801
 _VOID_P = ctypes.POINTER(ctypes.c_void_p)
 _SIZE_P = ctypes.POINTER(ctypes.c_size_t)
 _PARAM_INFO = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, _SIZE_P, _SIZE_P)
+# cuGraphNodeGetDependencies_v2(node, deps, edge data, count): only the native hooks ask it
+_DEPENDENCIES = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, _VOID_P, ctypes.c_void_p, _SIZE_P)
 
 
 class _Node:
@@ -95,12 +97,15 @@ class FakeCuda:
         history_entries: int = HISTORY_MAX_ENTRIES,
         program_history: bool = False,
         own_storages: bool = False,
+        node_dependencies: bool = True,
     ) -> None:
         """``initialized``: CUDA is initialized before recording starts (else at the first
         allocation); ``tracker``: the allocator takes a trace tracker; ``history_entries``:
         the history's bound (HISTORY_MAX_ENTRIES, as the recorder asks); ``program_history``:
         the program recorded its own history before recording began; ``own_storages``: each
-        block is a storage of its own, as the caching allocator's are (else views of one arena)."""
+        block is a storage of its own, as the caching allocator's are (else views of one arena);
+        ``node_dependencies``: the driver answers cuGraphNodeGetDependencies_v2 (CUDA 12.3
+        on), else a native catch-up walks the graph."""
         self.block_bytes = block_bytes
         self._arena = torch.zeros(blocks * block_bytes // 4)
         n = block_bytes // 4
@@ -149,6 +154,12 @@ class FakeCuda:
         self._param_info = _PARAM_INFO(self._c_param_info)
         for symbol in ("cuFuncGetParamInfo", "cuKernelGetParamInfo"):
             addresses[symbol] = ctypes.cast(self._param_info, ctypes.c_void_p).value
+        self._dependencies = _DEPENDENCIES(self._c_node_dependencies)
+        if node_dependencies:
+            addresses["cuGraphNodeGetDependencies_v2"] = ctypes.cast(self._dependencies, ctypes.c_void_p).value
+        self.dependencies_fail = False  # the dependency query fails (a driver error)
+        self.dependency_queries = 0  # cuGraphNodeGetDependencies_v2 calls
+        self.node_reads = 0  # cuGraphGetNodes calls that read nodes (a walk of the graph)
         self._param_buffers: dict[int, tuple[Any, list[Any]]] = {}  # node -> its kernelParams, kept alive
         self._last_params: list[int] = []  # sizes of the parameters of the node read last
         self.driver = graph_readback.Driver.at(addresses)
@@ -341,15 +352,17 @@ class FakeCuda:
         self.registries.EventCreationCallbacks.fire_callbacks(event)
         return event
 
-    def record(self, event: int, external: bool = False) -> None:
+    def record(self, event: int, external: bool = False, heard: bool = True) -> None:
         """``event.record()`` on the current stream: in a capture, it marks the frontier; an
-        ``Event(external=True)``'s is an event record node of the graph instead."""
+        ``Event(external=True)``'s is an event record node of the graph instead. ``heard``:
+        torch's GPU-trace registries hear it (not a library's own ``cudaEventRecord``)."""
         graph = self._capturing.get(self.stream)
         if graph is not None and external:
             self.launch("eventrecord", event=event)
         else:
             self._events[event] = (graph, self._frontier[self.stream]) if graph is not None else None
-        self.registries.EventRecordCallbacks.fire_callbacks(event, self.stream)
+        if heard:
+            self.registries.EventRecordCallbacks.fire_callbacks(event, self.stream)
 
     def wait(self, event: int, external: bool = False) -> None:
         """``stream.wait_event(event)``: an event recorded in a capture joins the stream to it;
@@ -471,10 +484,32 @@ class FakeCuda:
             return _SUCCESS
         if count[0] == 0:
             return _INVALID_VALUE  # as libcuda answers a node array with a zero count
+        self.node_reads += 1
         out = ctypes.cast(nodes, _VOID_P)
         written = min(count[0], len(g.nodes))
         for i in range(written):
             out[i] = g.nodes[i].handle
+        count[0] = written
+        return _SUCCESS
+
+    def _c_node_dependencies(self, node, deps, edge_data, count) -> int:
+        """The nodes ``node`` depends on; as libcuda, a query for them without room for their
+        edge data is refused (where an edge has data: here always, to be strict)."""
+        self.dependency_queries += 1
+        found = self._nodes.get(node or 0)
+        if self.dependencies_fail or found is None:
+            return _INVALID_HANDLE
+        graph = next(g for g in self._graphs.values() if found in g.nodes)
+        parents = [src for src, dst in graph.edges if dst == found.handle]
+        if not deps:
+            count[0] = len(parents)
+            return _SUCCESS
+        if not edge_data:
+            return _LOSSY_QUERY
+        written = min(count[0], len(parents))
+        for i in range(written):
+            deps[i] = parents[i]
+        ctypes.memset(edge_data, 0, 8 * written)  # CUgraphEdgeData: 8 bytes, all default
         count[0] = written
         return _SUCCESS
 

@@ -201,15 +201,19 @@ def test_a_node_the_native_hooks_caught_up_names_the_event_it_became(late):
     from streamrace.record.kernel_params import LiveBlocks, NodeAccess
 
     events, _wait, op, nccl, caught_up = _gather_and_its_node(25 if late else 5)
+    del caught_up["node"]
+    caught_up["_node_handle"] = 700  # the native hooks name the node by handle
     events.append(caught_up)
     events.sort(key=lambda e: e["seq"])
     nodes = CaptureNodes(handle=1, base=0, read_access=lambda node, kind: NodeAccess(kind))
-    nodes.add_caught([(0, caught_up["seq"])])  # what the native hooks say at the capture's end
-    nodes.snapshot(GraphRead([700], ["memcpy"], [None], []), claims=[])
+    read = GraphRead([700], ["memcpy"], [None], [])
+    nodes.number(read.handles)
+    nodes.add_caught([(700, caught_up["seq"])])  # what the native hooks say at the capture's end
+    nodes.snapshot(read, claims=[])
     graph = nodes.event_nodes  # what the graph event holds
 
     def settle_kernel(event):
-        nodes.claim_kernel(event, event["node"])
+        nodes.claim_caught(event)
         return event
 
     log = EventLog()
@@ -220,7 +224,8 @@ def test_a_node_the_native_hooks_caught_up_names_the_event_it_became(late):
     kept = {e["seq"]: e for e in log.in_order(0, set())}
     owner = kept[graph[0]["op"]]
     assert owner["stream"] == nccl and owner["ev"] == ("kernel" if late else "op")
-    assert owner is nodes.kernels[0]
+    assert owner is nodes.kernels[0] and "_node_handle" not in owner
+    assert late == ("node" in owner) and owner.get("node", 0) == 0, "a kernel event names its node by index"
     if not late:
         assert owner["op"] == GATHER and owner["writes"] == op["writes"]
     seqs = [e["seq"] for e in log.in_order(0, set())]

@@ -137,10 +137,10 @@ def record_program(
     return recorder, fake
 
 
-def recorded_alike(program: Callable[[FakeCuda], None]) -> list[dict[str, Any]]:
+def recorded_alike(program: Callable[[FakeCuda], None], **fake_options: Any) -> list[dict[str, Any]]:
     """The native hooks' trace of a scripted program, once both hook sets recorded it without
-    an error and event for event alike."""
-    (native, _), (python, _) = [record_program(k, program) for k in KINDS]
+    an error and event for event alike (each on a fresh fake made with ``fake_options``)."""
+    (native, _), (python, _) = [record_program(k, program, **fake_options) for k in KINDS]
     assert native.errors == [] and python.errors == []
     events = native.trace_events()
     difference = first_difference(canonical(events), canonical(python.trace_events()))

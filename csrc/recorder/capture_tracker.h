@@ -1,7 +1,7 @@
 // Which streams capture into which graph, which capture each CUDA event's latest record is
 // in, each capturing stream's frontier as last seen, and the graph nodes the recorded
-// launches claimed (capture_nodes.py says what a claim is). The C++ twin of PythonHooks'
-// _captures, _capturing, _event_capture and _known.
+// launches claimed (capture_nodes.py says what a claim is), and which nodes the hooks have
+// accounted for. The C++ twin of PythonHooks' _captures, _capturing, _event_capture and _known.
 //
 // Guarded by the event log's mutex: methods that take a `const Locked&` need it held, the
 // others take it themselves.
@@ -13,6 +13,7 @@
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "event_log.h"
@@ -32,7 +33,13 @@ struct Capture {
     bool open = true;
     int64_t floor = 0;  // no node before this index is new: its first, or after the last caught up
     std::vector<Claim> claims;  // the recorded launches' nodes, in seq order
-    std::vector<std::pair<int64_t, int64_t>> caught;  // (node index, seq) of each caught-up kernel event
+    std::vector<std::pair<int64_t, int64_t>> caught;  // (node handle, seq) of each caught-up kernel event
+    // Nodes the hooks accounted for: the capture's first frontier, each claim's node, every
+    // node a catch-up looked at, and the frontiers found after one. A catch-up follows new
+    // nodes back through their dependencies until it meets these (unseen_launches.h). A
+    // frontier only seen (after a hooked wait, which may bring an unseen node of another
+    // stream) is not accounted for.
+    std::unordered_set<int64_t> accounted;
 };
 
 // What a catch-up needs of a capture (catch_up_state).
@@ -54,7 +61,8 @@ class CaptureTracker {
     // `base`: the nodes the graph already has (its first new one's index).
     void begin(int32_t graph, int64_t stream, int64_t handle, const Frontier& now, int64_t base) {
         Locked held(mutex_);
-        captures_[graph] = Capture{handle, stream, true, base, {}, {}};
+        Capture& capture = captures_[graph] = Capture{handle, stream, true, base, {}, {}, {}};
+        capture.accounted.insert(now.begin(), now.end());
         capturing_[stream] = graph;
         if (handle != 0) known_[stream] = now;
     }
@@ -118,13 +126,24 @@ class CaptureTracker {
         return out;
     }
 
-    // A catch-up gave node `index` its kernel event, numbered `seq`: no earlier node is new
-    // any more.
-    void caught_up(const Locked&, int32_t graph, int64_t index, int64_t seq) {
+    // A catch-up gave the node `handle` its kernel event, numbered `seq`; where the walk found
+    // it, at `index` (-1: traced, index unknown), no earlier node is new any more.
+    void caught_up(const Locked&, int32_t graph, int64_t handle, int64_t index, int64_t seq) {
         auto it = captures_.find(graph);
         if (it == captures_.end()) return;
-        it->second.floor = std::max(it->second.floor, index + 1);
-        it->second.caught.emplace_back(index, seq);
+        if (index >= 0) it->second.floor = std::max(it->second.floor, index + 1);
+        it->second.caught.emplace_back(handle, seq);
+    }
+
+    // The hooks have looked at these nodes: no catch-up gives them a kernel event again.
+    template <typename Nodes>
+    void account(const Locked&, int32_t graph, const Nodes& nodes) {
+        auto it = captures_.find(graph);
+        if (it != captures_.end()) it->second.accounted.insert(nodes.begin(), nodes.end());
+    }
+    bool accounted(const Locked&, int32_t graph, int64_t node) const {
+        auto it = captures_.find(graph);
+        return it != captures_.end() && it->second.accounted.count(node) != 0;
     }
 
     std::vector<std::pair<int64_t, int64_t>> caught(int32_t graph) {
@@ -139,7 +158,9 @@ class CaptureTracker {
     }
     void claim(const Locked&, int32_t graph, int64_t seq, int64_t node, bool trusted) {
         auto it = captures_.find(graph);
-        if (it != captures_.end()) it->second.claims.push_back(Claim{seq, node, trusted});
+        if (it == captures_.end()) return;
+        it->second.claims.push_back(Claim{seq, node, trusted});
+        it->second.accounted.insert(node);
     }
 
     // The capture a stream's launches go to, if its graph can be read (0 otherwise).
@@ -167,7 +188,8 @@ class CaptureTracker {
         return streams;
     }
 
-    // A capturing stream's frontier as the hooks last saw it (empty if never).
+    // A capturing stream's frontier as the hooks last saw it (empty if never). Seen is not
+    // accounted for (account).
     Frontier known(const Locked&, int64_t stream) { return known_[stream]; }
     void set_known(const Locked&, int64_t stream, Frontier now) { known_[stream] = std::move(now); }
 

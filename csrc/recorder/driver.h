@@ -42,6 +42,7 @@ struct Driver {
     using Edges = int (*)(void* graph, void** from, void** to, EdgeData* data, size_t* count);
     using ParamInfo = int (*)(void* function, size_t index, size_t* offset, size_t* size);
     using NodeEvent = int (*)(void* node, void** event);
+    using Dependencies = int (*)(void* node, void** deps, EdgeData* data, size_t* count);
 
     CaptureInfo capture_info = nullptr;
     GetNodes get_nodes = nullptr;
@@ -56,6 +57,9 @@ struct Driver {
     // Python (streamrace/record/kernel_params.py).
     ParamInfo func_param_info = nullptr;
     ParamInfo kernel_param_info = nullptr;
+    // Optional (CUDA 12.3 drivers on): without it a catch-up walks the whole graph
+    // (unseen_launches.h).
+    Dependencies node_dependencies = nullptr;  // cuGraphNodeGetDependencies_v2
 
     // libcuda's, loaded once; a function the driver lacks stays null.
     static const Driver& libcuda() {
@@ -74,6 +78,7 @@ struct Driver {
             d.wait_node_event = reinterpret_cast<NodeEvent>(dlsym(lib, "cuGraphEventWaitNodeGetEvent"));
             d.func_param_info = reinterpret_cast<ParamInfo>(dlsym(lib, "cuFuncGetParamInfo"));
             d.kernel_param_info = reinterpret_cast<ParamInfo>(dlsym(lib, "cuKernelGetParamInfo"));
+            d.node_dependencies = reinterpret_cast<Dependencies>(dlsym(lib, "cuGraphNodeGetDependencies_v2"));
             return d;
         }();
         return driver;
@@ -105,6 +110,7 @@ struct Driver {
         };
         d.func_param_info = reinterpret_cast<ParamInfo>(optional("cuFuncGetParamInfo"));
         d.kernel_param_info = reinterpret_cast<ParamInfo>(optional("cuKernelGetParamInfo"));
+        d.node_dependencies = reinterpret_cast<Dependencies>(optional("cuGraphNodeGetDependencies_v2"));
         return d;
     }
 };

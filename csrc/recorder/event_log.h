@@ -669,7 +669,9 @@ class EventLog {
                 break;
             case Kind::Kernel:  // a node no recorded launch made; its accesses come later
                 d.set(STREAMRACE_FIELD("graph", "kernel"), r.graph);
-                d.set(STREAMRACE_FIELD("node", "kernel"), r.value);
+                // Its node by handle: the graph's order is known only once the capture ends
+                // (CaptureNodes.number gives it its index, "node").
+                d.set(STREAMRACE_FIELD("_node_handle", "kernel"), r.value);
                 d.text(STREAMRACE_FIELD("name", "kernel"), r.text);
                 d.set(STREAMRACE_FIELD("stream", "kernel"), r.stream);
                 d.set(STREAMRACE_FIELD("device", "kernel"), r.device);

@@ -252,6 +252,37 @@ inline std::vector<Edge> graph_edges(const Driver& driver, int64_t graph) {
     return out;
 }
 
+// The nodes `node` depends on, into `out`; false where the driver cannot tell (no such
+// function, a failure), so the caller walks the graph instead. Edge data is asked for with
+// the nodes: the driver refuses a query without room for it where an edge has data
+// (CUDA_ERROR_LOSSY_QUERY).
+inline bool node_dependencies(const Driver& driver, int64_t node, c10::SmallVectorImpl<int64_t>& out) {
+    STREAMRACE_TIMED(CatchUpTrace);
+    out.clear();
+    if (driver.node_dependencies == nullptr) return false;
+    constexpr size_t kRoom = 8;
+    void* deps[kRoom];
+    EdgeData data[kRoom];
+    size_t count = kRoom;
+    if (driver.node_dependencies(reinterpret_cast<void*>(node), deps, data, &count) != 0) return false;
+    if (count < kRoom) {
+        for (size_t i = 0; i < count; ++i) out.push_back(reinterpret_cast<int64_t>(deps[i]));
+        return true;
+    }
+    // As many as the room, or more: counted, then read whole.
+    count = 0;
+    if (driver.node_dependencies(reinterpret_cast<void*>(node), nullptr, nullptr, &count) != 0) return false;
+    std::vector<void*> all(count);
+    std::vector<EdgeData> all_data(count);
+    size_t read = count;
+    if (count > 0 && driver.node_dependencies(reinterpret_cast<void*>(node), all.data(), all_data.data(), &read) != 0) {
+        return false;
+    }
+    if (read != count) return false;  // changed between the two calls: another thread's launch
+    for (void* dep : all) out.push_back(reinterpret_cast<int64_t>(dep));
+    return true;
+}
+
 // (index, handle, type) of the nodes after the one `last_claim` names, and from index `floor`
 // on at least.
 inline std::vector<std::tuple<int64_t, int64_t, std::string>> nodes_since(const Driver& driver, int64_t graph,

@@ -17,7 +17,7 @@ namespace streamrace::timing {
     X(CatchUp, "catch up") X(CatchUpWalk, "catch-up walk") X(Alloc, "alloc hook") X(Free, "free hook")           \
     X(EventRecord, "event record hook") X(EventWait, "event wait hook") X(OtherTrace, "other trace hook")       \
     X(GraphRead, "graph read-back") X(KernelAccess, "kernel params") X(LaunchCheck, "launch check")               \
-    X(LaunchClaim, "launch claim")
+    X(LaunchClaim, "launch claim") X(CatchUpTrace, "catch-up dependency query") X(CheckAll, "check all streams")
 
 enum Phase : int {
 #define STREAMRACE_PHASE_ENUM(name, text) name,

@@ -8,7 +8,10 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <algorithm>
+#include <array>
 #include <cstring>
+#include <string>
 #include <exception>
 #include <mutex>
 #include <optional>
@@ -115,6 +118,7 @@ class UnseenLaunches {
 
    private:
     Frontier checked_all(int32_t graph, int64_t stream) {
+        STREAMRACE_TIMED(CheckAll);
         std::vector<int64_t> streams;
         std::vector<Frontier> known;
         {
@@ -155,16 +159,78 @@ class UnseenLaunches {
         }
     }
 
+    // A new node: its handle, its index where the walk found it (-1 where traced), its type.
+    struct NewNode {
+        int64_t handle;
+        int64_t index;
+        std::string type;
+    };
+
+    // The new nodes, where they are one chain: the capture's one frontier node the hooks did
+    // not account for, and the nodes it follows back to them, each with one dependency they
+    // did not account for. Nearly every catch-up is one: a library's kernel, or a few, on
+    // one stream. Nothing where they branch, lie on two streams, are too many, or the driver
+    // cannot tell: the graph is walked then, the only way to learn the order nodes were made
+    // in across streams. A chain costs one dependency query per node; the walk reads every
+    // node of a graph that keeps growing.
+    std::optional<std::vector<NewNode>> traced(int32_t graph, const std::vector<Frontier>& now) {
+        if (driver_.node_dependencies == nullptr) return std::nullopt;
+        int64_t root = 0;
+        {
+            Locked held(mutex_);
+            for (const Frontier& f : now) {
+                for (int64_t node : f) {
+                    if (node == root || captures_.accounted(held, graph, node)) continue;
+                    if (root != 0) return std::nullopt;  // two new frontier nodes
+                    root = node;
+                }
+            }
+        }
+        std::vector<NewNode> chain;
+        if (root == 0) return chain;  // frontiers moved, by waits, onto nodes already accounted for
+        constexpr size_t kLongest = 256;  // longer: the walk, which reads each node once
+        c10::SmallVector<int64_t, 8> deps;
+        for (int64_t node = root; node != 0;) {
+            if (chain.size() == kLongest || !node_dependencies(driver_, node, deps)) return std::nullopt;
+            chain.push_back(NewNode{node, -1, node_type_name(node_type(driver_, node))});
+            int64_t next = 0;
+            Locked held(mutex_);
+            for (int64_t dep : deps) {
+                if (captures_.accounted(held, graph, dep)) continue;
+                if (next != 0) return std::nullopt;  // a branch
+                next = dep;
+            }
+            node = next;
+        }
+        std::reverse(chain.begin(), chain.end());  // in the order they were made
+        return chain;
+    }
+
+    // The new nodes, walked: those after the last claim, from the floor on, that no earlier
+    // catch-up (traced) gave an event.
+    std::vector<NewNode> walked(int32_t graph, const CatchUpState& state) {
+        std::vector<NewNode> out;
+        for (auto& [index, handle, type] : nodes_since(driver_, state.handle, state.last_claim, state.floor)) {
+            out.push_back(NewNode{handle, index, std::move(type)});
+        }
+        Locked held(mutex_);
+        out.erase(std::remove_if(out.begin(), out.end(),
+                                 [&](const NewNode& n) { return captures_.accounted(held, graph, n.handle); }),
+                  out.end());
+        return out;
+    }
+
     void catch_up(int32_t graph, const CatchUpState& state) {
-        // The frontiers are read once, before the walk: each launch they hold is among the
-        // nodes walked, so they are what is accounted for after (a node launched on another
-        // thread in between is walked too, and its stream's next check finds nothing new).
+        // The frontiers are read once, before the new nodes: each launch they hold is among
+        // those, so they are what is accounted for after (a node launched on another thread in
+        // between is found too, and its stream's next check finds nothing new).
         const std::vector<int64_t> streams = captures_.capture_streams(graph);
         const std::vector<Frontier> now = frontiers(streams);
-        const auto fresh = nodes_since(driver_, state.handle, state.last_claim, state.floor);
+        std::optional<std::vector<NewNode>> chain = traced(graph, now);
+        const std::vector<NewNode> fresh = chain ? std::move(*chain) : walked(graph, state);
         if (!fresh.empty()) {
-            // A launch's nodes end where its stream's frontier is now; earlier ones of the
-            // same gap lead to it, so they take the stream of the next node that has one.
+            // A launch's nodes end where its stream's frontier is now; earlier ones of the same
+            // gap lead to it, so they take the stream of the next node that has one.
             std::unordered_map<int64_t, int64_t> launcher;
             for (size_t i = 0; i < streams.size(); ++i) {
                 for (int64_t node : now[i]) launcher[node] = streams[i];
@@ -172,30 +238,36 @@ class UnseenLaunches {
             std::vector<std::optional<int64_t>> stream_of(fresh.size());
             std::optional<int64_t> launching;
             for (size_t k = fresh.size(); k-- > 0;) {
-                auto it = launcher.find(std::get<1>(fresh[k]));
+                auto it = launcher.find(fresh[k].handle);
                 if (it != launcher.end()) launching = it->second;
                 stream_of[k] = launching;
             }
             const int32_t device = streams_.current_device();
             std::optional<int32_t> stack;
             for (size_t k = 0; k < fresh.size(); ++k) {
-                const auto& [index, handle, type] = fresh[k];
-                if (!access_type(type)) continue;
+                const NewNode& node = fresh[k];
+                if (!access_type(node.type)) continue;
                 if (!stack) stack = stacks_.python_stack();
                 Locked held = log_.lock();
                 Record r;
                 r.kind = Kind::Kernel;
                 r.graph = graph;
-                r.value = index;
-                r.text = log_.text(held, type);
+                r.value = node.handle;  // its index once the capture ends (CaptureNodes.number)
+                r.text = log_.text(held, node.type);
                 r.stream = stream_of[k].value_or(state.stream);
                 r.device = device;
                 r.stack = *stack;
                 log_.append(held, r);
-                captures_.caught_up(held, graph, index, r.seq);
+                captures_.caught_up(held, graph, node.handle, node.index, r.seq);
             }
         }
-        refresh(streams, now);
+        Locked held(mutex_);
+        for (const NewNode& node : fresh) captures_.account(held, graph, std::array<int64_t, 1>{node.handle});
+        for (size_t i = 0; i < streams.size(); ++i) {
+            if (!captures_.capturing(held, streams[i])) continue;
+            captures_.set_known(held, streams[i], now[i]);
+            captures_.account(held, graph, now[i]);
+        }
     }
 
     const Driver& driver_;

@@ -8,7 +8,9 @@ of the whole graph at every launch. Nodes that appear where no recorded launch w
 launch the dispatcher never saw (Triton through its own launchers, CuPy, a custom extension, a
 library call): when a stream's frontier moved without one, the recorder finds the new nodes
 and emits a ``kernel`` event for each, at that point of the program, on the stream whose
-frontier holds it ("catching up"); those claim their node by index.
+frontier holds it ("catching up"); those claim their node by index. The native hooks name a
+caught-up node by handle, since they find it without walking the graph; its index is known
+once the graph is read at the capture's end (``number``).
 
 When the capture ends, ``snapshot`` reads what only the live graph can tell: each node's owner,
 and the parameters of the nodes that need them. ``finish``, after the capture, gives kernel
@@ -85,6 +87,10 @@ class CaptureNodes:
         # drained event's seq may have moved since; its own seq is what its node names)
         self.caught: dict[int, int] = {}
         self.launches: dict[int, dict[str, Any]] = {}  # seq -> kernel event of a launch claimed by handle
+        # node handle -> index, once the graph is read (``number``); until then, the native
+        # hooks' kernel events that name their node by handle wait here
+        self._index_of: dict[int, int] | None = None
+        self._unnumbered: dict[int, dict[str, Any]] = {}
         self._accesses: dict[int, Any] = {}  # node index -> NodeAccess, read before the graph is gone
         self._checked_ops: dict[int, list[int]] = {}  # seq of a custom op -> its kernel nodes (_owners)
         self._read: GraphRead | None = None
@@ -128,11 +134,47 @@ class CaptureNodes:
         self.kernels[index] = event
         self.caught.setdefault(index, event["seq"])
 
+    def claim_caught(self, event: dict[str, Any]) -> None:
+        """A kernel event the native hooks caught up, naming its node by handle
+        (``_node_handle``): claimed now if the graph was read, else once it is (``number``)."""
+        handle = event["_node_handle"]
+        if self._index_of is None:
+            self._unnumbered[handle] = event
+        else:
+            self._claim_numbered(handle, event)
+
+    @property
+    def numbered(self) -> bool:
+        return self._index_of is not None
+
+    def number(self, handles: Sequence[int] | None) -> None:
+        """The graph's nodes in creation order, read at the capture's end: each kernel event
+        caught up by handle gets its node's index. None: the graph could not be read (its
+        capture failed); those events then name the capture's first node, as a Triton
+        launch's does until it is read."""
+        self._index_of = {} if handles is None else {node: i for i, node in enumerate(handles)}
+        waiting, self._unnumbered = self._unnumbered, {}
+        for handle, event in waiting.items():
+            self._claim_numbered(handle, event)
+
+    def _claim_numbered(self, handle: int, event: dict[str, Any]) -> None:
+        assert self._index_of is not None
+        index = self._index_of.get(handle, self.base)
+        if "_node_handle" in event:  # not a collective that took the event over (collectives.absorb)
+            # "node" where the handle was: the trace's keys in the order the Python hooks write
+            fields = [("node", index) if key == "_node_handle" else (key, value) for key, value in event.items()]
+            event.clear()
+            event.update(fields)
+        self.claim_kernel(event, index)
+
     def add_caught(self, caught: Iterable[tuple[int, int]]) -> None:
-        """(node index, seq when emitted) of the kernel events the native hooks caught up,
+        """(node handle, seq when emitted) of the kernel events the native hooks caught up,
         whose events are claimed when they are drained (maybe renumbered by then: moving a
-        collective onto its stream renumbers the events of its call, collectives.py)."""
-        self.caught.update(caught)
+        collective onto its stream renumbers the events of its call, collectives.py). After
+        ``number``."""
+        assert self._index_of is not None
+        index_of = self._index_of
+        self.caught.update((index_of[handle], seq) for handle, seq in caught if handle in index_of)
 
     def snapshot(self, read: GraphRead, claims: Sequence[int]) -> None:
         """At capture end, what only the live graph can tell: its nodes and edges (``read``)
@@ -140,6 +182,8 @@ class CaptureNodes:
         caught up and those of custom ops. ``claims``: CaptureRead.claims. Who owns which
         node waits for finish, unless a custom op's nodes must be known now."""
         self._read, self._claims = read, claims
+        if self._index_of is None:
+            self.number(read.handles)
         if not all(claims[2::3]):
             self._owners()
         needs = set(self.caught) | {i for ids in self._checked_ops.values() for i in ids}
@@ -150,8 +194,8 @@ class CaptureNodes:
     def _owners(self) -> dict[int, int]:
         """Node index -> seq of the event that created it (in the order the events were
         emitted); sets the custom ops' nodes and the handle-claimed launches' first node."""
-        assert self._read is not None
-        index_of = {node: i for i, node in enumerate(self._read.handles)}.get
+        assert self._read is not None and self._index_of is not None
+        index_of = self._index_of.get
         c = self._claims
         merged: list[tuple[int, int, Any]] = [(c[k], index_of(c[k + 1], -1), c[k + 2]) for k in range(0, len(c), 3)]
         merged += [(seq, index, _CAUGHT) for index, seq in self.caught.items()]

@@ -110,7 +110,7 @@ class CaptureLifecycle:
         """A node the native hooks caught up is its capture's (EventLog.settle)."""
         capture = self._captures.get(event["graph"])
         if capture is not None and capture.nodes is not None:
-            capture.nodes.claim_kernel(event, event["node"])
+            capture.nodes.claim_caught(event)
         return event
 
     def settle_alloc(self, event: Event) -> Event:
@@ -165,11 +165,13 @@ class CaptureLifecycle:
         assert capture.handle is not None  # a capture has nodes only where its graph was read
         rec = self._rec
         caught, graph, claims = rec.started_hooks.read_capture(capture.graph, capture.handle)
+        read = GraphRead(*graph)
+        capture.nodes.number(read.handles)
         capture.nodes.add_caught(caught)
         # Finished later even if reading a node's parameters fails: the launches' nodes are
         # still worked out then.
         rec.unseen.finish_later(capture)
-        capture.nodes.snapshot(GraphRead(*graph), claims)
+        capture.nodes.snapshot(read, claims)
         capture.nodes.pinned = rec.pinned_blocks()
         # Filled once the capture's events are all in (CaptureNodes.finish, before any output).
         return capture.nodes.event_nodes, capture.nodes.event_edges
@@ -183,11 +185,27 @@ class CaptureLifecycle:
     def abort_running(self) -> None:
         """End the captures the program never ended (it raised), at the recording's stop."""
         for capture in list(self._running.values()):
+            if capture.nodes is not None and not capture.nodes.numbered:
+                capture.nodes.number(self._open_graph_nodes(capture))
             self._end(capture, None, None, aborted=True)
         self._running.clear()
 
+    def _open_graph_nodes(self, capture: Capture) -> list[int] | None:
+        """The nodes of a capture the program never ended, where its stream still captures
+        into its graph: read only then, since an ended capture's graph may be gone."""
+        graphs = self._rec.runtime.graphs
+        try:
+            if capture.handle is None or graphs.capture_state(capture.stream)[0] != capture.handle:
+                return None
+            return graphs.node_handles(capture.handle)
+        except Exception as exc:
+            self._rec.log.fail("graph read-back", exc)
+            return None
+
     def _end(self, capture: Capture, pool: list[int] | None, graph_data: GraphData | None, aborted: bool) -> None:
         rec = self._rec
+        if capture.nodes is not None and not capture.nodes.numbered:
+            capture.nodes.number(None)  # its read-back failed: the graph is not read now
         rec.started_hooks.state.end_capture(capture.graph)
         if pool is not None:
             capture.pool = pool

@@ -86,7 +86,7 @@ class HookOptions:
 class CaptureRead(NamedTuple):
     """What the hooks hold of a capture at its end, read once they have caught up."""
 
-    # (node index, seq when emitted) of the kernel events the hooks caught up themselves (the
+    # (node handle, seq when emitted) of the kernel events the hooks caught up themselves (the
     # Recorder claims those it makes: none with the Python hooks)
     caught: list[tuple[int, int]]
     graph: GraphColumns  # the graph read back (graph_readback.py, or the same in C++)

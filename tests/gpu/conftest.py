@@ -36,3 +36,24 @@ def load_example(name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(autouse=True, scope="session")
+def capture_stream_of_its_own():
+    """``torch.cuda.graph`` captures on a stream it takes once from the pool that
+    ``torch.cuda.Stream()`` draws from round-robin (32 normal-priority streams per device,
+    c10/cuda/CUDAStream.cpp), so every 32nd side stream a test makes would be the capture
+    stream itself, and its race only program order: which test drew it depended on the order
+    and the ``-n`` split. The capture stream comes from the high-priority pool instead."""
+    try:
+        import torch
+    except ImportError:
+        yield
+        return
+    if not torch.cuda.is_available():
+        yield
+        return
+    before = torch.cuda.graph.default_capture_stream
+    torch.cuda.graph.default_capture_stream = torch.cuda.Stream(priority=-1)
+    yield
+    torch.cuda.graph.default_capture_stream = before

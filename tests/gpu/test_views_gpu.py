@@ -38,6 +38,7 @@ def _program(make_view, write_through_view: bool, hooks: str):
     graph = torch.cuda.CUDAGraph()
     with streamrace.watch(hooks=hooks) as session, torch.cuda.graph(graph):
         main = torch.cuda.current_stream()
+        assert side != main, "a side stream of the capture stream's pool (tests/gpu/conftest.py)"
         y = x * 1  # made in the capture, so its bytes are the graph's own
         side.wait_stream(main)
         with torch.cuda.stream(side):

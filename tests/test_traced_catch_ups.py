@@ -1,0 +1,202 @@
+"""Native catch-ups that follow new nodes back through their dependencies (unseen_launches.h).
+
+Where the nodes no recorded launch made are one chain (a library's kernel or two on one
+stream), the native hooks find them from the frontier node they did not account for, one
+dependency query per node, instead of walking the whole graph as it grows; anything else (a
+branch, new nodes on two streams, an old driver, a failed query) walks. Either way the trace
+must be the Python hooks' (which always walk), and a node the hooks only saw through a wait
+is still new.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fake_cuda import FakeCuda, FakeGraph  # noqa: E402
+from test_hooks_differential import KINDS, MAIN, SIDE, analyzed, record_program, recorded_alike  # noqa: E402
+
+COPY = 0x3000
+WALK_OPTIONS = [
+    pytest.param({}, id="traced"),
+    pytest.param({"node_dependencies": False}, id="no dependency query"),
+]
+
+
+def library_chain_program(fake: FakeCuda, reads: list[int]) -> None:
+    """A capture where a library launches a kernel and a memset on SIDE between two ops, and
+    the side stream's result is joined before MAIN reads it: no race. ``reads``: how many
+    times the graph's nodes were read before the capture's end."""
+    with fake.on(MAIN):
+        x, y, z = fake.alloc(), fake.alloc(), fake.alloc()
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        torch.mul(x, 2.0, out=y)
+        fork, done = fake.event(), fake.event()
+        fake.record(fork)
+        with fake.on(SIDE):
+            fake.wait(fork)
+            torch.add(y, 1.0, out=z)
+            fake.launch("kernel", "lib_scale", params=[[z.data_ptr()]])
+            fake.launch("memset", writes=[{"addr": z.data_ptr(), "nbytes": 64}])
+            torch.add(z, 1.0, out=z)
+            fake.record(done)
+        fake.wait(done)
+        torch.sub(y, z, out=x)
+        reads.append(fake.node_reads)
+        graph.capture_end()
+
+
+@pytest.mark.parametrize("options", WALK_OPTIONS)
+def test_a_librarys_chain_of_nodes_is_caught_up_as_the_walk_finds_it(options):
+    reads: list[int] = []
+    events = recorded_alike(lambda fake: library_chain_program(fake, reads), **options)
+    kernels = [e for e in events if e["ev"] == "kernel"]
+    assert [(e["name"], e["node"], e["stream"]) for e in kernels] == [("lib_scale", 2, SIDE), ("memset", 3, SIDE)]
+    assert analyzed(events).findings == []
+    native_reads = reads[0]  # recorded_alike records the native hooks first
+    if options:
+        assert native_reads > 0, "without the dependency query a catch-up walks the graph"
+    else:
+        assert native_reads == 0, "a chain is traced: the graph is not walked until the capture's end"
+
+
+def test_a_failed_dependency_query_walks_instead():
+    def failing(fake: FakeCuda) -> None:
+        fake.dependencies_fail = True
+        library_chain_program(fake, reads)
+
+    reads: list[int] = []
+    (native, fake), (python, _) = [record_program(kind, failing) for kind in KINDS]
+    assert native.errors == [] and fake.dependency_queries > 0 and reads[0] > 0
+    caught = [(e["name"], e["node"]) for e in native.trace_events() if e["ev"] == "kernel"]
+    assert caught == [(e["name"], e["node"]) for e in python.trace_events() if e["ev"] == "kernel"]
+    assert caught == [("lib_scale", 2), ("memset", 3)]
+
+
+def two_streams_program(fake: FakeCuda) -> None:
+    """A library kernel on SIDE and another on COPY before MAIN's next op: two new frontier
+    nodes, walked. COPY's writes what MAIN reads, unjoined: a race."""
+    with fake.on(MAIN):
+        x, y, z = fake.alloc(), fake.alloc(), fake.alloc()
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        torch.mul(x, 2.0, out=y)
+        fork, side_done = fake.event(), fake.event()
+        fake.record(fork)
+        with fake.on(SIDE):
+            fake.wait(fork)
+            fake.launch("kernel", "lib_side", params=[[z.data_ptr()]])
+            fake.record(side_done)
+        with fake.on(COPY):
+            fake.wait(fork)
+            fake.launch("kernel", "lib_copy", params=[[x.data_ptr()]])
+        fake.wait(side_done)
+        torch.add(x, 1.0, out=y)
+        copy_done = fake.event()
+        with fake.on(COPY):
+            fake.record(copy_done)
+        fake.wait(copy_done)
+        graph.capture_end()
+
+
+def test_new_nodes_on_two_streams_are_walked_alike():
+    events = recorded_alike(two_streams_program)
+    assert sorted((e["name"], e["stream"]) for e in events if e["ev"] == "kernel") == [
+        ("lib_copy", COPY),
+        ("lib_side", SIDE),
+    ]
+    assert [(f.kind, f.hazard) for f in analyzed(events).findings] == [("data-race", "RAW")]
+
+
+def waited_library_node_program(fake: FakeCuda) -> None:
+    """A library fills x on SIDE and records its own event there, which torch never hears;
+    MAIN waits on that event (torch hears the wait). The frontier MAIN has after the wait
+    holds the library's node: seen, not accounted for, so it is still caught up at the next
+    check. COPY reads x meanwhile, joined only at the end: a race with the library's kernel."""
+    with fake.on(MAIN):
+        x, y, z = fake.alloc(), fake.alloc(), fake.alloc()
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        torch.mul(y, 2.0, out=y)
+        fork, library_done, copy_done = fake.event(), fake.event(), fake.event()
+        fake.record(fork)
+        with fake.on(COPY):
+            fake.wait(fork)
+            torch.add(x, 1.0, out=z)
+            fake.record(copy_done)
+        with fake.on(SIDE):
+            fake.wait(fork)
+            fake.launch("kernel", "lib_fill", params=[[x.data_ptr()]])
+            fake.record(library_done, heard=False)
+        fake.wait(library_done)
+        torch.add(y, 1.0, out=y)
+        fake.wait(copy_done)
+        graph.capture_end()
+
+
+def test_a_node_a_hooked_wait_brought_in_is_still_caught_up():
+    events = recorded_alike(waited_library_node_program)
+    assert [(e["name"], e["node"], e["stream"]) for e in events if e["ev"] == "kernel"] == [("lib_fill", 2, SIDE)]
+    (race,) = analyzed(events).findings
+    assert race.kind == "data-race" and {a.op for a in race.accesses} == {"lib_fill", "aten::add.out"}
+
+
+def swallowed_program(fake: FakeCuda) -> None:
+    """A library kernel on SIDE writes x while MAIN, never joined to it until the end, runs
+    an op (its stream unchanged since its last launch: only MAIN is checked) and then reads
+    x. The library node lies before MAIN's op in the graph: the walk, starting after the
+    latest claim, gives it to that op; the trace finds it at SIDE's next check."""
+    with fake.on(MAIN):
+        x, y, z = fake.alloc(), fake.alloc(), fake.alloc()
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        fork, side_done = fake.event(), fake.event()
+        fake.record(fork)
+        with fake.on(SIDE):
+            fake.wait(fork)
+            torch.mul(z, 2.0, out=z)
+        torch.mul(y, 2.0, out=y)
+        with fake.on(SIDE):
+            fake.launch("kernel", "lib_fill", params=[[x.data_ptr()]])
+        torch.mul(y, 3.0, out=y)
+        torch.add(x, 1.0, out=y)
+        with fake.on(SIDE):
+            torch.add(z, 1.0, out=z)
+            fake.record(side_done)
+        fake.wait(side_done)
+        graph.capture_end()
+
+
+def test_a_node_launched_unseen_on_another_stream_is_found_by_the_trace():
+    native, _ = record_program("native", swallowed_program)
+    events = native.trace_events()
+    assert native.errors == []
+    (kernel,) = [e for e in events if e["ev"] == "kernel"]
+    assert (kernel["name"], kernel["stream"]) == ("lib_fill", SIDE)
+    races = [f for f in analyzed(events).findings if f.kind == "data-race"]
+    assert any("lib_fill" in {a.op for a in f.accesses} for f in races), races
+
+
+def aborted_program(fake: FakeCuda) -> None:
+    """The recording stops inside a capture the program never ends, after a library kernel."""
+    with fake.on(MAIN):
+        x, y = fake.alloc(), fake.alloc()
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        torch.mul(x, 2.0, out=y)
+        fake.launch("kernel", "lib_fill", params=[[x.data_ptr()]])
+        torch.add(x, 1.0, out=y)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_capture_never_ended_still_numbers_its_caught_up_nodes(kind):
+    recorder, _ = record_program(kind, aborted_program)
+    events: list[dict[str, Any]] = recorder.trace_events()
+    assert recorder.errors == []
+    (kernel,) = [e for e in events if e["ev"] == "kernel"]
+    assert kernel["node"] == 1 and "_node_handle" not in kernel
+    assert [e.get("aborted") for e in events if e["ev"] == "capture_end"] == [True]
