@@ -160,6 +160,7 @@ class FakeCuda:
         self.dependencies_fail = False  # the dependency query fails (a driver error)
         self.dependency_queries = 0  # cuGraphNodeGetDependencies_v2 calls
         self.node_reads = 0  # cuGraphGetNodes calls that read nodes (a walk of the graph)
+        self.kernel_param_reads = 0  # cuGraphKernelNodeGetParams_v2 calls
         self._param_buffers: dict[int, tuple[Any, list[Any]]] = {}  # node -> its kernelParams, kept alive
         self._last_params: list[int] = []  # sizes of the parameters of the node read last
         self.driver = graph_readback.Driver.at(addresses)
@@ -534,6 +535,7 @@ class FakeCuda:
         return _SUCCESS
 
     def _c_kernel_params(self, node, params) -> int:
+        self.kernel_param_reads += 1
         found = self._nodes.get(node or 0)
         if found is None or found.access.kind != "kernel":
             return _INVALID_VALUE

@@ -200,3 +200,20 @@ def test_a_capture_never_ended_still_numbers_its_caught_up_nodes(kind):
     (kernel,) = [e for e in events if e["ev"] == "kernel"]
     assert kernel["node"] == 1 and "_node_handle" not in kernel
     assert [e.get("aborted") for e in events if e["ev"] == "capture_end"] == [True]
+
+
+def test_the_graph_event_names_only_the_kernel_nodes_no_recorded_launch_made():
+    """A recorded op's event names its kernels; the read-back reads a function (a parameter
+    read each) only for the nodes caught up, the same with either hook set."""
+    reads: list[int] = []
+    native, fake = record_program("native", lambda fake: library_chain_program(fake, reads))
+    events = native.trace_events()
+    (graph,) = [e for e in events if e["ev"] == "graph"]
+    named = {n["id"]: n["name"] for n in graph["nodes"] if "name" in n}
+    caught = {e["node"] for e in events if e["ev"] == "kernel"}
+    assert named == {2: "lib_scale"} and caught == {2, 3}, "the memset is no kernel: nameless"
+    kernel_nodes = [n for n in graph["nodes"] if n["type"] == "kernel"]
+    assert len(kernel_nodes) == 5 and fake.kernel_param_reads == 2, "the caught kernel's name, then its parameters"
+    (python, _) = record_program("python", lambda fake: library_chain_program(fake, reads))
+    (python_graph,) = [e for e in python.trace_events() if e["ev"] == "graph"]
+    assert python_graph["nodes"] == graph["nodes"]

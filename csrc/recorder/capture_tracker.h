@@ -31,6 +31,7 @@ struct Capture {
     int64_t handle = 0;  // the capture graph (cudaGraph_t), 0 where it cannot be read
     int64_t stream = 0;  // the stream it began on
     bool open = true;
+    int64_t base = 0;   // the nodes the graph had when the capture began
     int64_t floor = 0;  // no node before this index is new: its first, or after the last caught up
     std::vector<Claim> claims;  // the recorded launches' nodes, in seq order
     std::vector<std::pair<int64_t, int64_t>> caught;  // (node handle, seq) of each caught-up kernel event
@@ -61,7 +62,7 @@ class CaptureTracker {
     // `base`: the nodes the graph already has (its first new one's index).
     void begin(int32_t graph, int64_t stream, int64_t handle, const Frontier& now, int64_t base) {
         Locked held(mutex_);
-        Capture& capture = captures_[graph] = Capture{handle, stream, true, base, {}, {}, {}};
+        Capture& capture = captures_[graph] = Capture{handle, stream, true, base, base, {}, {}, {}};
         capture.accounted.insert(now.begin(), now.end());
         capturing_[stream] = graph;
         if (handle != 0) known_[stream] = now;
@@ -144,6 +145,39 @@ class CaptureTracker {
     bool accounted(const Locked&, int32_t graph, int64_t node) const {
         auto it = captures_.find(graph);
         return it != captures_.end() && it->second.accounted.count(node) != 0;
+    }
+
+    // Per node of the graph (by its index, `index_of`: handle -> index), whether a recorded
+    // launch made it: CaptureNodes._owners' walk, in C++. In seq order, a claim owns the
+    // nodes since the cursor up to its own; a caught-up node is no launch's.
+    template <typename IndexOf>
+    std::vector<char> claimed_nodes(int32_t graph, IndexOf&& index_of, size_t nodes) {
+        Locked held(mutex_);
+        std::vector<char> claimed(nodes, 0);
+        auto it = captures_.find(graph);
+        if (it == captures_.end()) return claimed;
+        const Capture& c = it->second;
+        struct Owner {
+            int64_t seq, index;
+            bool caught;
+        };
+        std::vector<Owner> merged;
+        merged.reserve(c.claims.size() + c.caught.size());
+        for (const Claim& claim : c.claims) merged.push_back({claim.seq, index_of(claim.node), false});
+        for (auto [handle, seq] : c.caught) merged.push_back({seq, index_of(handle), true});
+        std::stable_sort(merged.begin(), merged.end(), [](const Owner& a, const Owner& b) { return a.seq < b.seq; });
+        int64_t cursor = c.base;
+        for (const Owner& o : merged) {
+            if (o.index < 0 || o.index >= static_cast<int64_t>(nodes)) continue;
+            if (o.caught) {
+                claimed[static_cast<size_t>(o.index)] = 0;
+                cursor = std::max(cursor, o.index + 1);
+            } else if (o.index >= cursor) {
+                for (int64_t i = cursor; i <= o.index; ++i) claimed[static_cast<size_t>(i)] = 1;
+                cursor = o.index + 1;
+            }
+        }
+        return claimed;
     }
 
     std::vector<std::pair<int64_t, int64_t>> caught(int32_t graph) {

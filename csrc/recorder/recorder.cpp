@@ -149,22 +149,33 @@ class State {
     // since a capture's end is on the program's clock (the graph event's objects are made
     // later). Node types are made once per recording, kernel names once per function and
     // graph (a module unloaded between two captures may leave its function's address to
-    // another) (GIL held).
-    py::tuple read_graph(int64_t graph) {
+    // another). `capture`: the recording's number of the capture, whose kernel nodes a
+    // recorded launch made are not named (the launch's event names them; reading each one's
+    // function was a fifth of the read-back); 0: every kernel node is named (GIL held).
+    py::tuple read_graph(int64_t graph, int32_t capture) {
         STREAMRACE_TIMED(GraphRead);
         kernel_names_.clear();
         std::vector<int64_t> handles = streamrace::node_handles_as_before(driver_, graph);
         std::unordered_map<int64_t, int64_t> index;
         index.reserve(handles.size());
+        for (size_t i = 0; i < handles.size(); ++i) index.emplace(handles[i], static_cast<int64_t>(i));
+        const std::vector<char> claimed =
+            capture == 0 ? std::vector<char>(handles.size(), 0)
+                         : captures_.claimed_nodes(
+                               capture,
+                               [&](int64_t node) {
+                                   auto it = index.find(node);
+                                   return it == index.end() ? int64_t{-1} : it->second;
+                               },
+                               handles.size());
         const auto n = static_cast<Py_ssize_t>(handles.size());
         py::list handle_list(n), types(n), names(n), events(n);
         for (Py_ssize_t i = 0; i < n; ++i) {
             const int64_t node = handles[static_cast<size_t>(i)];
-            index.emplace(node, i);
             handle_list[i] = py::int_(node);
             int type = streamrace::node_type(driver_, node);
             types[i] = type_object(type);
-            if (type == 0) {  // CU_GRAPH_NODE_TYPE_KERNEL
+            if (type == 0 && !claimed[static_cast<size_t>(i)]) {  // CU_GRAPH_NODE_TYPE_KERNEL
                 names[i] = kernel_name_object(streamrace::kernel_function(driver_, node));
             } else {
                 names[i] = py::none();
@@ -577,7 +588,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         .def("use_allocator_facts", &Hooks::use_allocator_facts, py::arg("scripted") = false)
         // Graph reads at a capture's end (GraphReadback does the same in Python): the whole
         // graph, and a kernel node's parameters.
-        .def("read_graph", [](Hooks& h, int64_t graph) { return h.state().read_graph(graph); })
+        .def(
+            "read_graph", [](Hooks& h, int64_t graph, int32_t capture) { return h.state().read_graph(graph, capture); },
+            py::arg("graph"), py::arg("capture") = 0)
         .def("kernel_access", [](Hooks& h, int64_t node) { return h.state().kernel_access(node); })
         .def("set_host_part", [](Hooks& h, py::object part) { h.state().host.set_part(std::move(part)); })
         .def("host_known", [](Hooks& h, int64_t start, bool live) {

@@ -226,9 +226,11 @@ class CaptureNodes:
             return
         owners = self._owners()
         nodes = self._read.nodes()
-        kernels = self.kernels
+        kernels, caught = self.kernels, self.caught
         for i, owner in owners.items():  # a node's id is its index
             nodes[i]["op"] = kernels[i]["seq"] if i in kernels else owner
+            if i not in caught:  # a recorded launch's: its event names it (the native hooks never read it)
+                nodes[i].pop("name", None)
         self.event_nodes.extend(nodes)
         self.event_edges.extend(self._read.edges())
 

@@ -94,8 +94,10 @@ def test_graph_read_back_ties_nodes_to_ops(tmp_path):
     assert len(sleeps) == 3, "torch.cuda._sleep, a launch the dispatcher never sees, is found in each graph"
     assert all(n.get("op") is not None for g in graphs for n in g["nodes"] if n["type"] == "kernel")
     kernels = [n for g in graphs for n in g["nodes"] if n["type"] == "kernel"]
-    assert kernels and all(n.get("name") for n in kernels)
-    assert any("spin_kernel" in n["name"] for n in kernels), "torch.cuda._sleep is a kernel node"
+    named = [n for n in kernels if n.get("name")]
+    assert named and all(n["op"] in launches for n in named), "an op's event names its kernels: the graph does not"
+    assert len(named) == len([n for n in kernels if n["op"] in launches]), "a node caught up is named"
+    assert any("spin_kernel" in n["name"] for n in named), "torch.cuda._sleep is a kernel node"
     assert all(e[0] != e[1] for g in graphs for e in g["edges"])
 
 
