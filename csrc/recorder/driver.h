@@ -6,10 +6,14 @@
 
 #include <dlfcn.h>
 
+#include <Python.h>
+
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+
+#include "python_error.h"
 
 namespace streamrace {
 
@@ -61,6 +65,26 @@ struct Driver {
     // (unseen_launches.h).
     Dependencies node_dependencies = nullptr;  // cuGraphNodeGetDependencies_v2
 
+    // The functions are Python's (tests/fake_cuda.py through ctypes), not libcuda's.
+    bool scripted = false;
+
+    // A call of one of the functions above. A scripted one is Python: it runs with the GIL
+    // and with any Python error in flight put aside (an op unwinding through Python may reach
+    // a hook with its error set, and Python called then fails with a SystemError the program
+    // would see instead of its own exception). libcuda's are called as they are.
+    template <typename Function, typename... Args>
+    int call(Function function, Args... args) const {
+        if (!scripted) return function(args...);
+        PyGILState_STATE gil = PyGILState_Ensure();
+        int result;
+        {
+            PythonErrorKept kept;
+            result = function(args...);
+        }
+        PyGILState_Release(gil);
+        return result;
+    }
+
     // libcuda's, loaded once; a function the driver lacks stays null.
     static const Driver& libcuda() {
         static const Driver driver = [] {
@@ -95,6 +119,7 @@ struct Driver {
             return reinterpret_cast<void*>(it->second);
         };
         Driver d;
+        d.scripted = true;
         d.capture_info = reinterpret_cast<CaptureInfo>(address("cuStreamGetCaptureInfo_v2"));
         d.get_nodes = reinterpret_cast<GetNodes>(address("cuGraphGetNodes"));
         d.node_type = reinterpret_cast<NodeType>(address("cuGraphNodeGetType"));

@@ -35,7 +35,7 @@ inline Frontier frontier(const Driver& driver, int64_t stream) {
     void* graph = nullptr;
     void* const* deps = nullptr;
     size_t count = 0;
-    if (driver.capture_info(reinterpret_cast<void*>(stream), &status, &id, &graph, &deps, &count) != 0 ||
+    if (driver.call(driver.capture_info, reinterpret_cast<void*>(stream), &status, &id, &graph, &deps, &count) != 0 ||
         status != tables::kCaptureStatusActive) {
         return nodes;
     }
@@ -64,7 +64,7 @@ inline void check(int err, const char* what) {
 inline int64_t node_count(const Driver& driver, int64_t graph) {
     if (driver.get_nodes == nullptr) throw std::runtime_error("the driver has no cuGraphGetNodes");
     size_t count = 0;
-    detail::check(driver.get_nodes(reinterpret_cast<void*>(graph), nullptr, &count), "cuGraphGetNodes");
+    detail::check(driver.call(driver.get_nodes, reinterpret_cast<void*>(graph), nullptr, &count), "cuGraphGetNodes");
     return static_cast<int64_t>(count);
 }
 
@@ -80,14 +80,14 @@ inline std::vector<int64_t> node_handles(const Driver& driver, int64_t graph, si
         const size_t room = expected + expected / 8 + 64;
         nodes.resize(room);
         count = room;
-        detail::check(driver.get_nodes(reinterpret_cast<void*>(graph), nodes.data(), &count), "cuGraphGetNodes");
+        detail::check(driver.call(driver.get_nodes, reinterpret_cast<void*>(graph), nodes.data(), &count), "cuGraphGetNodes");
     }
     if (expected == 0 || count >= nodes.size()) {
         count = static_cast<size_t>(node_count(driver, graph));
         // The driver refuses a node array with a zero count (an empty capture): nothing to read.
         if (count == 0) return {};
         nodes.resize(count);
-        detail::check(driver.get_nodes(reinterpret_cast<void*>(graph), nodes.data(), &count), "cuGraphGetNodes");
+        detail::check(driver.call(driver.get_nodes, reinterpret_cast<void*>(graph), nodes.data(), &count), "cuGraphGetNodes");
     }
     std::vector<int64_t> out;
     out.reserve(count);
@@ -108,7 +108,7 @@ inline std::vector<int64_t> node_handles_as_before(const Driver& driver, int64_t
 inline int node_type(const Driver& driver, int64_t node) {
     if (driver.node_type == nullptr) throw std::runtime_error("the driver has no cuGraphNodeGetType");
     int type = 0;
-    detail::check(driver.node_type(reinterpret_cast<void*>(node), &type), "cuGraphNodeGetType");
+    detail::check(driver.call(driver.node_type, reinterpret_cast<void*>(node), &type), "cuGraphNodeGetType");
     return type;
 }
 
@@ -122,7 +122,7 @@ inline int64_t node_event(const Driver& driver, int64_t node, int type) {
                               : type == kWaitEventNode ? driver.wait_node_event
                                                        : nullptr;
     void* event = nullptr;
-    if (query == nullptr || query(reinterpret_cast<void*>(node), &event) != 0) return 0;
+    if (query == nullptr || driver.call(query, reinterpret_cast<void*>(node), &event) != 0) return 0;
     return reinterpret_cast<int64_t>(event);
 }
 
@@ -136,7 +136,7 @@ struct KernelFunction {
 
 inline KernelFunction kernel_function(const Driver& driver, int64_t node) {
     KernelNodeParams params{};
-    if (driver.kernel_params == nullptr || driver.kernel_params(reinterpret_cast<void*>(node), &params) != 0) return {};
+    if (driver.kernel_params == nullptr || driver.call(driver.kernel_params, reinterpret_cast<void*>(node), &params) != 0) return {};
     if (params.func != nullptr) return {params.func, nullptr};
     return {nullptr, params.kern};
 }
@@ -145,9 +145,9 @@ inline KernelFunction kernel_function(const Driver& driver, int64_t node) {
 inline const char* function_name(const Driver& driver, const KernelFunction& f) {
     const char* name = nullptr;
     if (f.func != nullptr && driver.func_name != nullptr) {
-        if (driver.func_name(&name, f.func) != 0) name = nullptr;
+        if (driver.call(driver.func_name, &name, f.func) != 0) name = nullptr;
     } else if (f.kern != nullptr && driver.kernel_name != nullptr) {
-        if (driver.kernel_name(&name, f.kern) != 0) name = nullptr;
+        if (driver.call(driver.kernel_name, &name, f.kern) != 0) name = nullptr;
     }
     return name;
 }
@@ -181,11 +181,11 @@ inline KernelParams kernel_params(const Driver& driver, int64_t node) {
         return out;
     }
     KernelNodeParams p{};
-    detail::check(driver.kernel_params(reinterpret_cast<void*>(node), &p), "cuGraphKernelNodeGetParams");
+    detail::check(driver.call(driver.kernel_params, reinterpret_cast<void*>(node), &p), "cuGraphKernelNodeGetParams");
     out.read = true;
     if (p.func != nullptr) {
         const char* name = nullptr;
-        detail::check(driver.func_name == nullptr ? 1 : driver.func_name(&name, p.func), "cuFuncGetName");
+        detail::check(driver.func_name == nullptr ? 1 : driver.call(driver.func_name, &name, p.func), "cuFuncGetName");
         out.named = name != nullptr;
         if (name != nullptr) out.name = name;
     }
@@ -193,8 +193,8 @@ inline KernelParams kernel_params(const Driver& driver, int64_t node) {
     std::vector<std::pair<size_t, size_t>> layout;
     while ((p.func != nullptr || p.kern != nullptr) && layout.size() < tables::kMaxKernelParams) {
         size_t offset = 0, size = 0;
-        int err = p.func != nullptr ? driver.func_param_info(p.func, layout.size(), &offset, &size)
-                                    : driver.kernel_param_info(p.kern, layout.size(), &offset, &size);
+        int err = p.func != nullptr ? driver.call(driver.func_param_info, p.func, layout.size(), &offset, &size)
+                                    : driver.call(driver.kernel_param_info, p.kern, layout.size(), &offset, &size);
         if (err != 0) break;
         layout.emplace_back(offset, size);
     }
@@ -237,11 +237,11 @@ inline std::vector<Edge> graph_edges(const Driver& driver, int64_t graph) {
     if (driver.edges == nullptr) throw std::runtime_error("the driver has no cuGraphGetEdges");
     size_t count = 0;
     void* g = reinterpret_cast<void*>(graph);
-    detail::check(driver.edges(g, nullptr, nullptr, nullptr, &count), "cuGraphGetEdges");
+    detail::check(driver.call(driver.edges, g, nullptr, nullptr, nullptr, &count), "cuGraphGetEdges");
     if (count == 0) return {};
     std::vector<void*> from(count), to(count);
     std::vector<EdgeData> data(count);
-    detail::check(driver.edges(g, from.data(), to.data(), data.data(), &count), "cuGraphGetEdges");
+    detail::check(driver.call(driver.edges, g, from.data(), to.data(), data.data(), &count), "cuGraphGetEdges");
     constexpr unsigned char kProgrammatic = 1;  // CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
     std::vector<Edge> out;
     out.reserve(count);
@@ -264,18 +264,18 @@ inline bool node_dependencies(const Driver& driver, int64_t node, c10::SmallVect
     void* deps[kRoom];
     EdgeData data[kRoom];
     size_t count = kRoom;
-    if (driver.node_dependencies(reinterpret_cast<void*>(node), deps, data, &count) != 0) return false;
+    if (driver.call(driver.node_dependencies, reinterpret_cast<void*>(node), deps, data, &count) != 0) return false;
     if (count < kRoom) {
         for (size_t i = 0; i < count; ++i) out.push_back(reinterpret_cast<int64_t>(deps[i]));
         return true;
     }
     // As many as the room, or more: counted, then read whole.
     count = 0;
-    if (driver.node_dependencies(reinterpret_cast<void*>(node), nullptr, nullptr, &count) != 0) return false;
+    if (driver.call(driver.node_dependencies, reinterpret_cast<void*>(node), nullptr, nullptr, &count) != 0) return false;
     std::vector<void*> all(count);
     std::vector<EdgeData> all_data(count);
     size_t read = count;
-    if (count > 0 && driver.node_dependencies(reinterpret_cast<void*>(node), all.data(), all_data.data(), &read) != 0) {
+    if (count > 0 && driver.call(driver.node_dependencies, reinterpret_cast<void*>(node), all.data(), all_data.data(), &read) != 0) {
         return false;
     }
     if (read != count) return false;  // changed between the two calls: another thread's launch

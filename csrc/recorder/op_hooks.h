@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <utility>
 #include <vector>
 
@@ -52,7 +53,7 @@ class OpHooks {
         STREAMRACE_TIMED(OpStart);
         ThreadState& t = tls;
         size_t index = t.frames.size();
-        t.frames.emplace_back();
+        t.frames.emplace_back().uncaught = std::uncaught_exceptions();
         const SchemaPlan* plan = plans().lookup(fn);
         if (plan == nullptr) return;  // a named range, not an operator
         // Its own arguments (vmap's for-loop fallback calls each slice's op boxed, over the
@@ -174,6 +175,15 @@ class OpHooks {
         if (frame.opaque) --t.opaque_depth;
         if (!frame.recorded) return;
         t.op_stack = -1;
+        // An op that raised ends here as its exception unwinds (RecordFunction's guard): it
+        // is no access, as a TorchDispatchMode (the Python hooks) never sees it return. A
+        // refused out= write (a library probing for a kernel) never happened. Where its
+        // kernel ran in a capture and something above it raised (a saved-tensor hook), the
+        // node is caught up as a kernel of its own, from its parameters.
+        if (std::uncaught_exceptions() > frame.uncaught) {
+            SpareRanges given_back(t.spare_reads, std::move(frame.reads));
+            return;
+        }
         if (frame.plan->record_stream) {
             record_stream(frame);
             return;

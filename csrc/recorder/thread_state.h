@@ -23,6 +23,7 @@ struct OpFrame {
     bool opaque = false;    // its kernels' own ops are part of it
     bool recorded = false;  // the outermost op, while something is being recorded
     bool silenced = false;  // RecordFunction is off on this thread while its kernel runs
+    int uncaught = 0;       // std::uncaught_exceptions() when it began
     const SchemaPlan* plan = nullptr;
     int32_t device = 0;
     int32_t stack = -1;
