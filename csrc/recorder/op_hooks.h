@@ -179,8 +179,12 @@ class OpHooks {
         // is no access, as a TorchDispatchMode (the Python hooks) never sees it return. A
         // refused out= write (a library probing for a kernel) never happened. Where its
         // kernel ran in a capture and something above it raised (a saved-tensor hook), the
-        // node is caught up as a kernel of its own, from its parameters.
-        if (std::uncaught_exceptions() > frame.uncaught) {
+        // node is caught up as a kernel of its own, from its parameters. It raised if an
+        // exception is unwinding that was not when it began, or if it has results and
+        // RecordFunction got none: torch's CUDA builds throw through a C++ runtime whose
+        // count of uncaught exceptions this module may not share (seen on an H100).
+        if (std::uncaught_exceptions() > frame.uncaught ||
+            (!frame.plan->returns.empty() && fn.outputs().empty())) {
             SpareRanges given_back(t.spare_reads, std::move(frame.reads));
             return;
         }
