@@ -17,9 +17,38 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fake_cuda import FakeCuda, FakeGraph  # noqa: E402
-from test_hooks_differential import KINDS, MAIN, SIDE, analyzed, record_program, recorded_alike  # noqa: E402
+from test_hooks_differential import COPY, KINDS, MAIN, SIDE, analyzed, record_program, recorded_alike  # noqa: E402
 
-COPY = 0x3000
+INTERNAL = (0x6000, 0x7000)  # streams a custom op forks onto and joins back, unheard
+_FAKES: list[FakeCuda] = []  # the fake the custom ops below launch on
+_LIBRARY = torch.library.Library("streamrace_traced", "DEF")
+_LIBRARY.define("forked_(Tensor(a!) x) -> Tensor(a!)")
+_LIBRARY.define("copy(Tensor x, Tensor(a!) out) -> Tensor(a!)")
+
+
+def _forked(x: torch.Tensor) -> torch.Tensor:
+    """A kernel on each of two internal streams, joined back through the op's own events:
+    the caller's stream ends with both nodes as its frontier."""
+    fake = _FAKES[-1]
+    fork = fake.event()
+    fake.record(fork, heard=False)
+    for i, stream in enumerate(INTERNAL):
+        with fake.on(stream):
+            fake.wait(fork)
+            fake.launch("kernel", f"forked_part{i}", params=[[x.data_ptr() + 64 * i]])
+            done = fake.event()
+            fake.record(done, heard=False)
+        fake.wait(done)
+    return x
+
+
+def _copy(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    _FAKES[-1].launch("kernel", "copy_kernel", params=[[x.data_ptr()], [out.data_ptr()]])
+    return out
+
+
+_LIBRARY.impl("forked_", _forked, "CPU")
+_LIBRARY.impl("copy", _copy, "CPU")
 WALK_OPTIONS = [
     pytest.param({}, id="traced"),
     pytest.param({"node_dependencies": False}, id="no dependency query"),
@@ -79,7 +108,7 @@ def test_a_failed_dependency_query_walks_instead():
 
 def two_streams_program(fake: FakeCuda) -> None:
     """A library kernel on SIDE and another on COPY before MAIN's next op: two new frontier
-    nodes, walked. COPY's writes what MAIN reads, unjoined: a race."""
+    nodes, two chains. COPY's writes what MAIN reads, unjoined: a race."""
     with fake.on(MAIN):
         x, y, z = fake.alloc(), fake.alloc(), fake.alloc()
         graph = FakeGraph(fake)
@@ -103,7 +132,7 @@ def two_streams_program(fake: FakeCuda) -> None:
         graph.capture_end()
 
 
-def test_new_nodes_on_two_streams_are_walked_alike():
+def test_new_nodes_on_two_streams_are_traced_alike():
     events = recorded_alike(two_streams_program)
     assert sorted((e["name"], e["stream"]) for e in events if e["ev"] == "kernel") == [
         ("lib_copy", COPY),
@@ -217,3 +246,111 @@ def test_the_graph_event_names_only_the_kernel_nodes_no_recorded_launch_made():
     (python, _) = record_program("python", lambda fake: library_chain_program(fake, reads))
     (python_graph,) = [e for e in python.trace_events() if e["ev"] == "graph"]
     assert python_graph["nodes"] == graph["nodes"]
+
+
+def branch_program(fake: FakeCuda, reads: list[int]) -> None:
+    """Library kernels on SIDE and COPY that a third, on MAIN, waits for through the library's
+    own events: one new node with two new dependencies, a branch, walked."""
+    with fake.on(MAIN):
+        x, y, z = fake.alloc(), fake.alloc(), fake.alloc()
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        torch.mul(x, 2.0, out=y)
+        fork = fake.event()
+        fake.record(fork)
+        for stream, buffer in ((SIDE, y), (COPY, z)):
+            with fake.on(stream):
+                fake.wait(fork)
+                fake.launch("kernel", f"lib_{stream:x}", params=[[buffer.data_ptr()]])
+                done = fake.event()
+                fake.record(done, heard=False)
+            fake.wait(done, external=False)
+        fake.launch("kernel", "lib_join", params=[[x.data_ptr()]])
+        torch.mul(x, 3.0, out=x)  # its launch check catches up: MAIN's new node comes first
+        reads.append(fake.node_reads)
+        graph.capture_end()
+
+
+def test_a_branch_is_walked_alike():
+    reads: list[int] = []
+    events = recorded_alike(lambda fake: branch_program(fake, reads))
+    assert [e["name"] for e in events if e["ev"] == "kernel"] == ["lib_2000", "lib_3000", "lib_join"]
+    assert analyzed(events).findings == []
+    assert reads[0] > 0, "the native hooks walked"
+
+
+def forked_op_program(fake: FakeCuda) -> None:
+    """A custom op ends joining its own two internal streams, so its stream's frontier holds
+    both its nodes (it claims the last); a library kernel on MAIN follows it. COPY reads what
+    the op wrote, ordered after it by an event: no race, and no node of the op is new."""
+    _FAKES.append(fake)
+    with fake.on(MAIN):
+        x, y, z = fake.alloc(), fake.alloc(), fake.alloc()
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        torch.ops.streamrace_traced.copy(y, z)
+        torch.ops.streamrace_traced.forked_(x)
+        done = fake.event()
+        fake.record(done)
+        with fake.on(COPY):
+            fake.wait(done)
+            torch.ops.streamrace_traced.copy(x, y)
+            copy_done = fake.event()
+            fake.record(copy_done)
+        fake.launch("kernel", "lib_after", params=[[z.data_ptr()]])
+        fake.wait(copy_done)
+        torch.ops.streamrace_traced.copy(z, z)
+        graph.capture_end()
+
+
+@pytest.mark.parametrize("options", WALK_OPTIONS)
+def test_the_nodes_an_op_joined_are_its_own(options):
+    """Found by review: the op's first internal node was traced as a new kernel of MAIN's,
+    after COPY's read of what it wrote, a false race."""
+    recorder, _ = record_program("native", forked_op_program, kernels=False, **options)
+    events = recorder.trace_events()
+    assert recorder.errors == []
+    assert [e["name"] for e in events if e["ev"] == "kernel"] == ["lib_after"]
+    assert analyzed(events).findings == []
+
+
+def swallowed_beside_a_third_stream_program(fake: FakeCuda) -> None:
+    """swallowed_program, with an unrelated library kernel on COPY (it touches only w) at the
+    same catch-up: two new frontier nodes."""
+    with fake.on(MAIN):
+        x, y, z, w = fake.alloc(), fake.alloc(), fake.alloc(), fake.alloc()
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        fork, side_done, copy_done = fake.event(), fake.event(), fake.event()
+        fake.record(fork)
+        with fake.on(SIDE):
+            fake.wait(fork)
+            torch.mul(z, 2.0, out=z)
+        with fake.on(COPY):
+            fake.wait(fork)
+            torch.mul(w, 2.0, out=w)
+        torch.mul(y, 2.0, out=y)
+        with fake.on(SIDE):
+            fake.launch("kernel", "lib_fill", params=[[x.data_ptr()]])
+        torch.mul(y, 3.0, out=y)
+        torch.add(x, 1.0, out=y)
+        with fake.on(COPY):
+            fake.launch("kernel", "lib_copy", params=[[w.data_ptr()]])
+        with fake.on(SIDE):
+            torch.add(z, 1.0, out=z)
+            fake.record(side_done)
+        with fake.on(COPY):
+            fake.record(copy_done)
+        fake.wait(side_done)
+        fake.wait(copy_done)
+        graph.capture_end()
+
+
+def test_a_kernel_on_a_third_stream_does_not_hide_the_node():
+    """Found by review: two new frontier nodes made the catch-up walk, which starts after the
+    latest claim and so never saw lib_fill, and the race went unreported."""
+    recorder, _ = record_program("native", swallowed_beside_a_third_stream_program)
+    events = recorder.trace_events()
+    assert sorted(e["name"] for e in events if e["ev"] == "kernel") == ["lib_copy", "lib_fill"]
+    races = [{a.op for a in f.accesses} for f in analyzed(events).findings if f.kind == "data-race"]
+    assert {"lib_fill", "aten::add.out"} in races

@@ -298,6 +298,8 @@ class OpHooks {
             STREAMRACE_TIMED(LaunchClaim);
             if (!after.empty() && after != frame.before) {
                 captures_.claim(held, graph, r.seq, after.back(), frame.plan->trusted);
+                // An op that joins streams of its own ends with several: all of them are its.
+                captures_.account(held, graph, after);
             }
             captures_.set_known(held, stream, after);
         }

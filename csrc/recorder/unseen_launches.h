@@ -7,15 +7,17 @@
 
 #include <pybind11/pybind11.h>
 
-#include <cstdint>
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
-#include <string>
 #include <exception>
+#include <iterator>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -166,44 +168,54 @@ class UnseenLaunches {
         std::string type;
     };
 
-    // The new nodes, where they are one chain: the capture's one frontier node the hooks did
-    // not account for, and the nodes it follows back to them, each with one dependency they
-    // did not account for. Nearly every catch-up is one: a library's kernel, or a few, on
-    // one stream. Nothing where they branch, lie on two streams, are too many, or the driver
-    // cannot tell: the graph is walked then, the only way to learn the order nodes were made
-    // in across streams. A chain costs one dependency query per node; the walk reads every
-    // node of a graph that keeps growing.
+    // The new nodes, where they are chains: each frontier node (of every stream of the
+    // capture) the hooks did not account for, and the nodes it follows back to them or to
+    // another chain, each with one dependency neither accounted for nor found. Nearly every
+    // catch-up is one chain: a library's kernel, or a few, on one stream; a node launched
+    // unseen on another stream is a second. Nothing where a node has two such dependencies
+    // (a branch), where there are too many, or where the driver cannot tell: the graph is
+    // walked then. A chain costs one dependency query per node; the walk reads every node of
+    // a graph that keeps growing. Chains come root by root, in the order of the streams: the
+    // order they were made in across streams is unknown, and no stream's order depends on it.
     std::optional<std::vector<NewNode>> traced(int32_t graph, const std::vector<Frontier>& now) {
         if (driver_.node_dependencies == nullptr) return std::nullopt;
-        int64_t root = 0;
+        constexpr size_t kMostRoots = 8, kLongest = 256;  // more: the walk, which reads each node once
+        c10::SmallVector<int64_t, kMostRoots> roots;
         {
             Locked held(mutex_);
             for (const Frontier& f : now) {
                 for (int64_t node : f) {
-                    if (node == root || captures_.accounted(held, graph, node)) continue;
-                    if (root != 0) return std::nullopt;  // two new frontier nodes
-                    root = node;
+                    if (captures_.accounted(held, graph, node)) continue;
+                    if (std::find(roots.begin(), roots.end(), node) != roots.end()) continue;
+                    if (roots.size() == kMostRoots) return std::nullopt;
+                    roots.push_back(node);
                 }
             }
         }
-        std::vector<NewNode> chain;
-        if (root == 0) return chain;  // frontiers moved, by waits, onto nodes already accounted for
-        constexpr size_t kLongest = 256;  // longer: the walk, which reads each node once
+        std::vector<NewNode> found;
+        std::unordered_set<int64_t> seen;
         c10::SmallVector<int64_t, 8> deps;
-        for (int64_t node = root; node != 0;) {
-            if (chain.size() == kLongest || !node_dependencies(driver_, node, deps)) return std::nullopt;
-            chain.push_back(NewNode{node, -1, node_type_name(node_type(driver_, node))});
-            int64_t next = 0;
-            Locked held(mutex_);
-            for (int64_t dep : deps) {
-                if (captures_.accounted(held, graph, dep)) continue;
-                if (next != 0) return std::nullopt;  // a branch
-                next = dep;
+        for (int64_t root : roots) {
+            if (seen.count(root) != 0) continue;  // another chain passed through it
+            std::vector<NewNode> chain;
+            for (int64_t node = root; node != 0;) {
+                if (found.size() + chain.size() == kLongest || !node_dependencies(driver_, node, deps)) {
+                    return std::nullopt;
+                }
+                chain.push_back(NewNode{node, -1, node_type_name(node_type(driver_, node))});
+                seen.insert(node);
+                int64_t next = 0;
+                Locked held(mutex_);
+                for (int64_t dep : deps) {
+                    if (seen.count(dep) != 0 || captures_.accounted(held, graph, dep)) continue;
+                    if (next != 0) return std::nullopt;  // a branch
+                    next = dep;
+                }
+                node = next;
             }
-            node = next;
+            found.insert(found.end(), std::make_move_iterator(chain.rbegin()), std::make_move_iterator(chain.rend()));
         }
-        std::reverse(chain.begin(), chain.end());  // in the order they were made
-        return chain;
+        return found;
     }
 
     // The new nodes, walked: those after the last claim, from the floor on, that no earlier
