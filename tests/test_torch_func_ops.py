@@ -75,7 +75,11 @@ def test_a_vmapped_read_the_main_stream_overwrites_before_the_join_races(kind):
 
 def side_stream_program(fake: FakeCuda, side_work, main_work, joined: bool = False) -> None:
     """A capture on MAIN forks SIDE for ``side_work(x, w)``; MAIN does ``main_work(x, w)``
-    before joining SIDE back, or after (``joined``)."""
+    before joining SIDE back, or after (``joined``). What each returns is kept until the
+    capture ends, as a captured graph's outputs are: a fresh result is the CPU allocator's
+    here, which the fake does not see allocate or free, so a result freed on SIDE could hand
+    its address to MAIN's, two tensors the recorder would take for one (a WAW race that
+    came and went with the allocator's reuse)."""
     x, w = fake.alloc(), fake.alloc()
     graph = FakeGraph(fake)
     fork, done = fake.event(), fake.event()
@@ -85,14 +89,15 @@ def side_stream_program(fake: FakeCuda, side_work, main_work, joined: bool = Fal
         fake.record(fork)
         with fake.on(SIDE):
             fake.wait(fork)
-            side_work(x, w)
+            kept = [side_work(x, w)]
             fake.record(done)
         if joined:
             fake.wait(done)
-        main_work(x, w)
+        kept.append(main_work(x, w))
         if not joined:
             fake.wait(done)
         graph.capture_end()
+    del kept
 
 
 # Composites a batching rule runs with autograd off, so never taken apart: recorded from their
