@@ -174,29 +174,43 @@ def test_a_node_a_hooked_wait_brought_in_is_still_caught_up():
     assert race.kind == "data-race" and {a.op for a in race.accesses} == {"lib_fill", "aten::add.out"}
 
 
-def swallowed_program(fake: FakeCuda) -> None:
+def swallowed_program(fake: FakeCuda, third_stream: bool = False) -> None:
     """A library kernel on SIDE writes x while MAIN, never joined to it until the end, runs
     an op (its stream unchanged since its last launch: only MAIN is checked) and then reads
     x. The library node lies before MAIN's op in the graph: the walk, starting after the
-    latest claim, gives it to that op; the trace finds it at SIDE's next check."""
+    latest claim, gives it to that op; the trace finds it at SIDE's next check.
+    ``third_stream``: an unrelated library kernel on COPY (it touches only w) comes to the
+    same catch-up, two new frontier nodes."""
     with fake.on(MAIN):
-        x, y, z = fake.alloc(), fake.alloc(), fake.alloc()
+        x, y, z, w = fake.alloc(), fake.alloc(), fake.alloc(), fake.alloc()
         graph = FakeGraph(fake)
         graph.capture_begin()
-        fork, side_done = fake.event(), fake.event()
+        fork, side_done, copy_done = fake.event(), fake.event(), fake.event()
         fake.record(fork)
         with fake.on(SIDE):
             fake.wait(fork)
             torch.mul(z, 2.0, out=z)
+        if third_stream:
+            with fake.on(COPY):
+                fake.wait(fork)
+                torch.mul(w, 2.0, out=w)
         torch.mul(y, 2.0, out=y)
         with fake.on(SIDE):
             fake.launch("kernel", "lib_fill", params=[[x.data_ptr()]])
         torch.mul(y, 3.0, out=y)
         torch.add(x, 1.0, out=y)
+        if third_stream:
+            with fake.on(COPY):
+                fake.launch("kernel", "lib_copy", params=[[w.data_ptr()]])
         with fake.on(SIDE):
             torch.add(z, 1.0, out=z)
             fake.record(side_done)
+        if third_stream:
+            with fake.on(COPY):
+                fake.record(copy_done)
         fake.wait(side_done)
+        if third_stream:
+            fake.wait(copy_done)
         graph.capture_end()
 
 
@@ -314,42 +328,10 @@ def test_the_nodes_an_op_joined_are_its_own(options):
     assert analyzed(events).findings == []
 
 
-def swallowed_beside_a_third_stream_program(fake: FakeCuda) -> None:
-    """swallowed_program, with an unrelated library kernel on COPY (it touches only w) at the
-    same catch-up: two new frontier nodes."""
-    with fake.on(MAIN):
-        x, y, z, w = fake.alloc(), fake.alloc(), fake.alloc(), fake.alloc()
-        graph = FakeGraph(fake)
-        graph.capture_begin()
-        fork, side_done, copy_done = fake.event(), fake.event(), fake.event()
-        fake.record(fork)
-        with fake.on(SIDE):
-            fake.wait(fork)
-            torch.mul(z, 2.0, out=z)
-        with fake.on(COPY):
-            fake.wait(fork)
-            torch.mul(w, 2.0, out=w)
-        torch.mul(y, 2.0, out=y)
-        with fake.on(SIDE):
-            fake.launch("kernel", "lib_fill", params=[[x.data_ptr()]])
-        torch.mul(y, 3.0, out=y)
-        torch.add(x, 1.0, out=y)
-        with fake.on(COPY):
-            fake.launch("kernel", "lib_copy", params=[[w.data_ptr()]])
-        with fake.on(SIDE):
-            torch.add(z, 1.0, out=z)
-            fake.record(side_done)
-        with fake.on(COPY):
-            fake.record(copy_done)
-        fake.wait(side_done)
-        fake.wait(copy_done)
-        graph.capture_end()
-
-
 def test_a_kernel_on_a_third_stream_does_not_hide_the_node():
     """Found by review: two new frontier nodes made the catch-up walk, which starts after the
     latest claim and so never saw lib_fill, and the race went unreported."""
-    recorder, _ = record_program("native", swallowed_beside_a_third_stream_program)
+    recorder, _ = record_program("native", lambda fake: swallowed_program(fake, third_stream=True))
     events = recorder.trace_events()
     assert sorted(e["name"] for e in events if e["ev"] == "kernel") == ["lib_copy", "lib_fill"]
     races = [{a.op for a in f.accesses} for f in analyzed(events).findings if f.kind == "data-race"]

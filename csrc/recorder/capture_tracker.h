@@ -142,6 +142,10 @@ class CaptureTracker {
         auto it = captures_.find(graph);
         if (it != captures_.end()) it->second.accounted.insert(nodes.begin(), nodes.end());
     }
+    void account(const Locked&, int32_t graph, int64_t node) {
+        auto it = captures_.find(graph);
+        if (it != captures_.end()) it->second.accounted.insert(node);
+    }
     bool accounted(const Locked&, int32_t graph, int64_t node) const {
         auto it = captures_.find(graph);
         return it != captures_.end() && it->second.accounted.count(node) != 0;

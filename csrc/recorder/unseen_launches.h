@@ -8,7 +8,6 @@
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -273,13 +272,12 @@ class UnseenLaunches {
                 captures_.caught_up(held, graph, node.handle, node.index, r.seq);
             }
         }
-        Locked held(mutex_);
-        for (const NewNode& node : fresh) captures_.account(held, graph, std::array<int64_t, 1>{node.handle});
-        for (size_t i = 0; i < streams.size(); ++i) {
-            if (!captures_.capturing(held, streams[i])) continue;
-            captures_.set_known(held, streams[i], now[i]);
-            captures_.account(held, graph, now[i]);
+        {
+            Locked held(mutex_);
+            for (const NewNode& node : fresh) captures_.account(held, graph, node.handle);
+            for (const Frontier& f : now) captures_.account(held, graph, f);
         }
+        refresh(streams, now);
     }
 
     const Driver& driver_;

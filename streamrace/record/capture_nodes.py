@@ -167,23 +167,20 @@ class CaptureNodes:
             event.update(fields)
         self.claim_kernel(event, index)
 
-    def add_caught(self, caught: Iterable[tuple[int, int]]) -> None:
-        """(node handle, seq when emitted) of the kernel events the native hooks caught up,
-        whose events are claimed when they are drained (maybe renumbered by then: moving a
-        collective onto its stream renumbers the events of its call, collectives.py). After
-        ``number``."""
-        assert self._index_of is not None
-        index_of = self._index_of
-        self.caught.update((index_of[handle], seq) for handle, seq in caught if handle in index_of)
-
-    def snapshot(self, read: GraphRead, claims: Sequence[int]) -> None:
-        """At capture end, what only the live graph can tell: its nodes and edges (``read``)
-        and the parameters of the nodes whose accesses are still to be worked out, the ones
-        caught up and those of custom ops. ``claims``: CaptureRead.claims. Who owns which
-        node waits for finish, unless a custom op's nodes must be known now."""
+    def snapshot(self, read: GraphRead, claims: Sequence[int], caught: Iterable[tuple[int, int]] = ()) -> None:
+        """At capture end, what only the live graph can tell: its nodes and edges (``read``),
+        which numbers the kernel events caught up by handle, and the parameters of the nodes
+        whose accesses are still to be worked out, the ones caught up and those of custom ops.
+        ``claims``: CaptureRead.claims; ``caught``: CaptureRead.caught, (node handle, seq when
+        emitted) of the kernel events the native hooks caught up, whose events are claimed
+        when they are drained (maybe renumbered by then: moving a collective onto its stream
+        renumbers the events of its call, collectives.py). Who owns which node waits for
+        finish, unless a custom op's nodes must be known now."""
         self._read, self._claims = read, claims
-        if self._index_of is None:
-            self.number(read.handles)
+        self.number(read.handles)
+        index_of = self._index_of
+        assert index_of is not None
+        self.caught.update((index_of[handle], seq) for handle, seq in caught if handle in index_of)
         if not all(claims[2::3]):
             self._owners()
         needs = set(self.caught) | {i for ids in self._checked_ops.values() for i in ids}

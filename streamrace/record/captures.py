@@ -165,13 +165,10 @@ class CaptureLifecycle:
         assert capture.handle is not None  # a capture has nodes only where its graph was read
         rec = self._rec
         caught, graph, claims = rec.started_hooks.read_capture(capture.graph, capture.handle)
-        read = GraphRead(*graph)
-        capture.nodes.number(read.handles)
-        capture.nodes.add_caught(caught)
         # Finished later even if reading a node's parameters fails: the launches' nodes are
         # still worked out then.
         rec.unseen.finish_later(capture)
-        capture.nodes.snapshot(read, claims)
+        capture.nodes.snapshot(GraphRead(*graph), claims, caught)
         capture.nodes.pinned = rec.pinned_blocks()
         # Filled once the capture's events are all in (CaptureNodes.finish, before any output).
         return capture.nodes.event_nodes, capture.nodes.event_edges

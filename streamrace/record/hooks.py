@@ -642,10 +642,10 @@ class NativeHooks:
         return self._native.kernel_access(node)
 
     def read_capture(self, graph: int, handle: int) -> CaptureRead:
-        self._native.catch_up()
+        native = self._native
         # Caught up first: the read-back leaves unnamed the kernel nodes a recorded launch made.
-        caught = self._native.caught_up(graph)
-        return CaptureRead(caught, self._native.read_graph(handle, graph), self._native.claims(graph))
+        native.catch_up()
+        return CaptureRead(native.caught_up(graph), native.read_graph(handle, graph), native.claims(graph))
 
     def use_allocator_facts(self) -> str:
         """Allocations take their exact facts from the allocator's trace tracker from now on
