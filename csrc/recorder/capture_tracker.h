@@ -7,13 +7,15 @@
 // others take it themselves.
 #pragma once
 
+#include <c10/util/SmallVector.h>
+#include <c10/util/flat_hash_map.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "event_log.h"
@@ -39,9 +41,20 @@ struct Capture {
     // node a catch-up looked at, and the frontiers found after one. A catch-up follows new
     // nodes back through their dependencies until it meets these (unseen_launches.h). A
     // frontier only seen (after a hooked wait, which may bring an unseen node of another
-    // stream) is not accounted for.
-    std::unordered_set<int64_t> accounted;
+    // stream) is not accounted for. Open addressing: a claim inserts one at every launch.
+    ska::flat_hash_set<int64_t> accounted;
 };
+
+// What a launch on a stream needs before it is made: the capture it goes to, if its graph can
+// be read (0 otherwise), and the stream's frontier as last seen.
+struct LaunchView {
+    int32_t graph = 0;
+    Frontier known;
+};
+
+// The streams of one capture with their frontiers as last seen (checked_all), without a heap
+// allocation for the usual handful.
+using KnownFrontiers = c10::SmallVector<std::pair<int64_t, Frontier>, 8>;
 
 // What a catch-up needs of a capture (catch_up_state).
 struct CatchUpState {
@@ -194,6 +207,22 @@ class CaptureTracker {
         Locked held(mutex_);
         claim(held, graph, seq, node, trusted);
     }
+
+    // A recorded launch ended on `stream` with the frontier `after`: where it moved the
+    // frontier, the launch claims its last node and accounts for all of them (an op that
+    // joins streams of its own ends with several); either way `after` is the stream's known.
+    // claim, account and set_known at once, on the launch's path.
+    void launched(const Locked&, int32_t graph, int64_t stream, int64_t seq, const Frontier& after, bool moved,
+                  bool trusted) {
+        if (moved) {
+            auto it = captures_.find(graph);
+            if (it != captures_.end()) {
+                it->second.claims.push_back(Claim{seq, after.back(), trusted});
+                it->second.accounted.insert(after.begin(), after.end());
+            }
+        }
+        known_[stream] = after;
+    }
     void claim(const Locked&, int32_t graph, int64_t seq, int64_t node, bool trusted) {
         auto it = captures_.find(graph);
         if (it == captures_.end()) return;
@@ -205,9 +234,34 @@ class CaptureTracker {
     int32_t readable_graph(int64_t stream) {
         if (!any_open()) return 0;  // eager work: no lock taken
         Locked held(mutex_);
+        return readable_graph(held, stream);
+    }
+    int32_t readable_graph(const Locked&, int64_t stream) {
         auto it = capturing_.find(stream);
         if (it == capturing_.end() || captures_[it->second].handle == 0) return 0;
         return it->second;
+    }
+
+    // readable_graph and known under one lock, for a launch or a wait about to be made.
+    LaunchView launch_view(int64_t stream) {
+        LaunchView view;
+        if (!any_open()) return view;
+        Locked held(mutex_);
+        view.graph = readable_graph(held, stream);
+        if (view.graph != 0) {
+            auto it = known_.find(stream);
+            if (it != known_.end()) view.known = it->second;
+        }
+        return view;
+    }
+
+    // Each stream capturing into `graph`, with its frontier as last seen, in no order.
+    void known_frontiers(const Locked&, int32_t graph, KnownFrontiers& out) const {
+        for (auto [stream, g] : capturing_) {
+            if (g != graph) continue;
+            auto it = known_.find(stream);
+            out.emplace_back(stream, it != known_.end() ? it->second : Frontier());
+        }
     }
 
     // The capture a stream captures into (0: none).
@@ -226,9 +280,8 @@ class CaptureTracker {
         return streams;
     }
 
-    // A capturing stream's frontier as the hooks last saw it (empty if never). Seen is not
+    // A capturing stream's frontier as the hooks saw it (launch_view reads it). Seen is not
     // accounted for (account).
-    Frontier known(const Locked&, int64_t stream) { return known_[stream]; }
     void set_known(const Locked&, int64_t stream, Frontier now) { known_[stream] = std::move(now); }
 
     // An event recorded on a stream: in that stream's capture, or in none.

@@ -97,8 +97,9 @@ class OpHooks {
         Frontier before;
         {
             STREAMRACE_TIMED(LaunchCheck);
-            graph = captures_.readable_graph(stream);
-            if (graph != 0) before = unseen_.checked_before_launch(graph, stream);
+            LaunchView view = captures_.launch_view(stream);
+            graph = view.graph;
+            if (graph != 0) before = unseen_.checked_before_launch(stream, view);
         }
         OpFrame& frame = t.frames[index];  // Python may have run above: nested ops came and went
         frame.recorded = true;
@@ -296,12 +297,8 @@ class OpHooks {
         log_.append(held, r);
         if (frame.graph != 0 && frame.graph == graph && stream == frame.stream) {
             STREAMRACE_TIMED(LaunchClaim);
-            if (!after.empty() && after != frame.before) {
-                captures_.claim(held, graph, r.seq, after.back(), frame.plan->trusted);
-                // An op that joins streams of its own ends with several: all of them are its.
-                captures_.account(held, graph, after);
-            }
-            captures_.set_known(held, stream, after);
+            bool moved = !after.empty() && after != frame.before;
+            captures_.launched(held, graph, stream, r.seq, after, moved, frame.plan->trusted);
         }
     }
 
@@ -312,10 +309,10 @@ class OpHooks {
         t.op_stack = stack;
         ++t.launches;
         int64_t stream = streams_.current_stream(streams_.current_device());
-        int32_t graph = captures_.readable_graph(stream);
-        if (graph == 0) return py::make_tuple(stack, py::none(), 0);
-        Frontier now = unseen_.checked_before_launch(graph, stream);
-        return py::make_tuple(stack, graph, now.empty() ? 0 : now.back());
+        LaunchView view = captures_.launch_view(stream);
+        if (view.graph == 0) return py::make_tuple(stack, py::none(), 0);
+        Frontier now = unseen_.checked_before_launch(stream, view);
+        return py::make_tuple(stack, view.graph, now.empty() ? 0 : now.back());
     }
 
     void end_launch() {

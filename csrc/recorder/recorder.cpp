@@ -30,6 +30,7 @@
 #include <pybind11/stl.h>
 
 #include <ATen/record_function.h>
+#include <c10/util/flat_hash_map.h>
 #include <torch/csrc/PyInterpreter.h>
 
 #include <atomic>
@@ -156,7 +157,7 @@ class State {
         STREAMRACE_TIMED(GraphRead);
         kernel_names_.clear();
         std::vector<int64_t> handles = streamrace::node_handles_as_before(driver_, graph);
-        std::unordered_map<int64_t, int64_t> index;
+        ska::flat_hash_map<int64_t, int64_t> index;  // open addressing: one entry per node
         index.reserve(handles.size());
         for (size_t i = 0; i < handles.size(); ++i) index.emplace(handles[i], static_cast<int64_t>(i));
         const std::vector<char> claimed =

@@ -45,14 +45,9 @@ class UnseenLaunches {
 
     Frontier frontier(int64_t stream) const { return streamrace::frontier(driver_, stream); }
 
-    // Catch up when the stream's frontier moved and no recorded launch moved it. Returns the
-    // frontier, accounted for.
-    Frontier checked(int64_t stream) {
-        Frontier known;
-        {
-            Locked held(mutex_);
-            known = captures_.known(held, stream);
-        }
+    // Catch up when the stream's frontier moved from `known` (as last seen) and no recorded
+    // launch moved it. Returns the frontier, accounted for.
+    Frontier checked(int64_t stream, const Frontier& known) {
         Frontier now = frontier(stream);
         if (now == known) return now;
         catch_up();
@@ -60,28 +55,27 @@ class UnseenLaunches {
     }
 
     void check(int64_t stream) {
-        if (captures_.readable_graph(stream) != 0) checked(stream);
+        LaunchView view = captures_.launch_view(stream);
+        if (view.graph != 0) checked(stream, view.known);
     }
 
     // Before a launch claims "every node since the previous claim", the streams that may have
     // launched unseen must be accounted for: its own, and, after a change of stream or an
-    // event hook (where programs move between streams), every stream of its capture.
-    Frontier checked_before_launch(int32_t graph, int64_t stream) {
+    // event hook (where programs move between streams), every stream of its capture. `view`:
+    // the stream's (CaptureTracker::launch_view), its graph readable.
+    Frontier checked_before_launch(int64_t stream, const LaunchView& view) {
         bool same = tls.last_stream == stream;
         tls.last_stream = stream;
-        return same ? checked(stream) : checked_all(graph, stream);
+        return same ? checked(stream, view.known) : checked_all(view.graph, stream);
     }
 
     // A wait adds the event's nodes to the stream's frontier; a launch would have replaced it.
     // The frontier after the wait, accounted for; nothing when the stream's capture cannot be
     // read (or it captures in none yet).
     std::optional<Frontier> checked_wait(int64_t stream) {
-        if (captures_.readable_graph(stream) == 0) return std::nullopt;
-        Frontier known;
-        {
-            Locked held(mutex_);
-            known = captures_.known(held, stream);
-        }
+        LaunchView view = captures_.launch_view(stream);
+        if (view.graph == 0) return std::nullopt;
+        const Frontier& known = view.known;
         Frontier now = frontier(stream);
         if (subset(known, now)) return now;
         catch_up();
@@ -118,25 +112,24 @@ class UnseenLaunches {
     }
 
    private:
+    // Stops at the first stream that moved: catching up reads every stream's frontier anyway.
     Frontier checked_all(int32_t graph, int64_t stream) {
         STREAMRACE_TIMED(CheckAll);
-        std::vector<int64_t> streams;
-        std::vector<Frontier> known;
+        KnownFrontiers known;
         {
             Locked held(mutex_);
-            streams = captures_.streams_of(held, graph);
-            for (int64_t s : streams) known.push_back(captures_.known(held, s));
+            captures_.known_frontiers(held, graph, known);
         }
         Frontier mine;
-        bool moved = false;
-        for (size_t i = 0; i < streams.size(); ++i) {
-            Frontier now = frontier(streams[i]);
-            moved |= now != known[i];
-            if (streams[i] == stream) mine = std::move(now);
+        for (const auto& [s, seen] : known) {
+            Frontier now = frontier(s);
+            if (now != seen) {
+                catch_up();
+                return frontier(stream);
+            }
+            if (s == stream) mine = std::move(now);
         }
-        if (!moved) return mine;
-        catch_up();
-        return frontier(stream);
+        return mine;
     }
 
     static bool access_type(const std::string& type) {
