@@ -13,8 +13,10 @@ captured repeatedly:
 
 and the graphs captured plain and under streamrace are replayed alternately. Each capture
 starts with the garbage collector's generations empty, so that none collects another's garbage.
-Printed: median times and the ratios to plain, and the median of each repeat's ratio to its own
-plain run (``pairs``, which drift moves least). Absolute times only mean something on the machine that ran it.
+Printed: median times and the ratios to plain, the median of each repeat's ratio to its own
+plain run (``pairs``, which drift moves least), and the fastest of each configuration's
+captures against plain's fastest (what a capture costs where nothing else on the machine got in
+its way: a busy host's interruptions only ever add). Absolute times only mean something on the machine that ran it.
 ``--hook-times`` builds the native hooks with their phase timers (csrc/recorder/hook_timers.h,
 a build of its own) and prints where a streamrace capture's hook time goes.
 
@@ -268,11 +270,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"launches no op made, caught up in a streamrace capture: {caught}")
     for name, source in sources.items():
         print(f"allocation facts ({name}): {source}")
-    print(f"{'capture':<12}{'median ms':>12}{'ratio':>10}{'pairs':>8}")
+    fastest_plain = min(times["plain"])
+    print(f"{'capture':<12}{'median ms':>12}{'ratio':>10}{'pairs':>8}{'fastest ms':>12}{'ratio':>8}")
     for name, values in times.items():
         median = statistics.median(values)
         pairs = paired_ratio(times, name)
-        print(f"{name:<12}{median * 1e3:>12.2f}{median / plain:>10.2f}{pairs:>8}")
+        fastest = min(values)
+        print(
+            f"{name:<12}{median * 1e3:>12.2f}{median / plain:>10.2f}{pairs:>8}"
+            f"{fastest * 1e3:>12.2f}{fastest / fastest_plain:>8.2f}"
+        )
     print(f"{'phases':<14}{'body ms':>10}{'end ms':>10}   (median of the ops and of capture_end)")
     for name, values in PHASES.items():
         body = statistics.median(v[0] for v in values)

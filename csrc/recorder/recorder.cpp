@@ -79,6 +79,11 @@ std::string python_error_text(py::error_already_set& e) {
     return type + ": " + message;
 }
 
+// int64s as their native bytes, for an array('q') in Python (GIL held).
+py::bytes int64_bytes(const std::vector<int64_t>& values) {
+    return py::bytes(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t));
+}
+
 Driver driver_from(const py::object& addresses) {
     if (addresses.is_none()) return Driver::libcuda();
     return Driver::at(addresses.cast<std::unordered_map<std::string, int64_t>>());
@@ -146,13 +151,15 @@ class State {
 
     // -- graph reads at a capture's end and at a catch-up (GraphReadback in Python) -----------
     // (node handles, node types, kernel names or None, edges by node id flattened as (from,
-    // to, 1 if programmatic else 0), each node's event or 0): graph_readback.GraphColumns, only ints and shared strs,
-    // since a capture's end is on the program's clock (the graph event's objects are made
-    // later). Node types are made once per recording, kernel names once per function and
-    // graph (a module unloaded between two captures may leave its function's address to
-    // another). `capture`: the recording's number of the capture, whose kernel nodes a
-    // recorded launch made are not named (the launch's event names them; reading each one's
-    // function was a fifth of the read-back); 0: every kernel node is named (GIL held).
+    // to, 1 if programmatic else 0), each node's event or 0): graph_readback.GraphColumns. A
+    // capture's end is on the program's clock, so the columns of ints are native int64 bytes
+    // (an array('q') in Python: no int object per node or edge now) and the strs are shared;
+    // the graph event's objects are made later. Node types are made once per recording,
+    // kernel names once per function and graph (a module unloaded between two captures may
+    // leave its function's address to another). `capture`: the recording's number of the
+    // capture, whose kernel nodes a recorded launch made are not named (the launch's event
+    // names them; reading each one's function was a fifth of the read-back); 0: every kernel
+    // node is named (GIL held).
     py::tuple read_graph(int64_t graph, int32_t capture) {
         STREAMRACE_TIMED(GraphRead);
         kernel_names_.clear();
@@ -170,28 +177,29 @@ class State {
                                },
                                handles.size());
         const auto n = static_cast<Py_ssize_t>(handles.size());
-        py::list handle_list(n), types(n), names(n), events(n);
+        py::list types(n), names(n);
+        std::vector<int64_t> events(handles.size(), 0);
         for (Py_ssize_t i = 0; i < n; ++i) {
-            const int64_t node = handles[static_cast<size_t>(i)];
-            handle_list[i] = py::int_(node);
+            const auto k = static_cast<size_t>(i);
+            const int64_t node = handles[k];
             int type = streamrace::node_type(driver_, node);
             types[i] = type_object(type);
-            if (type == 0 && !claimed[static_cast<size_t>(i)]) {  // CU_GRAPH_NODE_TYPE_KERNEL
+            if (type == 0 && !claimed[k]) {  // CU_GRAPH_NODE_TYPE_KERNEL
                 names[i] = kernel_name_object(streamrace::kernel_function(driver_, node));
             } else {
                 names[i] = py::none();
             }
-            events[i] = py::int_(streamrace::node_event(driver_, node, type));
+            events[k] = streamrace::node_event(driver_, node, type);
         }
         const std::vector<Edge> found = streamrace::graph_edges(driver_, graph);
-        py::list edges(static_cast<Py_ssize_t>(3 * found.size()));
-        Py_ssize_t k = 0;
+        std::vector<int64_t> edges;
+        edges.reserve(3 * found.size());
         for (const Edge& e : found) {
-            edges[k++] = py::int_(index.at(e.from));
-            edges[k++] = py::int_(index.at(e.to));
-            edges[k++] = py::int_(e.programmatic ? 1 : 0);
+            edges.push_back(index.at(e.from));
+            edges.push_back(index.at(e.to));
+            edges.push_back(e.programmatic ? 1 : 0);
         }
-        return py::make_tuple(handle_list, types, names, edges, events);
+        return py::make_tuple(int64_bytes(handles), types, names, int64_bytes(edges), int64_bytes(events));
     }
 
     // (function name or None, [words per parameter]) of a kernel node, or None where the
@@ -574,7 +582,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         .def("end_capture", [](Hooks& h, int32_t graph) { h.state().end_capture(graph); })
         .def("capture_streams", [](Hooks& h, int32_t graph) { return h.state().capture_streams(graph); })
         .def("open_graphs", [](Hooks& h) { return h.state().open_graphs(); })
-        .def("claims", [](Hooks& h, int32_t graph) { return h.state().claims(graph); })
+        .def("claims", [](Hooks& h, int32_t graph) { return streamrace::int64_bytes(h.state().claims(graph)); })
         .def("claim", [](Hooks& h, int32_t graph, int64_t seq, int64_t node,
                          bool trusted) { h.state().claim(graph, seq, node, trusted); })
         .def("refresh_frontiers", [](Hooks& h, int32_t graph) { h.state().refresh_frontiers(graph); })

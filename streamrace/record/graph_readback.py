@@ -19,7 +19,7 @@ export, so one build reads graphs on both.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,7 @@ _PROGRAMMATIC = 1  # CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
 # flattened as (from id, to id, 1 if programmatic else 0) triples, the event of each event
 # record or wait node or 0). Columns of ints and shared strs, made in a capture's end: the
 # graph event's per-node objects wait (GraphRead).
-GraphColumns = tuple[list[int], list[str], list[str | None], list[int], list[int]]
+GraphColumns = tuple[Sequence[int], list[str], list[str | None], Sequence[int], Sequence[int]]
 
 # Node types whose event the graph event names: what every replay records or waits on.
 EVENT_NODE_TYPES = ("eventrecord", "waitevent")
@@ -52,11 +52,11 @@ class GraphRead:
     """A graph read back at its capture's end, in columns; ``nodes`` and ``edges`` make the
     graph event's objects later, off the capture's clock."""
 
-    handles: list[int]
+    handles: Sequence[int]
     types: list[str]
     names: list[str | None]
-    edge_triples: list[int]
-    events: list[int] | None = None  # per node: its event (record and wait nodes), else 0
+    edge_triples: Sequence[int]
+    events: Sequence[int] | None = None  # per node: its event (record and wait nodes), else 0
 
     def nodes(self) -> list[dict[str, Any]]:
         """Nodes in creation order as {id, type[, name][, event]}."""

@@ -27,7 +27,8 @@ from __future__ import annotations
 import itertools
 import sys
 import threading
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -91,7 +92,7 @@ class CaptureRead(NamedTuple):
     caught: list[tuple[int, int]]
     graph: GraphColumns  # the graph read back (graph_readback.py, or the same in C++)
     # (seq, frontier node, 1 for a trusted op else 0) of each claim in seq order, flattened
-    claims: list[int]
+    claims: Sequence[int]
 
 
 class HookState(Protocol):
@@ -645,7 +646,10 @@ class NativeHooks:
         native = self._native
         # Caught up first: the read-back leaves unnamed the kernel nodes a recorded launch made.
         native.catch_up()
-        return CaptureRead(native.caught_up(graph), native.read_graph(handle, graph), native.claims(graph))
+        # The columns of ints come as int64 bytes: arrays, one copy each, no int per node now.
+        handles, types, names, edges, events = native.read_graph(handle, graph)
+        columns = (array("q", handles), types, names, array("q", edges), array("q", events))
+        return CaptureRead(native.caught_up(graph), columns, array("q", native.claims(graph)))
 
     def use_allocator_facts(self) -> str:
         """Allocations take their exact facts from the allocator's trace tracker from now on
