@@ -646,10 +646,12 @@ class NativeHooks:
         native = self._native
         # Caught up first: the read-back leaves unnamed the kernel nodes a recorded launch made.
         native.catch_up()
-        # The columns of ints come as int64 bytes: arrays, one copy each, no int per node now.
+        # Read in this order: what was caught up, the graph, the claims. The columns of ints
+        # come as int64 bytes and become arrays: no int object per node now.
+        caught = native.caught_up(graph)
         handles, types, names, edges, events = native.read_graph(handle, graph)
         columns = (array("q", handles), types, names, array("q", edges), array("q", events))
-        return CaptureRead(native.caught_up(graph), columns, array("q", native.claims(graph)))
+        return CaptureRead(caught, columns, array("q", native.claims(graph)))
 
     def use_allocator_facts(self) -> str:
         """Allocations take their exact facts from the allocator's trace tracker from now on
