@@ -224,6 +224,54 @@ def test_a_node_launched_unseen_on_another_stream_is_found_by_the_trace():
     assert any("lib_fill" in {a.op for a in f.accesses} for f in races), races
 
 
+def freed_under_an_unseen_read_program(fake: FakeCuda, joined_first: bool) -> None:
+    """A library kernel on SIDE reads x, a block of the capture's pool, and MAIN frees x with
+    no op between (a Python temporary dropped), then allocates z, which gets x's block, and
+    writes it. Freed before SIDE is joined, x's block is z's while the kernel may still read
+    it: an unsafe free. ``joined_first``: the fixed twin, which joins SIDE first."""
+    with fake.on(MAIN):
+        y = fake.alloc()
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        x = fake.alloc()
+        torch.mul(y, 2.0, out=x)
+        fork, done = fake.event(), fake.event()
+        fake.record(fork)
+        with fake.on(SIDE):
+            fake.wait(fork)
+            fake.launch("kernel", "lib_read", params=[[x.data_ptr()]])
+        if joined_first:
+            with fake.on(SIDE):
+                fake.record(done)
+            fake.wait(done)
+        fake.free(x)
+        z = fake.alloc()
+        assert z.data_ptr() == x.data_ptr(), "the fake's allocator hands the freed block on"
+        torch.mul(y, 2.0, out=z)
+        if not joined_first:
+            with fake.on(SIDE):
+                fake.record(done)
+            fake.wait(done)
+        graph.capture_end()
+
+
+@pytest.mark.parametrize("joined_first", [False, True], ids=["freed before the join", "joined first"])
+def test_a_launch_no_hook_saw_is_in_the_trace_before_a_free_of_what_it_reads(joined_first):
+    """The free's check covers every stream after an event hook, as a launch's does. Checked
+    on MAIN alone, the library kernel came after the free and z's allocation, its pointer
+    resolved to z, and the report was a data race on z, a tensor the kernel never saw, with
+    both hook sets (where no allocation took the block, nothing at all)."""
+    events = recorded_alike(lambda fake: freed_under_an_unseen_read_program(fake, joined_first))
+    order = [e["ev"] for e in events if e["ev"] in ("kernel", "free")]
+    assert order == ["kernel", "free"], order
+    findings = analyzed(events).findings
+    if joined_first:
+        assert findings == []
+    else:
+        (unsafe,) = findings
+        assert unsafe.kind == "unsafe-free" and "lib_read" in {a.op for a in unsafe.accesses}, unsafe
+
+
 def aborted_program(fake: FakeCuda) -> None:
     """The recording stops inside a capture the program never ends, after a library kernel."""
     with fake.on(MAIN):

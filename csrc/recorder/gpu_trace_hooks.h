@@ -45,7 +45,7 @@ class GpuTraceHooks {
         STREAMRACE_TIMED(Free);
         log_.graph_memory().freed(ptr);
         int32_t device = streams_.current_device();
-        if (!in_op() && captures_.any_open()) unseen_.check(streams_.current_stream(device));
+        if (!in_op() && captures_.any_open()) unseen_.check_before_free(streams_.current_stream(device));
         int32_t stack = stacks_.op_stack();
         Locked held = log_.lock();
         log_.append(held, simple(Kind::Free, ptr, -1, device, stack));

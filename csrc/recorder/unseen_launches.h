@@ -69,6 +69,16 @@ class UnseenLaunches {
         return same ? checked(stream, view.known) : checked_all(view.graph, stream);
     }
 
+    // Before a free outside an op: a launch no hook saw, on any stream of the capture, may
+    // still use the block, and its kernel event must come before the free (after it, its
+    // pointer resolves to nothing, or to the block's next allocation, and the unsafe free is
+    // missed). The check before a launch, and it counts as one: a free after a change of
+    // stream or an event hook checks every stream, and the launch after it only its own.
+    void check_before_free(int64_t stream) {
+        LaunchView view = captures_.launch_view(stream);
+        if (view.graph != 0) checked_before_launch(stream, view);
+    }
+
     // A wait adds the event's nodes to the stream's frontier; a launch would have replaced it.
     // The frontier after the wait, accounted for; nothing when the stream's capture cannot be
     // read (or it captures in none yet).

@@ -342,6 +342,14 @@ class PythonHooks:
         if self._moved([stream] if same else self.capture_streams(graph)):
             self._catch_up()
 
+    def _check_before_free(self, stream: int) -> None:
+        """Before a free outside an op, a launch no hook saw (on any stream of the capture)
+        that may still use the block must be in the trace: after the free its pointer resolves
+        to nothing, and the unsafe free is missed. The check before a launch, counted as one."""
+        graph = self._read_graph(stream)
+        if graph is not None:
+            self._check_before_launch(graph, stream)
+
     def drain(self) -> list[dict[str, Any]]:
         with self._lock:
             records, self._records = self._records, []
@@ -551,7 +559,7 @@ class PythonHooks:
         self._graph_memory.freed(ptr)
         device = self._runtime.current_device()
         if self._any_open() and not self.depth:
-            self._check(self._runtime.current_stream(device))
+            self._check_before_free(self._runtime.current_stream(device))
         self._emit("free", addr=ptr, device=device, stack=self._stack_field(self._op_stack()))
 
     def _on_event_create(self, event: int) -> None:
