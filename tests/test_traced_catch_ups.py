@@ -272,6 +272,39 @@ def test_a_launch_no_hook_saw_is_in_the_trace_before_a_free_of_what_it_reads(joi
         assert unsafe.kind == "unsafe-free" and "lib_read" in {a.op for a in unsafe.accesses}, unsafe
 
 
+def dropped_temporary_program(fake: FakeCuda) -> None:
+    """After the fork (event hooks), MAIN drops a temporary, a library kernel on SIDE writes
+    b, and MAIN's next op reads b, unjoined: a race. The free checks every stream, as a
+    launch would; were it counted as MAIN's launch, that op would check MAIN alone and find
+    the library kernel only after it (the Python hooks, walking from its claim, never)."""
+    with fake.on(MAIN):
+        y = fake.alloc()
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        b = fake.alloc()
+        torch.mul(y, 2.0, out=b)
+        fork, done = fake.event(), fake.event()
+        fake.record(fork)
+        with fake.on(SIDE):
+            fake.wait(fork)
+        fake.free(fake.alloc())
+        with fake.on(SIDE):
+            fake.launch("kernel", "lib_write", params=[[b.data_ptr()]])
+        torch.mul(b, 3.0, out=y)
+        with fake.on(SIDE):
+            fake.record(done)
+        fake.wait(done)
+        graph.capture_end()
+
+
+def test_a_free_is_no_launch_the_next_launch_still_checks_every_stream():
+    events = recorded_alike(dropped_temporary_program)
+    kernel_then_op = [e.get("name") or e["op"] for e in events if e["ev"] in ("kernel", "op")]
+    assert kernel_then_op == ["aten::mul.out", "lib_write", "aten::mul.out"], kernel_then_op
+    (race,) = analyzed(events).findings
+    assert (race.kind, race.hazard) == ("data-race", "RAW") and "lib_write" in {a.op for a in race.accesses}
+
+
 def unseen_read_between_main_launches_program(fake: FakeCuda) -> None:
     """As freed_under_an_unseen_read_program, freed before the join, but MAIN launches once
     more after the fork and before the library kernel: the thread's last launch was on MAIN,

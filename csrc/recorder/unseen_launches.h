@@ -64,19 +64,20 @@ class UnseenLaunches {
     // event hook (where programs move between streams), every stream of its capture. `view`:
     // the stream's (CaptureTracker::launch_view), its graph readable.
     Frontier checked_before_launch(int64_t stream, const LaunchView& view) {
-        bool same = tls.last_stream == stream;
+        Frontier now = checked_since_last_launch(stream, view);
         tls.last_stream = stream;
-        return same ? checked(stream, view.known) : checked_all(view.graph, stream);
+        return now;
     }
 
     // Before a free outside an op: a launch no hook saw, on any stream of the capture, may
     // still use the block, and its kernel event must come before the free (after it, its
     // pointer resolves to nothing, or to the block's next allocation, and the unsafe free is
-    // missed). The check before a launch, and it counts as one: a free after a change of
-    // stream or an event hook checks every stream, and the launch after it only its own.
+    // missed). The same streams as before a launch, but it is no launch: the next launch
+    // still checks every stream if the thread's last launch was on another (a free that
+    // counted as that check let a launch no hook saw, made between it and the launch, go).
     void check_before_free(int64_t stream) {
         LaunchView view = captures_.launch_view(stream);
-        if (view.graph != 0) checked_before_launch(stream, view);
+        if (view.graph != 0) checked_since_last_launch(stream, view);
     }
 
     // A wait adds the event's nodes to the stream's frontier; a launch would have replaced it.
@@ -122,6 +123,12 @@ class UnseenLaunches {
     }
 
    private:
+    // Its own stream if the thread's last launch was on it with no event hook since, else
+    // every stream of its capture.
+    Frontier checked_since_last_launch(int64_t stream, const LaunchView& view) {
+        return tls.last_stream == stream ? checked(stream, view.known) : checked_all(view.graph, stream);
+    }
+
     // Stops at the first stream that moved: catching up reads every stream's frontier anyway.
     Frontier checked_all(int32_t graph, int64_t stream) {
         STREAMRACE_TIMED(CheckAll);

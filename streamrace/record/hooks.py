@@ -338,17 +338,22 @@ class PythonHooks:
         """Before a launch claims every node since the previous claim, the streams that may
         have launched unseen must be accounted for: its own, and, after a change of stream or
         an event hook (where programs move between streams), every stream of its capture."""
-        same, self._last_stream = self._last_stream == stream, stream
-        if self._moved([stream] if same else self.capture_streams(graph)):
-            self._catch_up()
+        self._check_since_last_launch(graph, stream)
+        self._last_stream = stream
 
     def _check_before_free(self, stream: int) -> None:
         """Before a free outside an op, a launch no hook saw (on any stream of the capture)
         that may still use the block must be in the trace: after the free its pointer resolves
-        to nothing, and the unsafe free is missed. The check before a launch, counted as one."""
+        to nothing, and the unsafe free is missed. The streams a launch would check; but it is
+        no launch, and the next launch still checks them all where it would have."""
         graph = self._read_graph(stream)
         if graph is not None:
-            self._check_before_launch(graph, stream)
+            self._check_since_last_launch(graph, stream)
+
+    def _check_since_last_launch(self, graph: int, stream: int) -> None:
+        same = self._last_stream == stream
+        if self._moved([stream] if same else self.capture_streams(graph)):
+            self._catch_up()
 
     def drain(self) -> list[dict[str, Any]]:
         with self._lock:
