@@ -208,21 +208,6 @@ class CaptureTracker {
         claim(held, graph, seq, node, trusted);
     }
 
-    // A recorded launch ended on `stream` with the frontier `after`: where it moved the
-    // frontier, the launch claims its last node and accounts for all of them (an op that
-    // joins streams of its own ends with several); either way `after` is the stream's known.
-    // claim, account and set_known at once, on the launch's path.
-    void launched(const Locked&, int32_t graph, int64_t stream, int64_t seq, const Frontier& after, bool moved,
-                  bool trusted) {
-        if (moved) {
-            auto it = captures_.find(graph);
-            if (it != captures_.end()) {
-                it->second.claims.push_back(Claim{seq, after.back(), trusted});
-                it->second.accounted.insert(after.begin(), after.end());
-            }
-        }
-        known_[stream] = after;
-    }
     void claim(const Locked&, int32_t graph, int64_t seq, int64_t node, bool trusted) {
         auto it = captures_.find(graph);
         if (it == captures_.end()) return;

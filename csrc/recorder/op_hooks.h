@@ -297,8 +297,12 @@ class OpHooks {
         log_.append(held, r);
         if (frame.graph != 0 && frame.graph == graph && stream == frame.stream) {
             STREAMRACE_TIMED(LaunchClaim);
-            bool moved = !after.empty() && after != frame.before;
-            captures_.launched(held, graph, stream, r.seq, after, moved, frame.plan->trusted);
+            if (!after.empty() && after != frame.before) {
+                captures_.claim(held, graph, r.seq, after.back(), frame.plan->trusted);
+                // An op that joins streams of its own ends with several: all of them are its.
+                captures_.account(held, graph, after);
+            }
+            captures_.set_known(held, stream, after);
         }
     }
 
