@@ -52,6 +52,23 @@ struct LaunchView {
     Frontier known;
 };
 
+// Counts every change of what launch_view reads (which streams capture into which graph, a
+// stream's known frontier), in every tracker of the process: a thread's cached view (below)
+// is current while the count is what it was when cached.
+inline std::atomic<uint64_t>& view_version() {
+    static std::atomic<uint64_t> version{1};
+    return version;
+}
+
+// The view this thread last read or set (launch_view, set_known_cached): a launch or free on
+// the stream of the thread's previous op reads it without the lock while nothing changed.
+struct CachedView {
+    uint64_t version = 0;
+    int64_t stream = 0;
+    LaunchView view;
+};
+inline thread_local CachedView cached_view;
+
 // The streams of one capture with their frontiers as last seen (checked_all), without a heap
 // allocation for the usual handful.
 using KnownFrontiers = c10::SmallVector<std::pair<int64_t, Frontier>, 8>;
@@ -79,6 +96,7 @@ class CaptureTracker {
         capture.accounted.insert(now.begin(), now.end());
         capturing_[stream] = graph;
         if (handle != 0) known_[stream] = now;
+        changed();
     }
 
     void end(int32_t graph) {
@@ -93,6 +111,7 @@ class CaptureTracker {
                 ++s;
             }
         }
+        changed();
     }
 
     std::vector<int64_t> capture_streams(int32_t graph) {
@@ -227,17 +246,17 @@ class CaptureTracker {
         return it->second;
     }
 
-    // readable_graph and known under one lock, for a launch or a wait about to be made.
+    // readable_graph and known under one lock, for a launch or a wait about to be made; the
+    // thread's cached view where nothing changed since (no lock: a launch after a launch).
     LaunchView launch_view(int64_t stream) {
-        LaunchView view;
-        if (!any_open()) return view;
-        Locked held(mutex_);
-        view.graph = readable_graph(held, stream);
-        if (view.graph != 0) {
-            auto it = known_.find(stream);
-            if (it != known_.end()) view.known = it->second;
+        if (!any_open()) return {};
+        CachedView& cached = cached_view;
+        if (cached.stream == stream && cached.version == view_version().load(std::memory_order_acquire)) {
+            return cached.view;
         }
-        return view;
+        Locked held(mutex_);
+        cached = CachedView{view_version().load(std::memory_order_relaxed), stream, view_of(held, stream)};
+        return cached.view;
     }
 
     // Each stream capturing into `graph`, with its frontier as last seen, in no order.
@@ -278,7 +297,17 @@ class CaptureTracker {
 
     // A capturing stream's frontier as the hooks saw it (launch_view reads it). Seen is not
     // accounted for (account).
-    void set_known(const Locked&, int64_t stream, Frontier now) { known_[stream] = std::move(now); }
+    void set_known(const Locked&, int64_t stream, Frontier now) {
+        known_[stream] = std::move(now);
+        changed();
+    }
+
+    // set_known, by the thread whose next launch is likely on this stream: its cached view
+    // is what launch_view reads now.
+    void set_known_cached(const Locked& held, int64_t stream, const Frontier& now) {
+        set_known(held, stream, now);
+        cached_view = CachedView{view_version().load(std::memory_order_relaxed), stream, view_of(held, stream)};
+    }
 
     // An event recorded on a stream: in that stream's capture, or in none.
     void event_recorded(int64_t event, int64_t stream) {
@@ -298,10 +327,25 @@ class CaptureTracker {
         auto source = event_capture_.find(event);
         if (source != event_capture_.end() && captures_[source->second].open && capturing_.count(stream) == 0) {
             capturing_[stream] = source->second;
+            changed();
         }
     }
 
    private:
+    LaunchView view_of(const Locked& held, int64_t stream) {
+        LaunchView view;
+        view.graph = readable_graph(held, stream);
+        if (view.graph != 0) {
+            auto it = known_.find(stream);
+            if (it != known_.end()) view.known = it->second;
+        }
+        return view;
+    }
+
+    // Under the lock, after the change: a thread that reads the old count uses a view from
+    // before it, as if it had taken the lock first.
+    static void changed() { view_version().fetch_add(1, std::memory_order_release); }
+
     std::mutex& mutex_;
     std::atomic<bool> any_open_{false};
     std::unordered_map<int32_t, Capture> captures_;

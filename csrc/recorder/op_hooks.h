@@ -302,7 +302,7 @@ class OpHooks {
                 // An op that joins streams of its own ends with several: all of them are its.
                 captures_.account(held, graph, after);
             }
-            captures_.set_known(held, stream, after);
+            captures_.set_known_cached(held, stream, after);
         }
     }
 
