@@ -29,7 +29,6 @@ from C++, as they call libcuda's.
 
 from __future__ import annotations
 
-import collections
 import ctypes
 import itertools
 import weakref
@@ -160,7 +159,6 @@ class FakeCuda:
             addresses["cuGraphNodeGetDependencies_v2"] = ctypes.cast(self._dependencies, ctypes.c_void_p).value
         self.dependencies_fail = False  # the dependency query fails (a driver error)
         self.dependency_queries = 0  # cuGraphNodeGetDependencies_v2 calls
-        self.frontier_queries: collections.Counter[int] = collections.Counter()  # cuStreamGetCaptureInfo, per stream
         self.node_reads = 0  # cuGraphGetNodes calls that read nodes (a walk of the graph)
         self.kernel_param_reads = 0  # cuGraphKernelNodeGetParams_v2 calls
         self._param_buffers: dict[int, tuple[Any, list[Any]]] = {}  # node -> its kernelParams, kept alive
@@ -468,7 +466,6 @@ class FakeCuda:
     # -- the driver: libcuda's signatures (graph_readback.SIGNATURES); pointers come as ctypes ones --
     def _c_capture_info(self, stream, status, capture_id, graph, deps, count) -> int:
         stream = stream or 0
-        self.frontier_queries[stream] += 1
         captured = self._capturing.get(stream)
         frontier = self._frontier.get(stream, ()) if captured is not None else ()
         status[0] = 1 if captured is not None else 0  # CU_STREAM_CAPTURE_STATUS_ACTIVE, _NONE

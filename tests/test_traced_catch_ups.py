@@ -257,11 +257,10 @@ def freed_under_an_unseen_read_program(fake: FakeCuda, joined_first: bool) -> No
 
 @pytest.mark.parametrize("joined_first", [False, True], ids=["freed before the join", "joined first"])
 def test_a_launch_no_hook_saw_is_in_the_trace_before_a_free_of_what_it_reads(joined_first):
-    """The free's check covers the streams the event hooks named (SIDE, waiting on the
-    fork), as a launch's does. Checked on MAIN alone, the library kernel came after the free
-    and z's allocation, its pointer resolved to z, and the report was a data race on z, a
-    tensor the kernel never saw, with both hook sets (where no allocation took the block,
-    nothing at all)."""
+    """The free's check covers every stream after an event hook, as a launch's does. Checked
+    on MAIN alone, the library kernel came after the free and z's allocation, its pointer
+    resolved to z, and the report was a data race on z, a tensor the kernel never saw, with
+    both hook sets (where no allocation took the block, nothing at all)."""
     events = recorded_alike(lambda fake: freed_under_an_unseen_read_program(fake, joined_first))
     order = [e["ev"] for e in events if e["ev"] in ("kernel", "free")]
     assert order == ["kernel", "free"], order
@@ -275,10 +274,9 @@ def test_a_launch_no_hook_saw_is_in_the_trace_before_a_free_of_what_it_reads(joi
 
 def dropped_temporary_program(fake: FakeCuda) -> None:
     """After the fork (event hooks), MAIN drops a temporary, a library kernel on SIDE writes
-    b, and MAIN's next op reads b, unjoined: a race. The free checks MAIN and SIDE (the
-    fork's wait named it), as a launch would; were it counted as MAIN's launch, that op would
-    check MAIN alone and find the library kernel only after it (the Python hooks, walking
-    from its claim, never)."""
+    b, and MAIN's next op reads b, unjoined: a race. The free checks every stream, as a
+    launch would; were it counted as MAIN's launch, that op would check MAIN alone and find
+    the library kernel only after it (the Python hooks, walking from its claim, never)."""
     with fake.on(MAIN):
         y = fake.alloc()
         graph = FakeGraph(fake)
@@ -335,8 +333,7 @@ def unseen_read_between_main_launches_program(fake: FakeCuda) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="the checks look beyond their own stream only after a change of stream or at the streams "
-    "an event hook named: "
+    reason="the checks look at every stream only after a change of stream or an event hook: "
     "a launch no hook saw on another stream, between two on the same one, is caught up late "
     "(native: after the free, a data race on z) or, walking from the latest claim, not at all (Python)",
 )

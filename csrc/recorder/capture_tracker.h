@@ -268,17 +268,6 @@ class CaptureTracker {
         }
     }
 
-    // The same, of those of `streams` that capture into `graph`.
-    template <typename Streams>
-    void known_frontiers(const Locked&, int32_t graph, const Streams& streams, KnownFrontiers& out) const {
-        for (int64_t stream : streams) {
-            auto g = capturing_.find(stream);
-            if (g == capturing_.end() || g->second != graph) continue;
-            auto it = known_.find(stream);
-            out.emplace_back(stream, it != known_.end() ? it->second : Frontier());
-        }
-    }
-
     // The capture a stream captures into (0: none).
     int32_t graph_of(const Locked&, int64_t stream) const {
         auto it = capturing_.find(stream);

@@ -60,7 +60,7 @@ class GpuTraceHooks {
 
     void on_event_record(int64_t event, int64_t stream) {
         STREAMRACE_TIMED(EventRecord);
-        mark_stream(stream);
+        tls.last_stream = 0;
         captures_.event_recorded(event, stream);
         unseen_.check(stream);
         log_.see_stream(stream, streams_.current_device());
@@ -71,7 +71,7 @@ class GpuTraceHooks {
 
     void on_event_wait(int64_t event, int64_t stream) {
         STREAMRACE_TIMED(EventWait);
-        mark_stream(stream);
+        tls.last_stream = 0;
         log_.see_stream(stream, streams_.current_device());
         std::optional<Frontier> checked = unseen_.checked_wait(stream);
         int32_t stack = stacks_.python_stack();

@@ -95,7 +95,7 @@ class OpHooks {
         t.op_stack = stack;
         int32_t graph = 0;
         Frontier before;
-        if (!plan->only_views) {
+        {
             STREAMRACE_TIMED(LaunchCheck);
             LaunchView view = captures_.launch_view(stream);
             graph = view.graph;

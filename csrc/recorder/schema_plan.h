@@ -48,9 +48,6 @@ struct SchemaPlan {
     // captured, it touched nothing.
     bool host_result = false;
     int view_of = -1;  // a view op (detach, slice, alias): the argument its result views, else -1
-    // A view op that reads and writes nothing: it launches nothing, so no capture check runs
-    // for it (the next op's finds what was launched unseen before either).
-    bool only_views = false;
     // PyTorch's own C++ kernel, never taken apart: what it calls may be silenced while it
     // runs (op_hooks.h, silence_kernel): no Python runs in it to start a profiler or a thread.
     bool silenceable = false;
@@ -162,11 +159,6 @@ inline std::unique_ptr<SchemaPlan> make_plan(const c10::FunctionSchema& schema) 
         plan->host_result = plan->host_result && detail::one_of(ret.type()->str(), tables::kHostResultTypes);
     }
     for (Role role : plan->args) plan->host_result = plan->host_result && role != Role::Write;
-    plan->only_views = plan->view_of >= 0 && !plan->any_return_written;
-    for (size_t i = 0; plan->only_views && i < plan->args.size(); ++i) {
-        bool tensor = schema.arguments()[i].type()->str().find("Tensor") != std::string::npos;
-        plan->only_views = plan->args[i] != Role::Write && (plan->args[i] == Role::Skip || !tensor);
-    }
     return plan;
 }
 

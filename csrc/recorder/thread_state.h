@@ -1,21 +1,18 @@
 // What each thread has in flight: the ops between their RecordFunction's start and end, the
-// Python-side launches (Triton), the stack they share with what they allocate, and which
-// streams its next check looks at. The C++ twin of PythonHooks' depth, op_stack, _last_stream,
-// _marked and _swept.
+// Python-side launches (Triton), the stack they share with what they allocate, and the stream
+// of the previous launch. The C++ twin of PythonHooks' depth, op_stack and _last_stream.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Stream.h>
 #include <c10/util/SmallVector.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "graph_reads.h"
-#include "hook_tables.h"
 #include "schema_plan.h"
 #include "tensor_range.h"
 
@@ -57,14 +54,7 @@ struct ThreadState {
     int opaque_depth = 0;
     int launches = 0;         // Python-side launches in flight (Triton)
     int32_t op_stack = -1;    // the stack of the op or launch in flight, shared by its allocations
-    int64_t last_stream = 0;  // the stream of the previous launch
-    // The streams the event hooks named since the previous launch: a program that records or
-    // waits moves between those (it forks to a side stream, joins one back), so the next
-    // checks look at them beside their own stream (unseen_launches.h).
-    c10::SmallVector<int64_t, 4> marked;
-    // Where a free, since the previous launch, checked every stream of its capture (0: none):
-    // the frees after it on that stream check their own and the marked ones.
-    int64_t swept = 0;
+    int64_t last_stream = 0;  // the stream of the previous launch, while no event hook came between
     int64_t op_calls = 0;     // RecordFunction start callbacks heard on this thread (tests, benchmarks)
     // Buffers of ranges an op lent back when it ended: the next op's, so that describing an
     // op allocates nothing once the thread has recorded a few.
@@ -93,19 +83,6 @@ class SpareRanges {
    public:
     std::vector<ByteRange> v;
 };
-
-// An event hook named `stream` (recorded or waited on it): the next checks look at it too.
-// Past a handful, they look at every stream, as after a change of stream.
-inline void mark_stream(int64_t stream) {
-    ThreadState& t = tls;
-    if (std::find(t.marked.begin(), t.marked.end(), stream) != t.marked.end()) return;
-    if (t.marked.size() == tables::kMostMarkedStreams) {
-        t.last_stream = t.swept = 0;
-        t.marked.clear();
-        return;
-    }
-    t.marked.push_back(stream);
-}
 
 // Inside an op's kernel or a Python-side launch: what happens now is part of it.
 inline bool in_op() { return tls.opaque_depth > 0 || tls.launches > 0; }

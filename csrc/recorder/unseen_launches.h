@@ -60,36 +60,24 @@ class UnseenLaunches {
     }
 
     // Before a launch claims "every node since the previous claim", the streams that may have
-    // launched unseen must be accounted for: its own and those the event hooks named since
-    // the previous launch (where programs move between streams), or, after a change of
-    // stream, every stream of its capture. `view`: the stream's (CaptureTracker::launch_view),
-    // its graph readable.
+    // launched unseen must be accounted for: its own, and, after a change of stream or an
+    // event hook (where programs move between streams), every stream of its capture. `view`:
+    // the stream's (CaptureTracker::launch_view), its graph readable.
     Frontier checked_before_launch(int64_t stream, const LaunchView& view) {
-        ThreadState& t = tls;
-        Frontier now = t.last_stream == stream ? checked_marked(stream, view) : checked_all(view.graph, stream);
-        t.last_stream = stream;
-        t.swept = 0;
-        t.marked.clear();
+        Frontier now = checked_since_last_launch(stream, view);
+        tls.last_stream = stream;
         return now;
     }
 
     // Before a free outside an op: a launch no hook saw, on any stream of the capture, may
     // still use the block, and its kernel event must come before the free (after it, its
     // pointer resolves to nothing, or to the block's next allocation, and the unsafe free is
-    // missed). The streams a launch would check, but it is no launch: the next launch still
-    // checks every stream if the thread's last launch was on another (a free that counted as
-    // that check let a launch no hook saw, made between it and the launch, go). The frees
-    // that follow one that checked every stream, on its stream, check as a launch there would.
+    // missed). The same streams as before a launch, but it is no launch: the next launch
+    // still checks every stream if the thread's last launch was on another (a free that
+    // counted as that check let a launch no hook saw, made between it and the launch, go).
     void check_before_free(int64_t stream) {
         LaunchView view = captures_.launch_view(stream);
-        if (view.graph == 0) return;
-        ThreadState& t = tls;
-        if (t.last_stream == stream || t.swept == stream) {
-            checked_marked(stream, view);
-        } else {
-            checked_all(view.graph, stream);
-            t.swept = stream;
-        }
+        if (view.graph != 0) checked_since_last_launch(stream, view);
     }
 
     // A wait adds the event's nodes to the stream's frontier; a launch would have replaced it.
@@ -135,22 +123,10 @@ class UnseenLaunches {
     }
 
    private:
-    // Its own stream and the streams the event hooks named since the thread's last launch.
-    Frontier checked_marked(int64_t stream, const LaunchView& view) {
-        if (tls.marked.empty()) return checked(stream, view.known);
-        Frontier now = frontier(stream);
-        if (now != view.known) {
-            catch_up();
-            return frontier(stream);
-        }
-        KnownFrontiers known;
-        {
-            Locked held(mutex_);
-            captures_.known_frontiers(held, view.graph, tls.marked, known);
-        }
-        known.erase(std::remove_if(known.begin(), known.end(), [&](const auto& k) { return k.first == stream; }),
-                    known.end());
-        return first_moved(known) ? frontier(stream) : now;
+    // Its own stream if the thread's last launch was on it with no event hook since, else
+    // every stream of its capture.
+    Frontier checked_since_last_launch(int64_t stream, const LaunchView& view) {
+        return tls.last_stream == stream ? checked(stream, view.known) : checked_all(view.graph, stream);
     }
 
     // Stops at the first stream that moved: catching up reads every stream's frontier anyway.
@@ -171,17 +147,6 @@ class UnseenLaunches {
             if (s == stream) mine = std::move(now);
         }
         return mine;
-    }
-
-    // Catches up at the first of these streams whose frontier moved; whether one did.
-    bool first_moved(const KnownFrontiers& known) {
-        for (const auto& [s, seen] : known) {
-            if (frontier(s) != seen) {
-                catch_up();
-                return true;
-            }
-        }
-        return false;
     }
 
     static bool access_type(const std::string& type) {

@@ -78,9 +78,6 @@ ACCESS_NODE_TYPES = ("kernel", "memset", "memcpy")
 MAX_KERNEL_NAME = 200  # characters of a kernel's function name kept in the trace
 
 CAPTURE_STATUS_ACTIVE = 1  # CU_STREAM_CAPTURE_STATUS_ACTIVE
-# The streams event hooks name between two launches that the checks look at beside their own;
-# past this many, every stream of the capture (unseen_launches.h, PythonHooks._mark).
-MOST_MARKED_STREAMS = 8
 
 
 def node_type_name(value: int) -> str:
@@ -247,7 +244,6 @@ inline constexpr size_t kMaxKernelParams = {MAX_KERNEL_PARAMS};
 inline constexpr size_t kMaxExtraPairs = {MAX_EXTRA_PAIRS};
 inline constexpr size_t kMaxKernelName = {MAX_KERNEL_NAME};
 inline constexpr int kCaptureStatusActive = {CAPTURE_STATUS_ACTIVE};
-inline constexpr size_t kMostMarkedStreams = {MOST_MARKED_STREAMS};
 
 // X(hook, where, direct) for each torch.cuda._gpu_trace hook.
 #define STREAMRACE_GPU_TRACE_HOOKS(X) \\

@@ -40,16 +40,9 @@ from streamrace.record.capture_nodes import is_trusted
 from streamrace.record.cuda_runtime import CudaRuntime
 from streamrace.record.graph_memory import GraphMemory, identity
 from streamrace.record.graph_readback import GraphColumns
-from streamrace.record.hook_tables import GPU_TRACE_HOOKS, MAX_ERRORS, MOST_MARKED_STREAMS
+from streamrace.record.hook_tables import GPU_TRACE_HOOKS, MAX_ERRORS
 from streamrace.record.installation import GpuTraceRoute
-from streamrace.record.op_accesses import (
-    index_operands,
-    only_views,
-    op_accesses,
-    returns_to_host,
-    tensor_range,
-    view_base,
-)
+from streamrace.record.op_accesses import index_operands, op_accesses, returns_to_host, tensor_range, view_base
 from streamrace.record.stacks import StackTable
 
 GPU_TRACE_REGISTRIES = tuple(h.registry for h in GPU_TRACE_HOOKS)
@@ -185,7 +178,7 @@ class _OpMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         hooks = self.hooks
-        before = hooks.guard("op", hooks.before_op, func)
+        before = hooks.guard("op", hooks.before_op)
         stack = hooks.op_stack
         hooks.depth += 1
         try:
@@ -231,11 +224,7 @@ class PythonHooks:
         self._capturing: dict[int, int] = {}  # stream -> graph it captures into
         self._event_capture: dict[int, int] = {}  # event -> graph its latest record is in
         self._known: dict[int, tuple[int, ...]] = {}  # capturing stream -> its frontier as last seen
-        self._last_stream = 0  # the stream of the previous launch
-        # The streams the event hooks named since the previous launch, checked beside a check's
-        # own (programs move between those), and where a free since then checked every stream.
-        self._marked: list[int] = []
-        self._swept = 0
+        self._last_stream = 0  # the stream of the previous launch, while no event hook came between
         self._errors = 0
         self._mode: _OpMode | None = None
         self.depth = 0  # ops and launches in flight: nodes created meanwhile are theirs
@@ -347,46 +336,24 @@ class PythonHooks:
 
     def _check_before_launch(self, graph: int, stream: int) -> None:
         """Before a launch claims every node since the previous claim, the streams that may
-        have launched unseen must be accounted for: its own and those the event hooks named
-        since the previous launch (where programs move between streams), or, after a change
-        of stream, every stream of its capture."""
-        self._check_streams(graph, stream, self._last_stream == stream)
-        self._last_stream, self._swept = stream, 0
-        self._marked.clear()
+        have launched unseen must be accounted for: its own, and, after a change of stream or
+        an event hook (where programs move between streams), every stream of its capture."""
+        self._check_since_last_launch(graph, stream)
+        self._last_stream = stream
 
     def _check_before_free(self, stream: int) -> None:
         """Before a free outside an op, a launch no hook saw (on any stream of the capture)
         that may still use the block must be in the trace: after the free its pointer resolves
         to nothing, and the unsafe free is missed. The streams a launch would check; but it is
-        no launch, and the next launch still checks them all where it would have. The frees
-        after one that checked every stream, on its stream, check as a launch there would."""
+        no launch, and the next launch still checks them all where it would have."""
         graph = self._read_graph(stream)
-        if graph is None:
-            return
-        same = stream in (self._last_stream, self._swept)
-        self._check_streams(graph, stream, same)
-        if not same:
-            self._swept = stream
+        if graph is not None:
+            self._check_since_last_launch(graph, stream)
 
-    def _check_streams(self, graph: int, stream: int, same: bool) -> None:
-        """``same``: the stream and the marked ones, else every stream of the capture."""
-        if same:
-            streams = [stream] + [s for s in self._marked if s != stream and self._capturing.get(s) == graph]
-        else:
-            streams = self.capture_streams(graph)
-        if self._moved(streams):
+    def _check_since_last_launch(self, graph: int, stream: int) -> None:
+        same = self._last_stream == stream
+        if self._moved([stream] if same else self.capture_streams(graph)):
             self._catch_up()
-
-    def _mark(self, stream: int) -> None:
-        """An event hook named ``stream``: the next checks look at it too (past a handful, at
-        every stream, as after a change of stream)."""
-        if stream in self._marked:
-            return
-        if len(self._marked) == MOST_MARKED_STREAMS:
-            self._last_stream = self._swept = 0
-            self._marked.clear()
-            return
-        self._marked.append(stream)
 
     def drain(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -434,14 +401,14 @@ class PythonHooks:
             self._mode = None
 
     # -- ops -----------------------------------------------------------------------------------
-    def before_op(self, func: Any) -> tuple[int, int, tuple[int, ...]] | None:
+    def before_op(self) -> tuple[int, int, tuple[int, ...]] | None:
         """The capture of the current stream and the stream's frontier before an op, to
         attribute the nodes the op creates; the op's stack is taken here, shared with its
         allocations."""
         if not (self._any_open() or self.eager_ops) or self.depth:
             return None
         self.op_stack = self.stack()
-        if not self._any_open() or only_views(func):
+        if not self._any_open():
             return None
         stream = self._runtime.current_stream(self._runtime.current_device())
         graph = self._read_graph(stream)
@@ -608,7 +575,7 @@ class PythonHooks:
         self._emit("event_delete", event=event)
 
     def _on_event_record(self, event: int, stream: int) -> None:
-        self._mark(stream)
+        self._last_stream = 0
         graph = self._capturing.get(stream)
         if graph is None:
             self._event_capture.pop(event, None)
@@ -619,7 +586,7 @@ class PythonHooks:
         self._emit("event_record", event=event, stream=stream, stack=self._stack_field(self.stack()))
 
     def _on_event_wait(self, event: int, stream: int) -> None:
-        self._mark(stream)
+        self._last_stream = 0
         self.see_stream(stream, self._runtime.current_device())
         # The wait added the event's nodes to the frontier; a launch would have replaced it.
         if self._read_graph(stream) is not None and not set(self._known.get(stream, ())) <= set(

@@ -79,7 +79,7 @@ _SKIP, _READ, _WRITE = 0, 1, 2
 class _Plan:
     """What the schema says about each argument and return of one op, worked out once."""
 
-    __slots__ = ("args", "host_result", "index_args", "only_views", "returns", "touches", "view_of")
+    __slots__ = ("args", "host_result", "index_args", "returns", "touches", "view_of")
 
     def __init__(self, func: Any) -> None:
         schema = func._schema
@@ -122,16 +122,6 @@ class _Plan:
                 if argument.alias_info is not None and not argument.alias_info.is_write:
                     self.view_of = (i, argument.name, argument.kwarg_only)
                     break
-        # A view op that reads and writes nothing (its other arguments are no tensors): it
-        # launches nothing.
-        self.only_views = (
-            self.view_of is not None
-            and not any(self.returns)
-            and all(
-                role != _WRITE and (role == _SKIP or "Tensor" not in str(argument.type))
-                for (*_, role), argument in zip(self.args, schema.arguments, strict=True)
-            )
-        )
 
 
 _PLANS: dict[Any, _Plan] = {}
@@ -244,13 +234,6 @@ def op_accesses(
         tensors[0].extend(read_tensors)
         tensors[1].extend(write_tensors)
     return reads, writes
-
-
-def only_views(func: Any) -> bool:
-    """Whether the op is a view op that reads and writes nothing (detach, slice, alias): it
-    launches nothing, so no capture check runs for it (the next op's finds what was launched
-    unseen before either)."""
-    return _plan(func).only_views
 
 
 def returns_to_host(func: Any) -> bool:
