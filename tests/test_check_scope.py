@@ -1,0 +1,179 @@
+"""How far a capture's checks look: programs a narrower check would get wrong.
+
+Each places a kernel no hook saw (a library's, CuPy's on an explicit stream) on SIDE that MAIN
+then frees the block of, or reads the output of, with event hooks or frees between that name
+other streams. The check before the free (or the next op) must look at SIDE, so that the
+kernel's event comes first: else its pointer resolves to the block's next allocation (a data
+race on a tensor it never saw, the unsafe free missed), or the Python hooks' next claim
+swallows its node. A change that checked only the streams the event hooks named, let a free
+after a free that checked every stream check its own alone, and skipped view ops (4764be4)
+failed each of these, found by a hostile review, and was reverted: the checks look at every
+stream of the capture after a change of stream or any event hook.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fake_cuda import FakeCuda, FakeGraph  # noqa: E402
+from test_hooks_differential import COPY, KINDS, MAIN, SIDE, analyzed, record_program, recorded_alike  # noqa: E402
+
+
+def assert_unsafe_free_caught(kind, program, order_wanted=("lib_read", "free")) -> None:
+    recorder, _ = record_program(kind, program)
+    events = recorder.trace_events()
+    assert recorder.errors == []
+    order = [e.get("name") or e["ev"] for e in events if e["ev"] in ("kernel", "free")]
+    assert order == list(order_wanted), order
+    findings = analyzed(events).findings
+    assert [f.kind for f in findings] == ["unsafe-free"], findings
+    assert "lib_read" in {a.op for a in findings[0].accesses}, findings
+
+
+def record_for_another_stream_program(fake: FakeCuda) -> None:
+    """SIDE forks off; MAIN launches; a library kernel reads x on SIDE (CuPy on an explicit
+    stream, or a library on a side stream with no torch op there); MAIN then records an event
+    for COPY to wait on (``copy.wait_stream(main)``: event hooks naming MAIN and COPY, not
+    SIDE) and drops x. The event hook makes the free check every stream; checking the streams
+    the events named alone, the library kernel landed after the free."""
+    with fake.on(MAIN):
+        y = fake.alloc()
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        x, w = fake.alloc(), fake.alloc()
+        torch.mul(y, 2.0, out=x)
+        fork, staged, done, copied = fake.event(), fake.event(), fake.event(), fake.event()
+        fake.record(fork)
+        for stream in (SIDE, COPY):
+            with fake.on(stream):
+                fake.wait(fork)
+        torch.mul(y, 2.0, out=w)  # MAIN's launch: last stream MAIN, marks cleared
+        with fake.on(SIDE):
+            fake.launch("kernel", "lib_read", params=[[x.data_ptr()]])  # unseen
+        fake.record(staged)  # copy.wait_stream(main)
+        with fake.on(COPY):
+            fake.wait(staged)
+        fake.free(x)  # x's block, still read on SIDE
+        z = fake.alloc()
+        assert z.data_ptr() == x.data_ptr()
+        torch.mul(y, 3.0, out=z)
+        for stream, event in ((SIDE, done), (COPY, copied)):
+            with fake.on(stream):
+                fake.record(event)
+            fake.wait(event)
+        graph.capture_end()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_event_hook_naming_other_streams_still_finds_a_library_kernel_before_the_free(kind):
+    assert_unsafe_free_caught(kind, record_for_another_stream_program)
+
+
+def swept_then_library_program(fake: FakeCuda) -> None:
+    """The thread's last launch was on SIDE; back on MAIN it drops a temporary (a change of
+    stream: that free checks every stream), a library kernel reads x on SIDE (explicit
+    stream, torch's current stream still MAIN), and MAIN drops x. The second free checks
+    every stream too (the thread's last launch is still on SIDE); had the first counted for
+    it, it would check MAIN alone and the kernel would come after the free."""
+    with fake.on(MAIN):
+        y = fake.alloc()
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        x, tmp = fake.alloc(), fake.alloc()
+        torch.mul(y, 2.0, out=x)
+        fork, done = fake.event(), fake.event()
+        fake.record(fork)
+        with fake.on(SIDE):
+            fake.wait(fork)
+            torch.mul(y, 5.0, out=fake.alloc())  # the thread's last launch: SIDE
+        fake.free(tmp)  # on MAIN: checks every stream, MAIN swept
+        with fake.on(SIDE):
+            fake.launch("kernel", "lib_read", params=[[x.data_ptr()]])  # unseen
+        fake.free(x)  # x's block, still read on SIDE
+        z = fake.alloc()
+        assert z.data_ptr() == x.data_ptr()
+        torch.mul(y, 3.0, out=z)
+        with fake.on(SIDE):
+            fake.record(done)
+        fake.wait(done)
+        graph.capture_end()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_second_free_after_a_change_of_stream_still_finds_a_library_kernel_before_it(kind):
+    assert_unsafe_free_caught(kind, swept_then_library_program, ("free", "lib_read", "free"))
+
+
+def unheard_record_heard_wait_program(fake: FakeCuda) -> None:
+    """A library kernel on SIDE writes x and the library records its
+    own event there (unheard); MAIN waits on it through torch (heard: naming MAIN only). The
+    wait's check finds MAIN's frontier grown by the wait alone (nothing to catch up) and
+    takes it as known; the next launch on MAIN checks MAIN only, finds nothing moved, and its
+    claim would swallow the library's node, were the wait not what makes the launch check
+    every stream: SIDE's moved frontier catches the kernel up before the op."""
+    with fake.on(MAIN):
+        y = fake.alloc()
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        x, w, out = fake.alloc(), fake.alloc(), fake.alloc()
+        fork = fake.event()
+        fake.record(fork)
+        with fake.on(SIDE):
+            fake.wait(fork)
+        torch.mul(y, 2.0, out=w)  # MAIN's launch: marks cleared
+        with fake.on(SIDE):
+            fake.launch("kernel", "lib_write", params=[[x.data_ptr()]])  # unseen
+            done = fake.event()
+            fake.record(done, heard=False)
+        fake.wait(done)  # heard
+        torch.mul(x, 3.0, out=out)  # ordered after lib_write by the wait
+        graph.capture_end()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_library_kernel_joined_through_a_heard_wait_gets_its_own_event_before_the_next_op(kind):
+    recorder, _ = record_program(kind, unheard_record_heard_wait_program)
+    events = recorder.trace_events()
+    assert recorder.errors == []
+    order = [e.get("name") or e.get("op") for e in events if e["ev"] in ("kernel", "op")]
+    assert order == ["aten::mul.out", "lib_write", "aten::mul.out"], order
+
+
+def composite_view_program(fake: FakeCuda) -> None:
+    """Across hook sets. ``a.expand_as(b)`` (also ``view_as``, ``reshape_as`` of a
+    contiguous tensor) is a composite the Python hooks' dispatch mode never sees: it sees
+    ``aten::expand``; the native hooks check at ``expand_as``'s RecordFunction. Both check
+    there (every stream: the thread's last launch was on SIDE), and MAIN's event record makes
+    the free check every stream: alike, the kernel before the free. Skipping the check at
+    view ops (the Python hooks at ``expand``, the native ones not at ``expand_as``, whose
+    schema reads ``other``) made the free check MAIN alone with the native hooks."""
+    with fake.on(MAIN):
+        y = fake.alloc()
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        x, a, b = fake.alloc(), fake.alloc(), fake.alloc()
+        torch.mul(y, 2.0, out=x)
+        fork, done = fake.event(), fake.event()
+        fake.record(fork)
+        with fake.on(SIDE):
+            fake.wait(fork)
+            torch.mul(y, 5.0, out=fake.alloc())  # the thread's last launch: SIDE
+        a.expand_as(b)  # on MAIN
+        with fake.on(SIDE):
+            fake.launch("kernel", "lib_read", params=[[x.data_ptr()]])  # unseen
+        fake.record(fake.event())  # on MAIN: the free checks every stream
+        fake.free(x)
+        z = fake.alloc()
+        torch.mul(y, 3.0, out=z)
+        with fake.on(SIDE):
+            fake.record(done)
+        fake.wait(done)
+        graph.capture_end()
+
+
+def test_a_composite_of_views_is_checked_alike_by_both_hook_sets():
+    events = recorded_alike(composite_view_program)
+    order = [e.get("name") or e["ev"] for e in events if e["ev"] in ("kernel", "free")]
+    assert order == ["lib_read", "free"], order
