@@ -14,6 +14,12 @@ verdicts that changed, and wall time plain and recorded with their ratio (the me
 rounds), and the time recording added to each test (junit's times; the tests it costs most
 first). ``--traces DIR`` keeps every recorded test's trace under DIR/<suite>/ (the plugin's
 ``--streamrace-traces``) for ``streamrace analyze``.
+
+Then the tests whose verdict changed run again by themselves, one after another in one
+process (none of the PYTEST ARGS: no workers beside them, no other test before them), plain
+and recorded: a change that does not come back there came from the run around it (a test
+measuring the device's free memory while seven workers share it, another test's garbage)
+rather than from recording that test. ``--no-recheck`` skips this.
 """
 
 from __future__ import annotations
@@ -52,6 +58,8 @@ class SuiteResult:
     suite: str
     plain: list[Run] = field(default_factory=list)
     recorded: list[Run] = field(default_factory=list)
+    # test -> (plain verdict, recorded verdict) when the changed tests ran by themselves
+    alone: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def added_time(self) -> list[tuple[str, float]]:
         """(test, seconds recording added to it: the medians' difference), most first."""
@@ -67,6 +75,17 @@ class SuiteResult:
             for test, verdict in sorted(recorded.verdicts.items())
             if verdict != plain.verdicts.get(test, "absent")
         ]
+
+
+def node_id(suite: str, test: str) -> str:
+    """pytest's node id, relative to the suite's folder, of a test named as junit names it
+    (``classname::name``; the classname is the module's dotted path from the rootdir, then
+    its classes)."""
+    classname, name = test.split("::", 1)
+    module = os.path.splitext(os.path.basename(suite))[0]
+    parts = classname.split(".")
+    classes = parts[len(parts) - parts[::-1].index(module) :] if module in parts else []
+    return "::".join([os.path.basename(suite), *classes, name])
 
 
 def _median_durations(runs: list[Run]) -> dict[str, float]:
@@ -94,10 +113,29 @@ def _verdicts(junit: str) -> tuple[dict[str, str], dict[str, str], dict[str, flo
     return verdicts, messages, durations
 
 
-def run_suite(suite: str, pytest_args: list[str], streamrace: bool, traces: str | None, log: str | None) -> Run:
+def run_suite(
+    suite: str,
+    pytest_args: list[str],
+    streamrace: bool,
+    traces: str | None,
+    log: str | None,
+    only: list[str] | None = None,
+) -> Run:
+    """One pytest run of the suite, or of the tests ``only`` names (node ids)."""
     with tempfile.TemporaryDirectory() as scratch:
         junit = os.path.join(scratch, "junit.xml")
-        command = [sys.executable, "-m", "pytest", suite, "-q", "-p", "no:cacheprovider", "-rfE", f"--junitxml={junit}"]
+        targets = only if only is not None else [suite]
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            *targets,
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-rfE",
+            f"--junitxml={junit}",
+        ]
         if streamrace:
             command.append("--streamrace")
             if traces:
@@ -119,6 +157,18 @@ def run_suite(suite: str, pytest_args: list[str], streamrace: bool, traces: str 
     return run
 
 
+def recheck(result: SuiteResult, log: str | None) -> None:
+    """The tests whose verdict changed, again by themselves, plain then recorded."""
+    changed = [test for test, *_ in result.changes()]
+    if not changed:
+        return
+    only = [node_id(result.suite, test) for test in changed]
+    plain, recorded = (run_suite(result.suite, [], streamrace, None, log, only) for streamrace in (False, True))
+    for test in changed:
+        result.alone[test] = (plain.verdicts.get(test, "absent"), recorded.verdicts.get(test, "absent"))
+    print(f"{os.path.basename(result.suite)}: the {len(changed)} changed tests again by themselves", flush=True)
+
+
 def report(results: list[SuiteResult]) -> str:
     lines = [
         "| suite | items | capturing | with findings | verdict changes | plain s | streamrace s | ratio |",
@@ -134,8 +184,13 @@ def report(results: list[SuiteResult]) -> str:
         )
     for result in results:
         for test, before, after, message in result.changes():
+            alone = ""
+            if test in result.alone:
+                plain, recorded = result.alone[test]
+                again = "the change comes back" if (plain, recorded) == (before, after) else "it does not come back"
+                alone = f" [by itself: {plain} plain, {recorded} under streamrace; {again}]"
             lines.append(
-                f"{os.path.basename(result.suite)}: {test}: {before} plain, {after} under streamrace: {message}"
+                f"{os.path.basename(result.suite)}: {test}: {before} plain, {after} under streamrace: {message}{alone}"
             )
     for result in results:
         added = result.added_time()
@@ -164,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--streamrace-only", action="store_true", help="only the recorded runs (no verdict changes, no ratio)"
     )
+    parser.add_argument(
+        "--no-recheck", action="store_true", help="do not run the tests whose verdict changed again by themselves"
+    )
     args = parser.parse_args(argv)
     results = [SuiteResult(os.path.abspath(s)) for s in args.suites]
     for round_index in range(args.rounds):
@@ -181,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"round {round_index + 1} {os.path.basename(result.suite)} {kind}: {run.seconds:.1f} s", flush=True
                 )
+    if not args.streamrace_only and not args.no_recheck:
+        for result in results:
+            recheck(result, args.log)
     if not args.streamrace_only:
         print(report(results))
     if args.json:
