@@ -16,7 +16,8 @@ first). ``--traces DIR`` keeps every recorded test's trace under DIR/<suite>/ (t
 ``--streamrace-traces``) for ``streamrace analyze``.
 
 Then the tests whose verdict changed run again by themselves, one after another in one
-process (none of the PYTEST ARGS: no workers beside them, no other test before them), plain
+process (none of the PYTEST ARGS, no ``PYTEST_ADDOPTS``: no workers beside them, no other test
+before them), plain
 and recorded: a change that does not come back there came from the run around it (a test
 measuring the device's free memory while seven workers share it, another test's garbage)
 rather than from recording that test. ``--no-recheck`` skips this.
@@ -121,7 +122,9 @@ def run_suite(
     log: str | None,
     only: list[str] | None = None,
 ) -> Run:
-    """One pytest run of the suite, or of the tests ``only`` names (node ids)."""
+    """One pytest run of the suite, or of the tests ``only`` names (node ids), those by
+    themselves: without ``PYTEST_ADDOPTS`` either (``-n auto`` there would spread them over
+    workers)."""
     with tempfile.TemporaryDirectory() as scratch:
         junit = os.path.join(scratch, "junit.xml")
         targets = only if only is not None else [suite]
@@ -142,7 +145,12 @@ def run_suite(
                 command.append(f"--streamrace-traces={traces}")
         command += pytest_args
         start = time.perf_counter()
-        done = subprocess.run(command, cwd=os.path.dirname(os.path.abspath(suite)), capture_output=True, text=True)
+        env = dict(os.environ)
+        if only is not None:
+            env.pop("PYTEST_ADDOPTS", None)
+        done = subprocess.run(
+            command, cwd=os.path.dirname(os.path.abspath(suite)), capture_output=True, text=True, env=env
+        )
         seconds = time.perf_counter() - start
         if log:
             with open(log, "a", encoding="utf-8") as out:

@@ -51,7 +51,10 @@ def _peer_suites():
     return module
 
 
-def test_a_changed_verdict_is_run_again_by_itself(tmp_path, capsys):
+def test_a_changed_verdict_is_run_again_by_itself(tmp_path, capsys, monkeypatch):
+    # The whole suite in one process, where the order effect shows (CI's -n auto would spread
+    # it over workers); the recheck drops PYTEST_ADDOPTS itself.
+    monkeypatch.setenv("PYTEST_ADDOPTS", "")
     suite = tmp_path / "test_tiny_suite.py"
     suite.write_text(SUITE)
     peer_suites = _peer_suites()
