@@ -17,10 +17,9 @@ first). ``--traces DIR`` keeps every recorded test's trace under DIR/<suite>/ (t
 
 Then the tests whose verdict changed run again by themselves, one after another in one
 process (none of the PYTEST ARGS, no ``PYTEST_ADDOPTS``: no workers beside them, no other test
-before them), plain
-and recorded: a change that does not come back there came from the run around it (a test
-measuring the device's free memory while seven workers share it, another test's garbage)
-rather than from recording that test. ``--no-recheck`` skips this.
+before them), plain and recorded: a change that does not come back there came from the run
+around it (a test measuring the device's free memory while seven workers share it, another
+test's garbage) rather than from recording that test. ``--no-recheck`` skips this.
 """
 
 from __future__ import annotations
