@@ -8,15 +8,10 @@ change that comes back is the recording's; one that does not came from the run a
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-import sys
-
 import pytest
+from benchmark_traces import peer_suites
 
 pytest.importorskip("torch")  # the plugin imports it
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 SUITE = """
 import pytest
@@ -43,22 +38,13 @@ class TestGroup:
 """
 
 
-def _peer_suites():
-    spec = importlib.util.spec_from_file_location("peer_suites", ROOT / "benchmarks" / "peer_suites.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["peer_suites"] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_a_changed_verdict_is_run_again_by_itself(tmp_path, capsys, monkeypatch):
     # The whole suite in one process, where the order effect shows (CI's -n auto would spread
     # it over workers); the recheck drops PYTEST_ADDOPTS itself.
     monkeypatch.setenv("PYTEST_ADDOPTS", "")
     suite = tmp_path / "test_tiny_suite.py"
     suite.write_text(SUITE)
-    peer_suites = _peer_suites()
-    assert peer_suites.main([str(suite), "--json", str(tmp_path / "runs.json")]) == 0
+    assert peer_suites().main([str(suite), "--json", str(tmp_path / "runs.json")]) == 0
     out = capsys.readouterr().out
     lines = {line.split(": ")[1]: line for line in out.splitlines() if line.startswith("test_tiny_suite.py: test_")}
     order = lines["test_tiny_suite::test_after_another"]
@@ -70,7 +56,7 @@ def test_a_changed_verdict_is_run_again_by_itself(tmp_path, capsys, monkeypatch)
 
 
 def test_node_ids_from_junit_names():
-    node_id = _peer_suites().node_id
+    node_id = peer_suites().node_id
     assert node_id("/x/.peer/test_cuda_graphs.py", ".peer.test_cuda_graphs.TestCuda::test_a[p::q]") == (
         "test_cuda_graphs.py::TestCuda::test_a[p::q]"
     )
