@@ -32,6 +32,44 @@ def assert_unsafe_free_caught(kind, program, order_wanted=("lib_read", "free")) 
     assert "lib_read" in {a.op for a in findings[0].accesses}, findings
 
 
+def unseen_read_between_main_launches_program(fake: FakeCuda) -> None:
+    """As freed_under_an_unseen_read_program (test_traced_catch_ups.py), freed before the
+    join, but MAIN launches once more after the fork and before the library kernel: the
+    thread's last launch was on MAIN, no event hook came between, and so the free checks MAIN
+    alone (the library launched on SIDE the way CuPy does on an explicit stream, the current
+    stream unchanged). A gap the checks have, kept as a strict xfail."""
+    with fake.on(MAIN):
+        y = fake.alloc()
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        x = fake.alloc()
+        fork, done = fake.event(), fake.event()
+        fake.record(fork)
+        with fake.on(SIDE):
+            fake.wait(fork)
+        torch.mul(y, 2.0, out=x)
+        with fake.on(SIDE):
+            fake.launch("kernel", "lib_read", params=[[x.data_ptr()]])
+        fake.free(x)
+        z = fake.alloc()
+        torch.mul(y, 2.0, out=z)
+        with fake.on(SIDE):
+            fake.record(done)
+        fake.wait(done)
+        graph.capture_end()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the checks look at every stream only after a change of stream or an event hook: "
+    "a launch no hook saw on another stream, between two on the same one, is caught up late "
+    "(native: after the free, a data race on z) or, walking from the latest claim, not at all (Python)",
+)
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_launch_no_hook_saw_between_two_on_one_stream_is_in_the_trace_before_the_free(kind):
+    assert_unsafe_free_caught(kind, unseen_read_between_main_launches_program)
+
+
 def record_for_another_stream_program(fake: FakeCuda) -> None:
     """SIDE forks off; MAIN launches; a library kernel reads x on SIDE (CuPy on an explicit
     stream, or a library on a side stream with no torch op there); MAIN then records an event
