@@ -16,6 +16,7 @@
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "event_log.h"
@@ -255,8 +256,7 @@ class CaptureTracker {
             return cached.view;
         }
         Locked held(mutex_);
-        cached = CachedView{view_version().load(std::memory_order_relaxed), stream, view_of(held, stream)};
-        return cached.view;
+        return cache_view(held, stream);
     }
 
     // Each stream capturing into `graph`, with its frontier as last seen, in no order.
@@ -295,7 +295,7 @@ class CaptureTracker {
     // is what launch_view reads now.
     void set_known_cached(const Locked& held, int64_t stream, const Frontier& now) {
         set_known(held, stream, now);
-        cached_view = CachedView{view_version().load(std::memory_order_relaxed), stream, view_of(held, stream)};
+        cache_view(held, stream);
     }
 
     // An event recorded on a stream: in that stream's capture, or in none.
@@ -321,14 +321,17 @@ class CaptureTracker {
     }
 
    private:
-    LaunchView view_of(const Locked& held, int64_t stream) {
+    // The stream's view now, as this thread's cached one (under the lock: no change between
+    // the count it is cached at and what it reads).
+    const LaunchView& cache_view(const Locked& held, int64_t stream) {
         LaunchView view;
         view.graph = readable_graph(held, stream);
         if (view.graph != 0) {
             auto it = known_.find(stream);
             if (it != known_.end()) view.known = it->second;
         }
-        return view;
+        cached_view = CachedView{view_version().load(std::memory_order_relaxed), stream, std::move(view)};
+        return cached_view.view;
     }
 
     // Under the lock, after the change: a thread that reads the old count uses a view from
