@@ -16,6 +16,7 @@
 #include "python_error.h"
 
 #include <c10/util/SmallVector.h>
+#include <c10/util/flat_hash_map.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -55,7 +56,7 @@ class UserStacks {
     // (its shown_path let the GIL go) sees the table cleared and gives up (-1). The
     // references go after the mutex is let go: what their finalizers run may record an op.
     void clear() {
-        std::unordered_map<PyObject*, Seen> paths;
+        ska::flat_hash_map<PyObject*, Seen> paths;
         std::vector<PyObject*> owned;
         PyObject* shown_path;
         {
@@ -249,9 +250,11 @@ class UserStacks {
     };
     uint64_t cleared_ = 0;  // clear() calls (GIL-guarded)
     std::mutex mutex_;  // held to change paths_ and by_code_ (GIL held too), and by known() to read them
-    std::unordered_map<PyObject*, Seen> paths_;  // code (by address) -> what was decided for it
+    // code (by address) -> what was decided for it; open addressing: every hook's walk looks
+    // up each of its frames here.
+    ska::flat_hash_map<PyObject*, Seen> paths_;
     std::vector<PyObject*> owned_;                    // every str the table holds, one reference each
-    std::unordered_map<CodeKey, int, CodeKeyHash> by_code_;
+    ska::flat_hash_map<CodeKey, int, CodeKeyHash> by_code_;  // open addressing: one lookup every walk
     std::unordered_map<std::vector<UserFrame>, int, FramesHash> by_frames_;
 };
 
