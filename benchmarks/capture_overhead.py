@@ -126,6 +126,36 @@ def history_facts(enabled: bool):
         NativeHooks.use_allocator_facts = original
 
 
+@contextlib.contextmanager
+def python_end_timed(enabled: bool):
+    """--hook-times: the capture lifecycle's two steps at capture_end, timed whole (the native
+    catch-up and read-back inside the first are also timed on their own)."""
+    from streamrace.record.captures import CaptureLifecycle
+
+    timed: dict[str, tuple[int, float]] = {}
+    originals = {name: getattr(CaptureLifecycle, name) for name in ("before_end", "on_end")}
+
+    def timing(name: str, original):
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                calls, seconds = timed.get(f"end: {name}", (0, 0.0))
+                timed[f"end: {name}"] = (calls + 1, seconds + time.perf_counter() - start)
+
+        return wrapper
+
+    if enabled:
+        for name, original in originals.items():
+            setattr(CaptureLifecycle, name, timing(name, original))
+    try:
+        yield timed
+    finally:
+        for name, original in originals.items():
+            setattr(CaptureLifecycle, name, original)
+
+
 def replay_time(graph: torch.cuda.CUDAGraph, replays: int) -> float:
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
@@ -235,9 +265,10 @@ def main(argv: list[str] | None = None) -> int:
             ):
                 if timed:
                     native.load().reset_hook_times()
-                elapsed, graph, _ = capture(model, x, loc, stream, pool, name)
+                with python_end_timed(timed) as python_end:
+                    elapsed, graph, _ = capture(model, x, loc, stream, pool, name)
                 if timed:
-                    HOOK_TIMES.append(native.load().hook_times())
+                    HOOK_TIMES.append({**native.load().hook_times(), **python_end})
             assert session.recorder.hooks_kind == options["hooks"] and not session.errors, session.errors
             sources[name] = session.trace.header["allocator"].get("facts")
             assert session.findings == [], session.report()

@@ -206,8 +206,8 @@ def test_a_node_the_native_hooks_caught_up_names_the_event_it_became(late):
     events.append(caught_up)
     events.sort(key=lambda e: e["seq"])
     nodes = CaptureNodes(handle=1, base=0, read_access=lambda node, kind: NodeAccess(kind))
-    # what the native hooks say at the capture's end: the caught node, by handle
-    nodes.snapshot(GraphRead([700], ["memcpy"], [None], []), claims=[], caught=[(700, caught_up["seq"])])
+    # what the native hooks say at the capture's end: the caught node, by its index in the graph
+    nodes.snapshot(GraphRead([700], ["memcpy"], [None], []), claims=[], caught=[(0, caught_up["seq"])])
     graph = nodes.event_nodes  # what the graph event holds
 
     def settle_kernel(event):

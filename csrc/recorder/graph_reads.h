@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -152,6 +154,24 @@ inline const char* function_name(const Driver& driver, const KernelFunction& f) 
     return name;
 }
 
+// A kernel function's name (where it has a CUfunction) and the (offset, size) of each of its
+// parameters: the same for every node that runs it, so read once per function (FunctionLayouts).
+struct FunctionLayout {
+    bool named = false;
+    std::string name;
+    std::vector<std::pair<size_t, size_t>> params;
+};
+
+struct KernelFunctionHash {
+    size_t operator()(const KernelFunction& f) const {
+        return std::hash<const void*>()(f.func) ^ (std::hash<const void*>()(f.kern) << 1);
+    }
+};
+
+// The layouts read so far, by function. Kept no longer than the caller knows each function to
+// be loaded (a module unloaded may leave its function's address to another).
+using FunctionLayouts = std::unordered_map<KernelFunction, FunctionLayout, KernelFunctionHash>;
+
 // A kernel node's parameters as the words that may be pointers, per parameter (every 8-byte
 // word of its bytes at least kMinPointer: small integers are sizes, flags and seeds), and its
 // function's name where it has a CUfunction; the C++ twin of kernel_params._kernel. Empty
@@ -173,9 +193,28 @@ inline std::vector<uint64_t> words(const unsigned char* bytes, size_t size) {
     }
     return out;
 }
+
+inline FunctionLayout function_layout(const Driver& driver, const KernelNodeParams& p) {
+    FunctionLayout out;
+    if (p.func != nullptr) {
+        const char* name = nullptr;
+        check(driver.func_name == nullptr ? 1 : driver.call(driver.func_name, &name, p.func), "cuFuncGetName");
+        out.named = name != nullptr;
+        if (name != nullptr) out.name = name;
+    }
+    // (offset, size) of each parameter, until the driver says there are no more.
+    while ((p.func != nullptr || p.kern != nullptr) && out.params.size() < tables::kMaxKernelParams) {
+        size_t offset = 0, size = 0;
+        int err = p.func != nullptr ? driver.call(driver.func_param_info, p.func, out.params.size(), &offset, &size)
+                                    : driver.call(driver.kernel_param_info, p.kern, out.params.size(), &offset, &size);
+        if (err != 0) break;
+        out.params.emplace_back(offset, size);
+    }
+    return out;
+}
 }  // namespace detail
 
-inline KernelParams kernel_params(const Driver& driver, int64_t node) {
+inline KernelParams kernel_params(const Driver& driver, int64_t node, FunctionLayouts& layouts) {
     KernelParams out;
     if (driver.func_param_info == nullptr || driver.kernel_param_info == nullptr || driver.kernel_params == nullptr) {
         return out;
@@ -183,25 +222,16 @@ inline KernelParams kernel_params(const Driver& driver, int64_t node) {
     KernelNodeParams p{};
     detail::check(driver.call(driver.kernel_params, reinterpret_cast<void*>(node), &p), "cuGraphKernelNodeGetParams");
     out.read = true;
-    if (p.func != nullptr) {
-        const char* name = nullptr;
-        detail::check(driver.func_name == nullptr ? 1 : driver.call(driver.func_name, &name, p.func), "cuFuncGetName");
-        out.named = name != nullptr;
-        if (name != nullptr) out.name = name;
-    }
-    // (offset, size) of each parameter, until the driver says there are no more.
-    std::vector<std::pair<size_t, size_t>> layout;
-    while ((p.func != nullptr || p.kern != nullptr) && layout.size() < tables::kMaxKernelParams) {
-        size_t offset = 0, size = 0;
-        int err = p.func != nullptr ? driver.call(driver.func_param_info, p.func, layout.size(), &offset, &size)
-                                    : driver.call(driver.kernel_param_info, p.kern, layout.size(), &offset, &size);
-        if (err != 0) break;
-        layout.emplace_back(offset, size);
-    }
+    const KernelFunction function{p.func, p.func != nullptr ? nullptr : p.kern};
+    auto known = layouts.find(function);
+    if (known == layouts.end()) known = layouts.emplace(function, detail::function_layout(driver, p)).first;
+    const FunctionLayout& layout = known->second;
+    out.named = layout.named;
+    out.name = layout.name;
     if (p.kernel_params != nullptr) {
-        for (size_t i = 0; i < layout.size(); ++i) {
+        for (size_t i = 0; i < layout.params.size(); ++i) {
             const auto* bytes = static_cast<const unsigned char*>(p.kernel_params[i]);
-            out.params.push_back(bytes != nullptr ? detail::words(bytes, layout[i].second) : std::vector<uint64_t>());
+            out.params.push_back(bytes != nullptr ? detail::words(bytes, layout.params[i].second) : std::vector<uint64_t>());
         }
     } else if (p.extra != nullptr) {
         // extra: (key, value) pairs in any order up to CU_LAUNCH_PARAM_END (0): the buffer
@@ -216,7 +246,7 @@ inline KernelParams kernel_params(const Driver& driver, int64_t node) {
         if (buffer != nullptr && size_at != nullptr) {
             size_t size = *static_cast<const size_t*>(size_at);
             const auto* packed = static_cast<const unsigned char*>(buffer);
-            for (auto [offset, n] : layout) {
+            for (auto [offset, n] : layout.params) {
                 size_t end = std::min(size, offset + n);
                 out.params.push_back(offset < end ? detail::words(packed + offset, end - offset) : std::vector<uint64_t>());
             }
@@ -233,15 +263,33 @@ struct Edge {
     bool programmatic;
 };
 
+// Every edge, read as node_handles reads nodes: each call of the driver walks the whole graph,
+// so an array with room for as many as the previous read found (plus some) reads them in one.
 inline std::vector<Edge> graph_edges(const Driver& driver, int64_t graph) {
     if (driver.edges == nullptr) throw std::runtime_error("the driver has no cuGraphGetEdges");
-    size_t count = 0;
+    static thread_local size_t previous = 0;
     void* g = reinterpret_cast<void*>(graph);
-    detail::check(driver.call(driver.edges, g, nullptr, nullptr, nullptr, &count), "cuGraphGetEdges");
-    if (count == 0) return {};
-    std::vector<void*> from(count), to(count);
-    std::vector<EdgeData> data(count);
-    detail::check(driver.call(driver.edges, g, from.data(), to.data(), data.data(), &count), "cuGraphGetEdges");
+    std::vector<void*> from, to;
+    std::vector<EdgeData> data;
+    size_t count = 0;
+    if (previous > 0) {
+        count = previous + previous / 8 + 64;
+        from.resize(count);
+        to.resize(count);
+        data.resize(count);
+        detail::check(driver.call(driver.edges, g, from.data(), to.data(), data.data(), &count), "cuGraphGetEdges");
+    }
+    if (previous == 0 || count >= from.size()) {
+        count = 0;
+        detail::check(driver.call(driver.edges, g, nullptr, nullptr, nullptr, &count), "cuGraphGetEdges");
+        previous = count;
+        if (count == 0) return {};
+        from.resize(count);
+        to.resize(count);
+        data.resize(count);
+        detail::check(driver.call(driver.edges, g, from.data(), to.data(), data.data(), &count), "cuGraphGetEdges");
+    }
+    previous = count;
     constexpr unsigned char kProgrammatic = 1;  // CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
     std::vector<Edge> out;
     out.reserve(count);

@@ -17,7 +17,8 @@ namespace streamrace::timing {
     X(CatchUp, "catch up") X(CatchUpWalk, "catch-up walk") X(Alloc, "alloc hook") X(Free, "free hook")           \
     X(EventRecord, "event record hook") X(EventWait, "event wait hook") X(OtherTrace, "other trace hook")       \
     X(GraphRead, "graph read-back") X(KernelAccess, "kernel params") X(LaunchCheck, "launch check")               \
-    X(LaunchClaim, "launch claim") X(CatchUpTrace, "catch-up dependency query") X(CheckAll, "check all streams")
+    X(LaunchClaim, "launch claim") X(CatchUpTrace, "catch-up dependency query") X(CheckAll, "check all streams")        \
+    X(GraphNodes, "read-back: nodes") X(GraphTypes, "read-back: types") X(GraphEdges, "read-back: edges")
 
 enum Phase : int {
 #define STREAMRACE_PHASE_ENUM(name, text) name,

@@ -147,11 +147,11 @@ class State {
     }
     void refresh_frontiers(int32_t graph) { unseen_.refresh(graph); }
     void catch_up() { unseen_.catch_up(); }
-    std::vector<std::pair<int64_t, int64_t>> caught_up(int32_t graph) { return captures_.caught(graph); }
 
     // -- graph reads at a capture's end and at a catch-up (GraphReadback in Python) -----------
     // (node handles, node types, kernel names or None, edges by node id flattened as (from,
-    // to, 1 if programmatic else 0), each node's event or 0): graph_readback.GraphColumns. A
+    // to, 1 if programmatic else 0), each node's event or 0): graph_readback.GraphColumns;
+    // then (node index, seq) of the capture's caught-up kernel events, flattened. A
     // capture's end is on the program's clock, so the columns of ints are native int64 bytes
     // (an array('q') in Python: no int object per node or edge now) and the strs are shared;
     // the graph event's objects are made later. Node types are made once per recording,
@@ -163,10 +163,17 @@ class State {
     py::tuple read_graph(int64_t graph, int32_t capture) {
         STREAMRACE_TIMED(GraphRead);
         kernel_names_.clear();
-        std::vector<int64_t> handles = streamrace::node_handles_as_before(driver_, graph);
+        layouts_.clear();
+        // Before the nodes: each node a catch-up found is then among them.
+        const std::vector<std::pair<int64_t, int64_t>> caught = capture == 0 ? decltype(caught)() : captures_.caught(capture);
+        std::vector<int64_t> handles;
         ska::flat_hash_map<int64_t, int64_t> index;  // open addressing: one entry per node
-        index.reserve(handles.size());
-        for (size_t i = 0; i < handles.size(); ++i) index.emplace(handles[i], static_cast<int64_t>(i));
+        {
+            STREAMRACE_TIMED(GraphNodes);
+            handles = streamrace::node_handles_as_before(driver_, graph);
+            index.reserve(handles.size());
+            for (size_t i = 0; i < handles.size(); ++i) index.emplace(handles[i], static_cast<int64_t>(i));
+        }
         const std::vector<char> claimed =
             capture == 0 ? std::vector<char>(handles.size(), 0)
                          : captures_.claimed_nodes(
@@ -179,6 +186,7 @@ class State {
         const auto n = static_cast<Py_ssize_t>(handles.size());
         py::list types(n), names(n);
         std::vector<int64_t> events(handles.size(), 0);
+        STREAMRACE_TIMED(GraphTypes);
         for (Py_ssize_t i = 0; i < n; ++i) {
             const auto k = static_cast<size_t>(i);
             const int64_t node = handles[k];
@@ -191,6 +199,7 @@ class State {
             }
             events[k] = streamrace::node_event(driver_, node, type);
         }
+        STREAMRACE_TIMED(GraphEdges);
         const std::vector<Edge> found = streamrace::graph_edges(driver_, graph);
         std::vector<int64_t> edges;
         edges.reserve(3 * found.size());
@@ -199,14 +208,23 @@ class State {
             edges.push_back(index.at(e.to));
             edges.push_back(e.programmatic ? 1 : 0);
         }
-        return py::make_tuple(int64_bytes(handles), types, names, int64_bytes(edges), int64_bytes(events));
+        std::vector<int64_t> caught_at;  // (index, seq) of each, flattened: no handle -> index map in Python
+        caught_at.reserve(2 * caught.size());
+        for (auto [node, seq] : caught) {
+            auto it = index.find(node);
+            if (it == index.end()) continue;
+            caught_at.push_back(it->second);
+            caught_at.push_back(seq);
+        }
+        return py::make_tuple(int64_bytes(handles), types, names, int64_bytes(edges), int64_bytes(events),
+                              int64_bytes(caught_at));
     }
 
     // (function name or None, [words per parameter]) of a kernel node, or None where the
     // driver gives no parameter layouts (Python reads them then).
     py::object kernel_access(int64_t node) {
         STREAMRACE_TIMED(KernelAccess);
-        KernelParams read = streamrace::kernel_params(driver_, node);
+        KernelParams read = streamrace::kernel_params(driver_, node, layouts_);
         if (!read.read) return py::none();
         py::object name = read.named ? decoded(read.name.data(), read.name.size()) : py::none();
         py::list params;
@@ -225,6 +243,7 @@ class State {
     void release_python() {
         type_names_.clear();
         kernel_names_.clear();
+        layouts_.clear();
         stacks_.release_python();
         streams_.release_python();
     }
@@ -255,14 +274,9 @@ class State {
         return name;
     }
 
-    struct FunctionHash {
-        size_t operator()(const KernelFunction& f) const {
-            return std::hash<const void*>()(f.func) ^ (std::hash<const void*>()(f.kern) << 1);
-        }
-    };
-
     std::unordered_map<int, py::object> type_names_;                         // GIL-guarded
-    std::unordered_map<KernelFunction, py::object, FunctionHash> kernel_names_;  // GIL-guarded
+    std::unordered_map<KernelFunction, py::object, KernelFunctionHash> kernel_names_;  // GIL-guarded
+    FunctionLayouts layouts_;  // GIL-guarded, cleared with kernel_names_
     const Driver driver_;
     EventLog log_;
     CaptureTracker captures_;
@@ -587,7 +601,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                          bool trusted) { h.state().claim(graph, seq, node, trusted); })
         .def("refresh_frontiers", [](Hooks& h, int32_t graph) { h.state().refresh_frontiers(graph); })
         .def("catch_up", [](Hooks& h) { h.state().catch_up(); })
-        .def("caught_up", [](Hooks& h, int32_t graph) { return h.state().caught_up(graph); })
         .def("begin_launch", [](Hooks& h) { return h.state().ops.begin_launch(); })
         .def("end_launch", [](Hooks& h) { h.state().ops.end_launch(); })
         .def("drain", [](Hooks& h) { return h.state().drain(); })

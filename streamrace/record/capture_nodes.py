@@ -87,9 +87,12 @@ class CaptureNodes:
         # drained event's seq may have moved since; its own seq is what its node names)
         self.caught: dict[int, int] = {}
         self.launches: dict[int, dict[str, Any]] = {}  # seq -> kernel event of a launch claimed by handle
-        # node handle -> index, once the graph is read (``number``); until then, the native
-        # hooks' kernel events that name their node by handle wait here
-        self._index_of: dict[int, int] | None = None
+        # The graph's nodes in creation order, once it is read (``number``); until then, the
+        # native hooks' kernel events that name their node by handle wait here. Handle -> index
+        # is made from them when first asked (_index_of), which is after the capture's end
+        # unless a kernel event was drained before it.
+        self._handles: Sequence[int] | None = None
+        self._index: dict[int, int] | None = None
         self._unnumbered: dict[int, dict[str, Any]] = {}
         self._accesses: dict[int, Any] = {}  # node index -> NodeAccess, read before the graph is gone
         self._checked_ops: dict[int, list[int]] = {}  # seq of a custom op -> its kernel nodes (_owners)
@@ -138,28 +141,34 @@ class CaptureNodes:
         """A kernel event the native hooks caught up, naming its node by handle
         (``_node_handle``): claimed now if the graph was read, else once it is (``number``)."""
         handle = event["_node_handle"]
-        if self._index_of is None:
+        if self._handles is None:
             self._unnumbered[handle] = event
         else:
             self._claim_numbered(handle, event)
 
     @property
     def numbered(self) -> bool:
-        return self._index_of is not None
+        return self._handles is not None
+
+    def _index_of(self) -> dict[int, int]:
+        """Node handle -> index, once the graph is read."""
+        assert self._handles is not None
+        if self._index is None:
+            self._index = dict(zip(self._handles, range(len(self._handles)), strict=True))
+        return self._index
 
     def number(self, handles: Sequence[int] | None) -> None:
         """The graph's nodes in creation order, read at the capture's end: each kernel event
         caught up by handle gets its node's index. None: the graph could not be read (its
         capture failed); those events then name the capture's first node, as a Triton
         launch's does until it is read."""
-        self._index_of = {} if handles is None else {node: i for i, node in enumerate(handles)}
+        self._handles, self._index = (() if handles is None else handles), None
         waiting, self._unnumbered = self._unnumbered, {}
         for handle, event in waiting.items():
             self._claim_numbered(handle, event)
 
     def _claim_numbered(self, handle: int, event: dict[str, Any]) -> None:
-        assert self._index_of is not None
-        index = self._index_of.get(handle, self.base)
+        index = self._index_of().get(handle, self.base)
         if "_node_handle" in event:  # not a collective that took the event over (collectives.absorb)
             # "node" where the handle was: the trace's keys in the order the Python hooks write
             fields = [("node", index) if key == "_node_handle" else (key, value) for key, value in event.items()]
@@ -171,16 +180,14 @@ class CaptureNodes:
         """At capture end, what only the live graph can tell: its nodes and edges (``read``),
         which numbers the kernel events caught up by handle, and the parameters of the nodes
         whose accesses are still to be worked out, the ones caught up and those of custom ops.
-        ``claims``: CaptureRead.claims; ``caught``: CaptureRead.caught, (node handle, seq when
+        ``claims``: CaptureRead.claims; ``caught``: CaptureRead.caught, (node index, seq when
         emitted) of the kernel events the native hooks caught up, whose events are claimed
         when they are drained (maybe renumbered by then: moving a collective onto its stream
         renumbers the events of its call, collectives.py). Who owns which node waits for
         finish, unless a custom op's nodes must be known now."""
         self._read, self._claims = read, claims
         self.number(read.handles)
-        index_of = self._index_of
-        assert index_of is not None
-        self.caught.update((index_of[handle], seq) for handle, seq in caught if handle in index_of)
+        self.caught.update(caught)
         if not all(claims[2::3]):
             self._owners()
         needs = set(self.caught) | {i for ids in self._checked_ops.values() for i in ids}
@@ -191,8 +198,8 @@ class CaptureNodes:
     def _owners(self) -> dict[int, int]:
         """Node index -> seq of the event that created it (in the order the events were
         emitted); sets the custom ops' nodes and the handle-claimed launches' first node."""
-        assert self._read is not None and self._index_of is not None
-        index_of = self._index_of.get
+        assert self._read is not None
+        index_of = self._index_of().get
         c = self._claims
         merged: list[tuple[int, int, Any]] = [(c[k], index_of(c[k + 1], -1), c[k + 2]) for k in range(0, len(c), 3)]
         merged += [(seq, index, _CAUGHT) for index, seq in self.caught.items()]

@@ -87,7 +87,7 @@ class HookOptions:
 class CaptureRead(NamedTuple):
     """What the hooks hold of a capture at its end, read once they have caught up."""
 
-    # (node handle, seq when emitted) of the kernel events the hooks caught up themselves (the
+    # (node index, seq when emitted) of the kernel events the hooks caught up themselves (the
     # Recorder claims those it makes: none with the Python hooks)
     caught: list[tuple[int, int]]
     graph: GraphColumns  # the graph read back (graph_readback.py, or the same in C++)
@@ -659,12 +659,13 @@ class NativeHooks:
         native = self._native
         # Caught up first: the read-back leaves unnamed the kernel nodes a recorded launch made.
         native.catch_up()
-        # Read in this order: what was caught up, the graph, the claims. The columns of ints
-        # come as int64 bytes and become arrays: no int object per node now.
-        caught = native.caught_up(graph)
-        handles, types, names, edges, events = native.read_graph(handle, graph)
+        # Read in this order: what was caught up (read_graph reads it first, and numbers its
+        # nodes), the graph, the claims. The columns of ints come as int64 bytes and become
+        # arrays: no int object per node now.
+        handles, types, names, edges, events, caught_at = native.read_graph(handle, graph)
         columns = (array("q", handles), types, names, array("q", edges), array("q", events))
-        return CaptureRead(caught, columns, array("q", native.claims(graph)))
+        caught = array("q", caught_at)
+        return CaptureRead(list(zip(caught[::2], caught[1::2], strict=True)), columns, array("q", native.claims(graph)))
 
     def use_allocator_facts(self) -> str:
         """Allocations take their exact facts from the allocator's trace tracker from now on
