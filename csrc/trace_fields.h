@@ -123,6 +123,7 @@
     X(event_record, event) \
     X(event_record, stream) \
     X(event_record, stack) \
+    X(event_record, inferred) \
     X(event_wait, event) \
     X(event_wait, stream) \
     X(event_wait, stack) \

@@ -365,9 +365,11 @@ class FakeCuda:
         if heard:
             self.registries.EventRecordCallbacks.fire_callbacks(event, self.stream)
 
-    def wait(self, event: int, external: bool = False) -> None:
+    def wait(self, event: int, external: bool = False, heard: bool = True) -> None:
         """``stream.wait_event(event)``: an event recorded in a capture joins the stream to it;
-        an ``Event(external=True)``'s wait in a capture is an event wait node of the graph."""
+        an ``Event(external=True)``'s wait in a capture is an event wait node of the graph.
+        ``heard``: torch's GPU-trace registries hear it (not a library's own
+        ``cudaStreamWaitEvent``)."""
         recorded = self._events[event]
         if external and self._capturing.get(self.stream) is not None:
             self.launch("waitevent", event=event)
@@ -377,7 +379,8 @@ class FakeCuda:
                 raise RuntimeError("cudaErrorStreamCaptureIsolation: the stream captures into another graph")
             mine = self._frontier.get(self.stream, ())
             self._frontier[self.stream] = mine + tuple(n for n in frontier if n not in mine)
-        self.registries.EventWaitCallbacks.fire_callbacks(event, self.stream)
+        if heard:
+            self.registries.EventWaitCallbacks.fire_callbacks(event, self.stream)
 
     def delete_event(self, event: int) -> None:
         del self._events[event]

@@ -345,7 +345,8 @@ def test_the_graph_event_names_only_the_kernel_nodes_no_recorded_launch_made():
 
 def branch_program(fake: FakeCuda, reads: list[int]) -> None:
     """Library kernels on SIDE and COPY that a third, on MAIN, waits for through the library's
-    own events: one new node with two new dependencies, a branch, walked."""
+    own events, recorded and waited on where no hook hears: one new node with two new
+    dependencies, a branch, walked."""
     with fake.on(MAIN):
         x, y, z = fake.alloc(), fake.alloc(), fake.alloc()
         graph = FakeGraph(fake)
@@ -359,7 +360,7 @@ def branch_program(fake: FakeCuda, reads: list[int]) -> None:
                 fake.launch("kernel", f"lib_{stream:x}", params=[[buffer.data_ptr()]])
                 done = fake.event()
                 fake.record(done, heard=False)
-            fake.wait(done, external=False)
+            fake.wait(done, heard=False)
         fake.launch("kernel", "lib_join", params=[[x.data_ptr()]])
         torch.mul(x, 3.0, out=x)  # its launch check catches up: MAIN's new node comes first
         reads.append(fake.node_reads)

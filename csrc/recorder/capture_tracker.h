@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -268,6 +269,12 @@ class CaptureTracker {
         }
     }
 
+    // A capturing stream's frontier as last seen (empty: none).
+    Frontier known_of(const Locked&, int64_t stream) const {
+        auto it = known_.find(stream);
+        return it != known_.end() ? it->second : Frontier();
+    }
+
     // The capture a stream captures into (0: none).
     int32_t graph_of(const Locked&, int64_t stream) const {
         auto it = capturing_.find(stream);
@@ -309,7 +316,49 @@ class CaptureTracker {
         }
     }
 
-    void event_deleted(const Locked&, int64_t event) { event_capture_.erase(event); }
+    void event_deleted(const Locked&, int64_t event) {
+        event_capture_.erase(event);
+        event_frontier_.erase(event);
+    }
+
+    // The recording stream's frontier at an event's latest record heard in a readable capture
+    // (none: erased): the nodes a wait on it may bring in that no unheard record explains.
+    void event_frontier(int64_t event, const std::optional<Frontier>& frontier) {
+        Locked held(mutex_);
+        if (frontier) {
+            event_frontier_[event] = *frontier;
+        } else {
+            event_frontier_.erase(event);
+        }
+    }
+
+    // Whether a wait on `event` brought in nodes (in `now`, not in `known`) that the event's
+    // latest heard record does not hold.
+    bool unexplained(int64_t event, const Frontier& known, const Frontier& now) {
+        Locked held(mutex_);
+        auto it = event_frontier_.find(event);
+        for (int64_t node : now) {
+            if (std::find(known.begin(), known.end(), node) != known.end()) continue;
+            if (it == event_frontier_.end() || std::find(it->second.begin(), it->second.end(), node) == it->second.end()) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    // The frontier of an event's latest heard record, empty for none.
+    Frontier heard_frontier(int64_t event) {
+        Locked held(mutex_);
+        auto it = event_frontier_.find(event);
+        return it != event_frontier_.end() ? it->second : Frontier();
+    }
+
+    // A record no hook heard, stood in for (UnseenLaunches::unheard_record): as if heard.
+    void record_stood_in(int64_t event, int32_t graph, const Frontier& frontier) {
+        Locked held(mutex_);
+        event_capture_[event] = graph;
+        event_frontier_[event] = frontier;
+    }
 
     // Waiting on an event recorded in an open capture joins the capture, as in CUDA.
     void join_on_wait(const Locked&, int64_t event, int64_t stream) {
@@ -343,6 +392,7 @@ class CaptureTracker {
     std::unordered_map<int32_t, Capture> captures_;
     std::unordered_map<int64_t, int32_t> capturing_;      // stream -> graph it captures into
     std::unordered_map<int64_t, int32_t> event_capture_;  // event -> capture of its latest record
+    std::unordered_map<int64_t, Frontier> event_frontier_;  // event -> frontier at its latest heard record
     std::unordered_map<int64_t, Frontier> known_;         // capturing stream -> its frontier as last seen
 };
 

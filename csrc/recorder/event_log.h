@@ -71,6 +71,7 @@ struct Record {
     uint32_t reads = 0, writes = 0, index = 0;
     uint32_t host_reads = 0, host_writes = 0;  // pinned host bytes (1.5), after the index ranges
     bool host_blocking = false;                // the host waited for the op
+    bool inferred = false;                     // an event record no hook heard, stood in for (1.7)
     int32_t fact = -1;  // an alloc's exact facts (the allocator's tracker), from facts_[fact]
     int64_t base = 0;   // a view's: the identity of the tensor it views (0: unknown)
     uint32_t tensors = 0, tensor_count = 0;  // an op's read identities, from tensor_ids_[tensors]
@@ -650,6 +651,7 @@ class EventLog {
                 d.set(STREAMRACE_FIELD("event", "event_record", "event_wait"), r.value);
                 d.set(STREAMRACE_FIELD("stream", "event_record", "event_wait"), r.stream);
                 stack();
+                if (r.inferred) d.set_true(STREAMRACE_FIELD("inferred", "event_record"));
                 break;
             case Kind::StreamSync:
                 d.set(STREAMRACE_FIELD("stream", "stream_sync"), r.stream);

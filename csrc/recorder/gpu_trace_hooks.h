@@ -62,7 +62,7 @@ class GpuTraceHooks {
         STREAMRACE_TIMED(EventRecord);
         tls.last_stream = 0;
         captures_.event_recorded(event, stream);
-        unseen_.check(stream);
+        captures_.event_frontier(event, unseen_.check(stream));
         log_.see_stream(stream, streams_.current_device());
         int32_t stack = stacks_.python_stack();
         Locked held = log_.lock();
@@ -73,17 +73,27 @@ class GpuTraceHooks {
         STREAMRACE_TIMED(EventWait);
         tls.last_stream = 0;
         log_.see_stream(stream, streams_.current_device());
-        std::optional<Frontier> checked = unseen_.checked_wait(stream);
+        std::optional<UnseenLaunches::WaitCheck> checked = unseen_.checked_wait(stream);
+        std::optional<int64_t> stood_in;
+        // An op's own waits join what it launched, which its claim takes.
+        if (checked && !in_op() && captures_.unexplained(event, checked->known, checked->now)) {
+            stood_in = unseen_.unheard_record(event, stream, *checked);
+        }
         int32_t stack = stacks_.python_stack();
         {
             Locked held = log_.lock();
+            if (stood_in) {
+                Record record = simple(Kind::EventRecord, event, *stood_in, -1, stack);
+                record.inferred = true;
+                log_.append(held, record);
+            }
             log_.append(held, simple(Kind::EventWait, event, stream, -1, stack));
             captures_.join_on_wait(held, event, stream);
         }
         // The wait is the last thing the stream did (torch reports it once it is made); a
         // stream it joins to a capture is read now.
         if (captures_.readable_graph(stream) != 0) {
-            Frontier now = checked ? std::move(*checked) : unseen_.frontier(stream);
+            Frontier now = checked ? std::move(checked->now) : unseen_.frontier(stream);
             Locked held = log_.lock();
             captures_.set_known(held, stream, now);
         }

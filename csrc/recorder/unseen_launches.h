@@ -54,9 +54,11 @@ class UnseenLaunches {
         return frontier(stream);
     }
 
-    void check(int64_t stream) {
+    // The stream's frontier, accounted for; nothing when its capture cannot be read.
+    std::optional<Frontier> check(int64_t stream) {
         LaunchView view = captures_.launch_view(stream);
-        if (view.graph != 0) checked(stream, view.known);
+        if (view.graph == 0) return std::nullopt;
+        return checked(stream, view.known);
     }
 
     // Before a launch claims "every node since the previous claim", the streams that may have
@@ -80,17 +82,67 @@ class UnseenLaunches {
         if (view.graph != 0) checked_since_last_launch(stream, view);
     }
 
+    // What a wait's check saw: the stream's capture, its frontier as last seen before the wait,
+    // and after it.
+    struct WaitCheck {
+        int32_t graph = 0;
+        Frontier known;
+        Frontier now;
+    };
+
     // A wait adds the event's nodes to the stream's frontier; a launch would have replaced it.
     // The frontier after the wait, accounted for; nothing when the stream's capture cannot be
     // read (or it captures in none yet).
-    std::optional<Frontier> checked_wait(int64_t stream) {
+    std::optional<WaitCheck> checked_wait(int64_t stream) {
         LaunchView view = captures_.launch_view(stream);
         if (view.graph == 0) return std::nullopt;
-        const Frontier& known = view.known;
-        Frontier now = frontier(stream);
-        if (subset(known, now)) return now;
+        WaitCheck check{view.graph, view.known, frontier(stream)};
+        if (subset(check.known, check.now)) return check;
         catch_up();
-        return frontier(stream);
+        check.now = frontier(stream);
+        return check;
+    }
+
+    // The stream whose record of `event` no hook heard (a library recorded it itself), where a
+    // wait on it brought in nodes no heard record of it explains (CaptureTracker::unexplained):
+    // the one other stream of the capture whose whole frontier the waiting stream now holds, had
+    // not held (`wait.known`) and the event's heard record does not. Its record then orders
+    // exactly what the real one did: anything it did after that record would be in its frontier
+    // and not in the waiting stream's. What the capture's streams launched unseen is caught up
+    // first, so that the record comes after their kernels. Nothing where no stream, or more
+    // than one, is such: no record is made up (a race may then be reported that the graph
+    // orders, never one hidden). The Python hooks' _unheard_record.
+    std::optional<int64_t> unheard_record(int64_t event, int64_t waiting, const WaitCheck& wait) {
+        const std::vector<int64_t> streams = captures_.capture_streams(wait.graph);
+        std::vector<Frontier> now = frontiers(streams);
+        bool moved = false;
+        {
+            Locked held(mutex_);
+            for (size_t i = 0; i < streams.size() && !moved; ++i) {  // the waiting stream's moved by the wait
+                moved = streams[i] != waiting && captures_.known_of(held, streams[i]) != now[i];
+            }
+        }
+        if (moved) {
+            catch_up();
+            now = frontiers(streams);
+        }
+        const Frontier heard = captures_.heard_frontier(event);
+        Frontier after;
+        for (size_t i = 0; i < streams.size(); ++i) {
+            if (streams[i] == waiting) after = now[i];
+        }
+        std::optional<size_t> joined;
+        for (size_t i = 0; i < streams.size(); ++i) {
+            const Frontier& f = now[i];
+            if (streams[i] == waiting || f.empty() || !subset(f, after) || subset(f, wait.known) || subset(f, heard)) {
+                continue;
+            }
+            if (joined) return std::nullopt;  // more than one
+            joined = i;
+        }
+        if (!joined) return std::nullopt;
+        captures_.record_stood_in(event, wait.graph, now[*joined]);
+        return streams[*joined];
     }
 
     // After catching up: what every stream of the capture has launched is accounted for.

@@ -223,6 +223,9 @@ class PythonHooks:
         self._captures: dict[int, _Capture] = {}
         self._capturing: dict[int, int] = {}  # stream -> graph it captures into
         self._event_capture: dict[int, int] = {}  # event -> graph its latest record is in
+        # event -> its stream's frontier at its latest record heard in a readable capture: the
+        # nodes a wait on it may bring in without a record no hook heard (_unheard_record)
+        self._event_frontier: dict[int, tuple[int, ...]] = {}
         self._known: dict[int, tuple[int, ...]] = {}  # capturing stream -> its frontier as last seen
         self._last_stream = 0  # the stream of the previous launch, while no event hook came between
         self._errors = 0
@@ -572,6 +575,7 @@ class PythonHooks:
 
     def _on_event_delete(self, event: int) -> None:
         self._event_capture.pop(event, None)
+        self._event_frontier.pop(event, None)
         self._emit("event_delete", event=event)
 
     def _on_event_record(self, event: int, stream: int) -> None:
@@ -582,24 +586,64 @@ class PythonHooks:
         else:
             self._event_capture[event] = graph
         self._check(stream)
+        if self._read_graph(stream) is not None:
+            self._event_frontier[event] = self._graphs.capture_state(stream)[1]
+        else:
+            self._event_frontier.pop(event, None)
         self.see_stream(stream, self._runtime.current_device())
         self._emit("event_record", event=event, stream=stream, stack=self._stack_field(self.stack()))
 
     def _on_event_wait(self, event: int, stream: int) -> None:
         self._last_stream = 0
         self.see_stream(stream, self._runtime.current_device())
-        # The wait added the event's nodes to the frontier; a launch would have replaced it.
-        if self._read_graph(stream) is not None and not set(self._known.get(stream, ())) <= set(
-            self._graphs.capture_state(stream)[1]
-        ):
-            self._catch_up()
-        self._emit("event_wait", event=event, stream=stream, stack=self._stack_field(self.stack()))
+        stood_in = None
+        graph = self._read_graph(stream)
+        if graph is not None:
+            known = set(self._known.get(stream, ()))
+            now = set(self._graphs.capture_state(stream)[1])
+            # The wait added the event's nodes to the frontier; a launch would have replaced it.
+            if not known <= now:
+                self._catch_up()
+                now = set(self._graphs.capture_state(stream)[1])
+            # An op's own waits join what it launched, which its claim takes.
+            if not self.depth and now - known - set(self._event_frontier.get(event, ())):
+                stood_in = self._unheard_record(graph, event, stream, known)
+        stack = self._stack_field(self.stack())
+        if stood_in is not None:
+            self._emit("event_record", event=event, stream=stood_in, stack=stack, inferred=True)
+        self._emit("event_wait", event=event, stream=stream, stack=stack)
         # Waiting on an event recorded in an open capture joins the capture, as in CUDA.
         source = self._event_capture.get(event)
         if source is not None and self._captures[source].open and stream not in self._capturing:
             self._capturing[stream] = source
         if self._read_graph(stream) is not None:
             self._known[stream] = self._graphs.capture_state(stream)[1]
+
+    def _unheard_record(self, graph: int, event: int, waiting: int, known: set[int]) -> int | None:
+        """The stream whose record of ``event`` no hook heard (a library recorded it itself),
+        where a wait on it brought in nodes that no heard record of it explains: the one other
+        stream of the capture whose whole frontier the waiting stream now holds, had not held
+        (``known``) and the event's heard record does not. Its record then orders exactly what
+        the real one did: anything it did after that record would be in its frontier and not in
+        the waiting stream's. What the capture's streams launched unseen is caught up first, so
+        that the record comes after their kernels. None where no stream, or more than one, is
+        such: no record is made up (a race may then be reported that the graph orders, never one
+        hidden)."""
+        streams = self.capture_streams(graph)
+        if self._moved([s for s in streams if s != waiting]):  # the waiting stream's moved by the wait
+            self._catch_up()
+        now = set(self._graphs.capture_state(waiting)[1])
+        heard = set(self._event_frontier.get(event, ()))
+        joined = []
+        for other in streams:
+            frontier = set(self._graphs.capture_state(other)[1]) if other != waiting else set()
+            if frontier and frontier <= now and not frontier <= known and not frontier <= heard:
+                joined.append(other)
+        if len(joined) != 1:
+            return None
+        self._event_capture[event] = graph
+        self._event_frontier[event] = self._graphs.capture_state(joined[0])[1]
+        return joined[0]
 
     def _on_stream_sync(self, stream: int) -> None:
         self.see_stream(stream, self._runtime.current_device())

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 FORMAT_NAME = "streamrace-trace"
 FORMAT_VERSION = 1  # the major version: a reader refuses a major it does not know
-FORMAT_MINOR = 6  # additive changes within the major (docs/trace-format.md, versioning)
+FORMAT_MINOR = 7  # additive changes within the major (docs/trace-format.md, versioning)
 
 # Limits, checked here so that every engine can hold what it is given (docs/trace-format.md).
 INT64_MAX = (1 << 63) - 1

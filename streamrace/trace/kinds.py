@@ -163,10 +163,17 @@ EVENT_KINDS: tuple[EventKind, ...] = (
     ),
     EventKind(
         "event_record",
-        (required("event", NONNEG), required("stream", NONNEG), optional("stack", NONNEG)),
+        (
+            required("event", NONNEG),
+            required("stream", NONNEG),
+            optional("stack", NONNEG),
+            optional("inferred", BOOL, added="1.7"),
+        ),
         (
             "`event.record(stream)`: the event now stands for everything issued on `stream` so far (replacing"
-            " any earlier record)"
+            " any earlier record); `inferred` (1.7): a record no hook heard (a library's own), stood in for at"
+            " the wait that joined its stream's work, where that stream's whole frontier is what the wait"
+            " brought in"
         ),
     ),
     EventKind(

@@ -161,6 +161,7 @@ class EventRecordEvent(_EventRecordEventRequired, total=False):
     """``event_record``."""
 
     stack: int | None
+    inferred: bool | None  # since 1.7
 
 
 class _EventWaitEventRequired(TypedDict):
