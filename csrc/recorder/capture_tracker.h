@@ -105,6 +105,9 @@ class CaptureTracker {
         Locked held(mutex_);
         auto it = captures_.find(graph);
         if (it != captures_.end()) it->second.open = false;
+        for (auto& [event, g] : event_capture_) {
+            if (g == graph) record_frontier_.erase(event);  // its nodes are the ended capture's
+        }
         for (auto s = capturing_.begin(); s != capturing_.end();) {
             if (s->second == graph) {
                 known_.erase(s->first);
@@ -318,46 +321,33 @@ class CaptureTracker {
 
     void event_deleted(const Locked&, int64_t event) {
         event_capture_.erase(event);
-        event_frontier_.erase(event);
+        record_frontier_.erase(event);
     }
 
     // The recording stream's frontier at an event's latest record heard in a readable capture
-    // (none: erased): the nodes a wait on it may bring in that no unheard record explains.
-    void event_frontier(int64_t event, const std::optional<Frontier>& frontier) {
+    // (none: erased). What a wait on the event brings in is checked against it.
+    void event_heard(int64_t event, const std::optional<Frontier>& frontier) {
         Locked held(mutex_);
         if (frontier) {
-            event_frontier_[event] = *frontier;
+            record_frontier_[event] = *frontier;
         } else {
-            event_frontier_.erase(event);
+            record_frontier_.erase(event);
         }
     }
 
-    // Whether a wait on `event` brought in nodes (in `now`, not in `known`) that the event's
-    // latest heard record does not hold.
-    bool unexplained(int64_t event, const Frontier& known, const Frontier& now) {
+    // The frontier of an event's latest record the hooks know of: heard, or stood in for.
+    std::optional<Frontier> record_frontier(int64_t event) {
         Locked held(mutex_);
-        auto it = event_frontier_.find(event);
-        for (int64_t node : now) {
-            if (std::find(known.begin(), known.end(), node) != known.end()) continue;
-            if (it == event_frontier_.end() || std::find(it->second.begin(), it->second.end(), node) == it->second.end()) {
-                return true;
-            }
-        }
-        return false;
+        auto it = record_frontier_.find(event);
+        if (it == record_frontier_.end()) return std::nullopt;
+        return it->second;
     }
 
-    // The frontier of an event's latest heard record, empty for none.
-    Frontier heard_frontier(int64_t event) {
-        Locked held(mutex_);
-        auto it = event_frontier_.find(event);
-        return it != event_frontier_.end() ? it->second : Frontier();
-    }
-
-    // A record no hook heard, stood in for (UnseenLaunches::unheard_record): as if heard.
+    // A record no hook heard, stood in for (UnseenLaunches::stand_in): the event's latest now.
     void record_stood_in(int64_t event, int32_t graph, const Frontier& frontier) {
         Locked held(mutex_);
         event_capture_[event] = graph;
-        event_frontier_[event] = frontier;
+        record_frontier_[event] = frontier;
     }
 
     // Waiting on an event recorded in an open capture joins the capture, as in CUDA.
@@ -392,7 +382,7 @@ class CaptureTracker {
     std::unordered_map<int32_t, Capture> captures_;
     std::unordered_map<int64_t, int32_t> capturing_;      // stream -> graph it captures into
     std::unordered_map<int64_t, int32_t> event_capture_;  // event -> capture of its latest record
-    std::unordered_map<int64_t, Frontier> event_frontier_;  // event -> frontier at its latest heard record
+    std::unordered_map<int64_t, Frontier> record_frontier_;  // event -> record_frontier()
     std::unordered_map<int64_t, Frontier> known_;         // capturing stream -> its frontier as last seen
 };
 

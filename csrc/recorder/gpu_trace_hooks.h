@@ -62,7 +62,7 @@ class GpuTraceHooks {
         STREAMRACE_TIMED(EventRecord);
         tls.last_stream = 0;
         captures_.event_recorded(event, stream);
-        captures_.event_frontier(event, unseen_.check(stream));
+        captures_.event_heard(event, unseen_.check(stream));
         log_.see_stream(stream, streams_.current_device());
         int32_t stack = stacks_.python_stack();
         Locked held = log_.lock();
@@ -74,11 +74,10 @@ class GpuTraceHooks {
         tls.last_stream = 0;
         log_.see_stream(stream, streams_.current_device());
         std::optional<UnseenLaunches::WaitCheck> checked = unseen_.checked_wait(stream);
+        // An op's own waits join what it launched, which its claim takes; a stream that
+        // launched unseen since last seen holds nodes no wait brought in.
         std::optional<int64_t> stood_in;
-        // An op's own waits join what it launched, which its claim takes.
-        if (checked && !in_op() && captures_.unexplained(event, checked->known, checked->now)) {
-            stood_in = unseen_.unheard_record(event, stream, *checked);
-        }
+        if (checked && !checked->launched && !in_op()) stood_in = unseen_.stand_in(event, stream, *checked);
         int32_t stack = stacks_.python_stack();
         {
             Locked held = log_.lock();

@@ -82,12 +82,13 @@ class UnseenLaunches {
         if (view.graph != 0) checked_since_last_launch(stream, view);
     }
 
-    // What a wait's check saw: the stream's capture, its frontier as last seen before the wait,
-    // and after it.
+    // What a wait's check saw: the stream's capture, its frontier as last seen before the wait
+    // and after it, and whether it had launched something unseen since (then caught up).
     struct WaitCheck {
         int32_t graph = 0;
         Frontier known;
         Frontier now;
+        bool launched = false;
     };
 
     // A wait adds the event's nodes to the stream's frontier; a launch would have replaced it.
@@ -96,53 +97,46 @@ class UnseenLaunches {
     std::optional<WaitCheck> checked_wait(int64_t stream) {
         LaunchView view = captures_.launch_view(stream);
         if (view.graph == 0) return std::nullopt;
-        WaitCheck check{view.graph, view.known, frontier(stream)};
+        WaitCheck check{view.graph, view.known, frontier(stream), false};
         if (subset(check.known, check.now)) return check;
         catch_up();
         check.now = frontier(stream);
+        check.launched = true;
         return check;
     }
 
-    // The stream whose record of `event` no hook heard (a library recorded it itself), where a
-    // wait on it brought in nodes no heard record of it explains (CaptureTracker::unexplained):
-    // the one other stream of the capture whose whole frontier the waiting stream now holds, had
-    // not held (`wait.known`) and the event's heard record does not. Its record then orders
-    // exactly what the real one did: anything it did after that record would be in its frontier
-    // and not in the waiting stream's. What the capture's streams launched unseen is caught up
-    // first, so that the record comes after their kernels. Nothing where no stream, or more
-    // than one, is such: no record is made up (a race may then be reported that the graph
-    // orders, never one hidden). The Python hooks' _unheard_record.
-    std::optional<int64_t> unheard_record(int64_t event, int64_t waiting, const WaitCheck& wait) {
-        const std::vector<int64_t> streams = captures_.capture_streams(wait.graph);
-        std::vector<Frontier> now = frontiers(streams);
-        bool moved = false;
-        {
-            Locked held(mutex_);
-            for (size_t i = 0; i < streams.size() && !moved; ++i) {  // the waiting stream's moved by the wait
-                moved = streams[i] != waiting && captures_.known_of(held, streams[i]) != now[i];
-            }
+    // The stream a record of `event` is stood in for on, just before a wait on it (outside an
+    // op, its stream having launched nothing unseen since last seen), or nothing. The event's
+    // latest record the hooks know of (heard, or stood in for) is what the analysis orders
+    // the wait by.
+    // * Where the wait brought in nodes that record does not hold, and the record orders
+    //   nothing the waiting stream holds now (none, or no nodes, or not all of them there), a
+    //   library recorded the event itself, unheard: the one other stream of the capture whose
+    //   whole frontier the waiting stream now holds, had not held and that record does not
+    //   (unheard_record) stands in. Its record orders exactly what the real one did, since
+    //   anything it did after that would be in its frontier and not in the waiting stream's.
+    //   A record that still holds keeps the wait (what else is new may be the waiting
+    //   stream's own launch, before it waited, which its last-seen frontier cannot tell).
+    // * Else, where the record's nodes are not all in the waiting stream's frontier, it is not
+    //   the record waited on, and one on the waiting stream itself stands in: the wait then
+    //   orders nothing (the real record is unknown), where the stale one would have ordered
+    //   what the graph does not.
+    // The Python hooks' _stand_in.
+    std::optional<int64_t> stand_in(int64_t event, int64_t waiting, const WaitCheck& wait) {
+        const std::optional<Frontier> recorded = captures_.record_frontier(event);
+        const Frontier none;
+        const Frontier& held = recorded ? *recorded : none;
+        const bool holds = !held.empty() && subset(held, wait.now);
+        bool brought = false;
+        for (int64_t node : wait.now) {
+            if (!contains(wait.known, node) && !contains(held, node)) brought = true;
         }
-        if (moved) {
-            catch_up();
-            now = frontiers(streams);
-        }
-        const Frontier heard = captures_.heard_frontier(event);
-        Frontier after;
-        for (size_t i = 0; i < streams.size(); ++i) {
-            if (streams[i] == waiting) after = now[i];
-        }
-        std::optional<size_t> joined;
-        for (size_t i = 0; i < streams.size(); ++i) {
-            const Frontier& f = now[i];
-            if (streams[i] == waiting || f.empty() || !subset(f, after) || subset(f, wait.known) || subset(f, heard)) {
-                continue;
-            }
-            if (joined) return std::nullopt;  // more than one
-            joined = i;
-        }
+        std::optional<std::pair<int64_t, Frontier>> joined;
+        if (brought && !holds) joined = unheard_record(waiting, wait, held);
+        if (!joined && recorded && !subset(*recorded, wait.now)) joined.emplace(waiting, wait.now);
         if (!joined) return std::nullopt;
-        captures_.record_stood_in(event, wait.graph, now[*joined]);
-        return streams[*joined];
+        captures_.record_stood_in(event, wait.graph, joined->second);
+        return joined->first;
     }
 
     // After catching up: what every stream of the capture has launched is accounted for.
@@ -175,6 +169,45 @@ class UnseenLaunches {
     }
 
    private:
+    static bool contains(const Frontier& f, int64_t node) { return std::find(f.begin(), f.end(), node) != f.end(); }
+
+    // For stand_in: (the stream, its frontier) of the one other stream of the capture whose
+    // whole frontier the waiting stream now holds, had not held (`wait.known`) and the
+    // event's known record (`recorded`) does not; what the streams launched unseen is caught
+    // up first, so that the record comes after their kernels. Nothing for none or several: no
+    // record is made up (a race may then be reported that the graph orders, never one hidden).
+    std::optional<std::pair<int64_t, Frontier>> unheard_record(int64_t waiting, const WaitCheck& wait,
+                                                               const Frontier& recorded) {
+        const std::vector<int64_t> streams = captures_.capture_streams(wait.graph);
+        std::vector<Frontier> now = frontiers(streams);
+        bool moved = false;
+        {
+            Locked held(mutex_);
+            for (size_t i = 0; i < streams.size() && !moved; ++i) {  // the waiting stream's moved by the wait
+                moved = streams[i] != waiting && captures_.known_of(held, streams[i]) != now[i];
+            }
+        }
+        if (moved) {
+            catch_up();
+            now = frontiers(streams);
+        }
+        Frontier after;
+        for (size_t i = 0; i < streams.size(); ++i) {
+            if (streams[i] == waiting) after = now[i];
+        }
+        std::optional<size_t> joined;
+        for (size_t i = 0; i < streams.size(); ++i) {
+            const Frontier& f = now[i];
+            if (streams[i] == waiting || f.empty() || !subset(f, after) || subset(f, wait.known) || subset(f, recorded)) {
+                continue;
+            }
+            if (joined) return std::nullopt;  // more than one
+            joined = i;
+        }
+        if (!joined) return std::nullopt;
+        return std::make_pair(streams[*joined], now[*joined]);
+    }
+
     // Its own stream if the thread's last launch was on it with no event hook since, else
     // every stream of its capture.
     Frontier checked_since_last_launch(int64_t stream, const LaunchView& view) {
@@ -304,15 +337,21 @@ class UnseenLaunches {
         if (!fresh.empty()) {
             // A launch's nodes end where its stream's frontier is now; earlier ones of the same
             // gap lead to it, so they take the stream of the next node that has one.
-            std::unordered_map<int64_t, int64_t> launcher;
+            // A node in several streams' frontiers: a launch leaves its node as its stream's
+            // whole frontier, a wait adds it to another's, so the smallest frontier holding it
+            // is its launcher's (on a tie, the later stream in order, as before).
+            std::unordered_map<int64_t, size_t> launcher;  // node -> index into streams
             for (size_t i = 0; i < streams.size(); ++i) {
-                for (int64_t node : now[i]) launcher[node] = streams[i];
+                for (int64_t node : now[i]) {
+                    auto [it, fresh_node] = launcher.emplace(node, i);
+                    if (!fresh_node && now[i].size() <= now[it->second].size()) it->second = i;
+                }
             }
             std::vector<std::optional<int64_t>> stream_of(fresh.size());
             std::optional<int64_t> launching;
             for (size_t k = fresh.size(); k-- > 0;) {
                 auto it = launcher.find(fresh[k].handle);
-                if (it != launcher.end()) launching = it->second;
+                if (it != launcher.end()) launching = streams[it->second];
                 stream_of[k] = launching;
             }
             const int32_t device = streams_.current_device();

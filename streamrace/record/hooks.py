@@ -223,9 +223,9 @@ class PythonHooks:
         self._captures: dict[int, _Capture] = {}
         self._capturing: dict[int, int] = {}  # stream -> graph it captures into
         self._event_capture: dict[int, int] = {}  # event -> graph its latest record is in
-        # event -> its stream's frontier at its latest record heard in a readable capture: the
-        # nodes a wait on it may bring in without a record no hook heard (_unheard_record)
-        self._event_frontier: dict[int, tuple[int, ...]] = {}
+        # event -> the frontier of its latest record the hooks know of (heard in a readable
+        # capture, or stood in for): what a wait on it is checked against (_stand_in)
+        self._record_frontier: dict[int, tuple[int, ...]] = {}
         self._known: dict[int, tuple[int, ...]] = {}  # capturing stream -> its frontier as last seen
         self._last_stream = 0  # the stream of the previous launch, while no event hook came between
         self._errors = 0
@@ -289,6 +289,8 @@ class PythonHooks:
     def end_capture(self, graph: int) -> None:
         if graph in self._captures:
             self._captures[graph].open = False
+        for event in [e for e, g in self._event_capture.items() if g == graph]:
+            self._record_frontier.pop(event, None)  # its nodes are the ended capture's
         for stream in [s for s, g in self._capturing.items() if g == graph]:
             del self._capturing[stream]
             self._known.pop(stream, None)
@@ -575,7 +577,7 @@ class PythonHooks:
 
     def _on_event_delete(self, event: int) -> None:
         self._event_capture.pop(event, None)
-        self._event_frontier.pop(event, None)
+        self._record_frontier.pop(event, None)
         self._emit("event_delete", event=event)
 
     def _on_event_record(self, event: int, stream: int) -> None:
@@ -587,9 +589,9 @@ class PythonHooks:
             self._event_capture[event] = graph
         self._check(stream)
         if self._read_graph(stream) is not None:
-            self._event_frontier[event] = self._graphs.capture_state(stream)[1]
+            self._record_frontier[event] = self._graphs.capture_state(stream)[1]
         else:
-            self._event_frontier.pop(event, None)
+            self._record_frontier.pop(event, None)
         self.see_stream(stream, self._runtime.current_device())
         self._emit("event_record", event=event, stream=stream, stack=self._stack_field(self.stack()))
 
@@ -604,10 +606,10 @@ class PythonHooks:
             # The wait added the event's nodes to the frontier; a launch would have replaced it.
             if not known <= now:
                 self._catch_up()
-                now = set(self._graphs.capture_state(stream)[1])
-            # An op's own waits join what it launched, which its claim takes.
-            if not self.depth and now - known - set(self._event_frontier.get(event, ())):
-                stood_in = self._unheard_record(graph, event, stream, known)
+            # An op's own waits join what it launched, which its claim takes; a stream that
+            # launched unseen since last seen holds nodes no wait brought in.
+            elif not self.depth:
+                stood_in = self._stand_in(graph, event, stream, known, now)
         stack = self._stack_field(self.stack())
         if stood_in is not None:
             self._emit("event_record", event=event, stream=stood_in, stack=stack, inferred=True)
@@ -619,31 +621,54 @@ class PythonHooks:
         if self._read_graph(stream) is not None:
             self._known[stream] = self._graphs.capture_state(stream)[1]
 
-    def _unheard_record(self, graph: int, event: int, waiting: int, known: set[int]) -> int | None:
-        """The stream whose record of ``event`` no hook heard (a library recorded it itself),
-        where a wait on it brought in nodes that no heard record of it explains: the one other
-        stream of the capture whose whole frontier the waiting stream now holds, had not held
-        (``known``) and the event's heard record does not. Its record then orders exactly what
-        the real one did: anything it did after that record would be in its frontier and not in
-        the waiting stream's. What the capture's streams launched unseen is caught up first, so
-        that the record comes after their kernels. None where no stream, or more than one, is
-        such: no record is made up (a race may then be reported that the graph orders, never one
-        hidden)."""
+    def _stand_in(self, graph: int, event: int, waiting: int, known: set[int], now: set[int]) -> int | None:
+        """The stream a record of ``event`` is stood in for on, just before a wait on it, or
+        None. The event's latest record the hooks know of (heard, or stood in for) is what the
+        analysis orders the wait by. Where the wait brought in nodes that record does not hold,
+        and the record orders nothing the waiting stream holds now (none, no nodes, or not all
+        of them there), a library recorded the event itself, unheard: the one other stream
+        whose whole frontier the waiting stream now holds, had not held (``known``) and that
+        record does not, stands in (its record orders exactly what the real one did: anything
+        it did after that would be in its frontier and not in the waiting stream's). A record
+        that still holds keeps the wait (what else is new may be the waiting stream's own
+        launch, which its last-seen frontier cannot tell). Else, where the record's nodes are
+        not all in the waiting stream's frontier, it is not the record waited on, and one on
+        the waiting stream itself stands in, so that the wait orders nothing rather than what
+        the graph does not. UnseenLaunches::stand_in in the native hooks."""
+        recorded = self._record_frontier.get(event)
+        held = set(recorded or ())
+        joined = None
+        if now - known - held and not (held and held <= now):
+            joined = self._unheard_record(graph, waiting, known, held)
+        if joined is None and recorded is not None and not set(recorded) <= now:
+            joined = waiting, tuple(self._graphs.capture_state(waiting)[1])
+        if joined is None:
+            return None
+        self._event_capture[event] = graph
+        self._record_frontier[event] = joined[1]
+        return joined[0]
+
+    def _unheard_record(
+        self, graph: int, waiting: int, known: set[int], recorded: set[int]
+    ) -> tuple[int, tuple[int, ...]] | None:
+        """For _stand_in: (the stream, its frontier) of the one other stream of the capture
+        whose whole frontier the waiting stream now holds, had not held and the event's known
+        record does not; what the streams launched unseen is caught up first, so that the
+        record comes after their kernels. None for none or several: no record is made up (a
+        race may then be reported that the graph orders, never one hidden)."""
         streams = self.capture_streams(graph)
         if self._moved([s for s in streams if s != waiting]):  # the waiting stream's moved by the wait
             self._catch_up()
         now = set(self._graphs.capture_state(waiting)[1])
-        heard = set(self._event_frontier.get(event, ()))
         joined = []
         for other in streams:
-            frontier = set(self._graphs.capture_state(other)[1]) if other != waiting else set()
-            if frontier and frontier <= now and not frontier <= known and not frontier <= heard:
-                joined.append(other)
-        if len(joined) != 1:
-            return None
-        self._event_capture[event] = graph
-        self._event_frontier[event] = self._graphs.capture_state(joined[0])[1]
-        return joined[0]
+            if other == waiting:
+                continue
+            frontier = tuple(self._graphs.capture_state(other)[1])
+            nodes = set(frontier)
+            if nodes and nodes <= now and not nodes <= known and not nodes <= recorded:
+                joined.append((other, frontier))
+        return joined[0] if len(joined) == 1 else None
 
     def _on_stream_sync(self, stream: int) -> None:
         self.see_stream(stream, self._runtime.current_device())
