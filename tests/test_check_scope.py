@@ -513,3 +513,163 @@ def test_a_wait_inside_a_composite_op_stands_in_alike():
     the Python hooks' depth, which a CompositeImplicitAutograd op never raises."""
     made = {kind: _inferred_records(record_program(kind, composite_wait_program)[0].trace_events()) for kind in KINDS}
     assert made["native"] == made["python"], made
+
+
+# -- found by a second hostile review (of 9582e81): each failed there -------------------------
+
+
+def _inferred_hex(events):
+    return [(e["event"], hex(e["stream"])) for e in events if e["ev"] == "event_record" and e.get("inferred")]
+
+
+def _racing(events):
+    return [sorted(a.op for a in f.accesses) for f in analyzed(events).findings if f.kind == "data-race"]
+
+
+def _join(fake, *streams):
+    for s in streams:
+        with fake.on(s):
+            end = fake.event()
+            fake.record(end)
+        fake.wait(end)
+
+
+# 1. smallest frontier: K (a library write on SIDE) sits in MAIN's frontier {A, K} (MAIN
+#    waited on the library's event) and in SIDE's {K, A, c} (the library then joined MAIN's
+#    and COPY's events into SIDE, unheard). The old rule (later stream) put K on SIDE; the
+#    smallest frontier puts it on MAIN, after A, which races it in the graph.
+def smallest_frontier_program(fake: FakeCuda) -> None:
+    with fake.on(MAIN):
+        y = fake.alloc()
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        x, z = fake.alloc(), fake.alloc()
+        fork, done, e_main, e_copy = fake.event(), fake.event(), fake.event(), fake.event()
+        fake.record(fork)
+        for s in (SIDE, COPY):
+            with fake.on(s):
+                fake.wait(fork)
+        torch.mul(y, 2.0, out=x)  # A: on MAIN, races lib_write
+        fake.record(e_main)
+        with fake.on(COPY):
+            torch.mul(y, 3.0, out=z)  # c
+            fake.record(e_copy)
+        with fake.on(SIDE):
+            fake.launch("kernel", "lib_write", params=[[x.data_ptr()]])  # K, unseen
+            fake.record(done, heard=False)
+            fake.wait(e_main, heard=False)
+            fake.wait(e_copy, heard=False)
+        fake.wait(done)  # heard
+        torch.mul(y, 4.0, out=fake.alloc())
+        _join(fake, SIDE, COPY)
+        graph.capture_end()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_smallest_frontier_puts_a_library_kernel_on_the_wrong_stream(kind):
+    recorder, _ = record_program(kind, smallest_frontier_program)
+    assert recorder.errors == []
+    events = recorder.trace_events()
+    (lib,) = [e for e in events if e["ev"] == "kernel" and e["name"] == "lib_write"]
+    racing = _racing(events)
+    assert lib["stream"] == SIDE and any("lib_write" in ops for ops in racing), (hex(lib["stream"]), racing)
+
+
+# 2. the origin stream's last-seen frontier is empty, so a library launch on it before its
+#    first wait is never "launched since last seen": the wait brings in SIDE's write, the
+#    stand-in goes on SIDE, and MAIN's own unseen write (not caught up before the wait) lands
+#    after it in the trace, ordered after SIDE's write it races in the graph.
+def origin_unseen_then_wait_program(fake: FakeCuda, heard_record: bool = False) -> None:
+    with fake.on(MAIN):
+        y = fake.alloc()
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        x = fake.alloc()
+        fork, done = fake.event(), fake.event()
+        fake.record(fork)  # MAIN's frontier: empty
+        with fake.on(SIDE):
+            fake.wait(fork)
+            torch.mul(y, 2.0, out=x)  # s: races lib_main
+            fake.record(done, heard=heard_record)
+        fake.launch("kernel", "lib_main", params=[[x.data_ptr()]])  # unseen, on MAIN, before the wait
+        fake.wait(done)  # heard
+        with fake.on(SIDE):
+            end = fake.event()
+            fake.record(end, heard=False)  # the library joins SIDE back (unheard)
+        fake.wait(end, heard=False)
+        graph.capture_end()
+
+
+@pytest.mark.parametrize("heard_record", [False, True])
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_unseen_launch_before_the_origin_streams_first_wait_keeps_its_race(kind, heard_record):
+    recorder, _ = record_program(kind, lambda f: origin_unseen_then_wait_program(f, heard_record))
+    assert recorder.errors == []
+    events = recorder.trace_events()
+    racing = _racing(events)
+    assert any("lib_main" in ops for ops in racing), (racing, _inferred_hex(events))
+
+
+# 3. external events inside one capture, the origin stream's first act a wait (ordinary torch)
+def external_in_capture_program(fake: FakeCuda) -> None:
+    with fake.on(MAIN):
+        y = fake.alloc()
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        x = fake.alloc()
+        fork, ready = fake.event(), fake.event()
+        fake.record(fork)
+        with fake.on(SIDE):
+            fake.wait(fork)
+            torch.mul(y, 2.0, out=x)
+            fake.record(ready, external=True)
+        fake.wait(ready, external=True)
+        torch.mul(x, 3.0, out=fake.alloc())
+        _join(fake, SIDE)
+        graph.capture_end()
+
+
+def test_external_events_in_one_capture_make_nothing_up():
+    events = recorded_alike(external_in_capture_program)
+    assert (_inferred_hex(events), _racing(events)) == ([], [])
+
+
+# 2b. as 2, with MAIN's last-seen frontier {m} non-empty: SIDE's frontier still holds m (SIDE
+#     only waited since the fork), so MAIN's unseen lib_main is not "launched since last seen".
+def own_op_unseen_then_wait_program(fake: FakeCuda) -> None:
+    with fake.on(MAIN):
+        y = fake.alloc()
+        graph = FakeGraph(fake)
+        graph.capture_begin()
+        x, w = fake.alloc(), fake.alloc()
+        fork, done, e_copy = fake.event(), fake.event(), fake.event()
+        torch.mul(y, 2.0, out=w)  # m
+        fake.record(fork)
+        for s in (SIDE, COPY):
+            with fake.on(s):
+                fake.wait(fork)
+        with fake.on(COPY):
+            torch.mul(y, 3.0, out=x)  # c: races lib_main
+            fake.record(e_copy)
+        with fake.on(SIDE):
+            fake.wait(e_copy)  # SIDE: {m, c}
+            fake.record(done, heard=False)
+        with fake.on(COPY):
+            torch.mul(y, 5.0, out=fake.alloc())  # COPY moves on
+        fake.launch("kernel", "lib_main", params=[[x.data_ptr()]])  # unseen, on MAIN
+        fake.wait(done)  # heard: MAIN {lib_main, m, c}, last seen {m}
+        for s in (SIDE, COPY):
+            with fake.on(s):
+                end = fake.event()
+                fake.record(end, heard=False)
+            fake.wait(end, heard=False)
+        graph.capture_end()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_unseen_launch_before_a_wait_that_keeps_the_last_seen_frontier_keeps_its_race(kind):
+    recorder, _ = record_program(kind, own_op_unseen_then_wait_program)
+    assert recorder.errors == []
+    events = recorder.trace_events()
+    racing = _racing(events)
+    assert any("lib_main" in ops for ops in racing), (racing, _inferred_hex(events))

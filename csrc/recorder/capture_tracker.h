@@ -343,6 +343,24 @@ class CaptureTracker {
         return it->second;
     }
 
+    // Whether the event's known record explains a wait outright: the waiting stream's frontier
+    // (`now`) holds nothing new (not in `known`) that the record does not, and the record's
+    // nodes are all in it. The usual case (torch's own record and wait), decided without a copy.
+    bool record_explains(int64_t event, const Frontier& known, const Frontier& now) {
+        Locked held(mutex_);
+        auto it = record_frontier_.find(event);
+        const Frontier* recorded = it != record_frontier_.end() ? &it->second : nullptr;
+        auto in = [](const Frontier& f, int64_t node) { return std::find(f.begin(), f.end(), node) != f.end(); };
+        for (int64_t node : now) {
+            if (!in(known, node) && (recorded == nullptr || !in(*recorded, node))) return false;
+        }
+        if (recorded == nullptr) return true;
+        for (int64_t node : *recorded) {
+            if (!in(now, node)) return false;
+        }
+        return true;
+    }
+
     // A record no hook heard, stood in for (UnseenLaunches::stand_in): the event's latest now.
     void record_stood_in(int64_t event, int32_t graph, const Frontier& frontier) {
         Locked held(mutex_);

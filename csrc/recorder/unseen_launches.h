@@ -32,6 +32,14 @@
 
 namespace streamrace {
 
+// The nodes a wait brought into its stream's frontier, while stand_in's catch-up runs on this
+// thread: they are no launch of that stream's.
+struct BroughtByWait {
+    int64_t stream;
+    const Frontier& nodes;
+};
+inline thread_local const BroughtByWait* brought_by_wait = nullptr;
+
 class UnseenLaunches {
    public:
     UnseenLaunches(const Driver& driver, CaptureTracker& captures, EventLog& log, StreamSource& streams,
@@ -123,16 +131,36 @@ class UnseenLaunches {
     //   what the graph does not.
     // The Python hooks' _stand_in.
     std::optional<int64_t> stand_in(int64_t event, int64_t waiting, const WaitCheck& wait) {
+        if (captures_.record_explains(event, wait.known, wait.now)) return std::nullopt;
         const std::optional<Frontier> recorded = captures_.record_frontier(event);
         const Frontier none;
         const Frontier& held = recorded ? *recorded : none;
-        const bool holds = !held.empty() && subset(held, wait.now);
-        bool brought = false;
+        Frontier brought;  // what is new in the waiting stream's frontier and not in the known record
         for (int64_t node : wait.now) {
-            if (!contains(wait.known, node) && !contains(held, node)) brought = true;
+            if (!contains(wait.known, node) && !contains(held, node)) brought.push_back(node);
         }
         std::optional<std::pair<int64_t, Frontier>> joined;
-        if (brought && !holds) joined = unheard_record(waiting, wait, held);
+        if (!brought.empty()) {
+            const std::vector<int64_t> streams = captures_.capture_streams(wait.graph);
+            std::vector<Frontier> now = frontiers(streams);
+            // A node no other stream's frontier holds is the waiting stream's own launch,
+            // unseen (or that of a stream that went on since): caught up now, before the wait,
+            // and nothing is stood in for. Its last-seen frontier cannot tell (a wait may bring
+            // those nodes back).
+            for (int64_t node : brought) {
+                bool elsewhere = false;
+                for (size_t i = 0; i < streams.size() && !elsewhere; ++i) {
+                    elsewhere = streams[i] != waiting && contains(now[i], node);
+                }
+                if (!elsewhere) {
+                    catch_up();
+                    return std::nullopt;
+                }
+            }
+            // A known record that still holds keeps the wait.
+            if (!held.empty() && subset(held, wait.now)) return std::nullopt;
+            joined = unheard_record(waiting, wait, held, streams, now, brought);
+        }
         if (!joined && recorded && !subset(*recorded, wait.now)) joined.emplace(waiting, wait.now);
         if (!joined) return std::nullopt;
         captures_.record_stood_in(event, wait.graph, joined->second);
@@ -173,13 +201,14 @@ class UnseenLaunches {
 
     // For stand_in: (the stream, its frontier) of the one other stream of the capture whose
     // whole frontier the waiting stream now holds, had not held (`wait.known`) and the
-    // event's known record (`recorded`) does not; what the streams launched unseen is caught
-    // up first, so that the record comes after their kernels. Nothing for none or several: no
-    // record is made up (a race may then be reported that the graph orders, never one hidden).
+    // event's known record (`recorded`) does not; `now`: the streams' frontiers. What the
+    // streams launched unseen is caught up first, so that the record comes after their
+    // kernels. Nothing for none or several: no record is made up (a race may then be reported
+    // that the graph orders, never one hidden).
     std::optional<std::pair<int64_t, Frontier>> unheard_record(int64_t waiting, const WaitCheck& wait,
-                                                               const Frontier& recorded) {
-        const std::vector<int64_t> streams = captures_.capture_streams(wait.graph);
-        std::vector<Frontier> now = frontiers(streams);
+                                                               const Frontier& recorded,
+                                                               const std::vector<int64_t>& streams,
+                                                               std::vector<Frontier> now, const Frontier& brought) {
         bool moved = false;
         {
             Locked held(mutex_);
@@ -188,6 +217,12 @@ class UnseenLaunches {
             }
         }
         if (moved) {
+            // What the wait brought in is no launch of the waiting stream's.
+            const BroughtByWait by_wait{waiting, brought};
+            struct Reset {
+                ~Reset() { brought_by_wait = nullptr; }
+            } reset;
+            brought_by_wait = &by_wait;
             catch_up();
             now = frontiers(streams);
         }
@@ -337,21 +372,23 @@ class UnseenLaunches {
         if (!fresh.empty()) {
             // A launch's nodes end where its stream's frontier is now; earlier ones of the same
             // gap lead to it, so they take the stream of the next node that has one.
-            // A node in several streams' frontiers: a launch leaves its node as its stream's
-            // whole frontier, a wait adds it to another's, so the smallest frontier holding it
-            // is its launcher's (on a tie, the later stream in order, as before).
-            std::unordered_map<int64_t, size_t> launcher;  // node -> index into streams
+            // A node in several streams' frontiers goes on the later stream in order, except
+            // that what a wait being checked brought in (stand_in) is no launch of its stream.
+            std::unordered_map<int64_t, int64_t> launcher;
             for (size_t i = 0; i < streams.size(); ++i) {
                 for (int64_t node : now[i]) {
-                    auto [it, fresh_node] = launcher.emplace(node, i);
-                    if (!fresh_node && now[i].size() <= now[it->second].size()) it->second = i;
+                    if (brought_by_wait != nullptr && brought_by_wait->stream == streams[i] &&
+                        contains(brought_by_wait->nodes, node)) {
+                        continue;
+                    }
+                    launcher[node] = streams[i];
                 }
             }
             std::vector<std::optional<int64_t>> stream_of(fresh.size());
             std::optional<int64_t> launching;
             for (size_t k = fresh.size(); k-- > 0;) {
                 auto it = launcher.find(fresh[k].handle);
-                if (it != launcher.end()) launching = streams[it->second];
+                if (it != launcher.end()) launching = it->second;
                 stream_of[k] = launching;
             }
             const int32_t device = streams_.current_device();

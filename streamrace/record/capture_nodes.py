@@ -119,16 +119,10 @@ class CaptureNodes:
     ) -> list[tuple[int, str, int | None]]:
         """(index, node type, launching stream or None) of new nodes; ``capture_state``:
         GraphReadback.capture_state."""
-        # A node in several streams' frontiers: a launch leaves its node as its stream's whole
-        # frontier, a wait adds it to another's, so the smallest frontier holding it is its
-        # launcher's (on a tie, the later stream in order, as before).
         frontier: dict[int, int] = {}
-        size: dict[int, int] = {}
         for stream in streams:
-            deps = capture_state(stream)[1]
-            for dep in deps:
-                if dep not in frontier or len(deps) <= size[dep]:
-                    frontier[dep], size[dep] = stream, len(deps)
+            for dep in capture_state(stream)[1]:
+                frontier[dep] = stream
         # A launch's nodes end where its stream's frontier is now; earlier ones of the same
         # gap lead to it, so they take the stream of the next node that has one.
         found: list[tuple[int, str, int | None]] = []

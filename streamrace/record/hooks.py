@@ -226,6 +226,9 @@ class PythonHooks:
         # event -> the frontier of its latest record the hooks know of (heard in a readable
         # capture, or stood in for): what a wait on it is checked against (_stand_in)
         self._record_frontier: dict[int, tuple[int, ...]] = {}
+        # (stream, nodes) a wait being checked brought in, while its catch-up runs: no launch of
+        # that stream's (UnseenLaunches.catch_up)
+        self.brought_by_wait: tuple[int, frozenset[int]] | None = None
         self._known: dict[int, tuple[int, ...]] = {}  # capturing stream -> its frontier as last seen
         self._last_stream = 0  # the stream of the previous launch, while no event hook came between
         self._errors = 0
@@ -638,9 +641,21 @@ class PythonHooks:
         recorded = self._record_frontier.get(event)
         held = set(recorded or ())
         joined = None
-        if now - known - held and not (held and held <= now):
-            joined = self._unheard_record(graph, waiting, known, held)
-        if joined is None and recorded is not None and not set(recorded) <= now:
+        brought = now - known - held  # new in the waiting stream's frontier, not in the known record
+        if brought:
+            streams = self.capture_streams(graph)
+            elsewhere = {n for s in streams if s != waiting for n in self._graphs.capture_state(s)[1]}
+            # A node no other stream's frontier holds is the waiting stream's own launch, unseen
+            # (or that of a stream that went on since): caught up now, before the wait, and
+            # nothing is stood in for. Its last-seen frontier cannot tell (a wait may bring
+            # those nodes back).
+            if brought - elsewhere:
+                self._catch_up()
+                return None
+            if held and held <= now:  # a known record that still holds keeps the wait
+                return None
+            joined = self._unheard_record(graph, waiting, known, held, brought)
+        if joined is None and recorded is not None and not held <= now:
             joined = waiting, tuple(self._graphs.capture_state(waiting)[1])
         if joined is None:
             return None
@@ -649,7 +664,7 @@ class PythonHooks:
         return joined[0]
 
     def _unheard_record(
-        self, graph: int, waiting: int, known: set[int], recorded: set[int]
+        self, graph: int, waiting: int, known: set[int], recorded: set[int], brought: set[int]
     ) -> tuple[int, tuple[int, ...]] | None:
         """For _stand_in: (the stream, its frontier) of the one other stream of the capture
         whose whole frontier the waiting stream now holds, had not held and the event's known
@@ -658,7 +673,11 @@ class PythonHooks:
         race may then be reported that the graph orders, never one hidden)."""
         streams = self.capture_streams(graph)
         if self._moved([s for s in streams if s != waiting]):  # the waiting stream's moved by the wait
-            self._catch_up()
+            self.brought_by_wait = waiting, frozenset(brought)  # no launch of the waiting stream's
+            try:
+                self._catch_up()
+            finally:
+                self.brought_by_wait = None
         now = set(self._graphs.capture_state(waiting)[1])
         joined = []
         for other in streams:

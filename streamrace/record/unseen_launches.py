@@ -12,6 +12,7 @@ cross-checked (``finish``; capture_nodes.py says how).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from streamrace.record.capture_nodes import ACCESS_NODE_TYPES, KernelStats
@@ -35,6 +36,25 @@ class UnseenSeam(RecordingSeam, Protocol):
     def allocations(self) -> AllocatorHistory: ...
 
     def resolve_allocations(self) -> None: ...
+
+
+CaptureState = Callable[[int], tuple[int | None, tuple[int, ...]]]  # GraphReadback.capture_state
+
+
+def _launching_frontiers(
+    capture_state: CaptureState, brought_by_wait: tuple[int, frozenset[int]] | None
+) -> CaptureState:
+    """The streams' frontiers as a catch-up places launches by them: without the nodes a wait
+    being checked brought into its stream (PythonHooks.brought_by_wait), no launch of its."""
+    if brought_by_wait is None:
+        return capture_state
+    waiting, brought = brought_by_wait
+
+    def without_brought(stream: int) -> tuple[int | None, tuple[int, ...]]:
+        graph, frontier = capture_state(stream)
+        return graph, frontier if stream != waiting else tuple(n for n in frontier if n not in brought)
+
+    return without_brought
 
 
 class UnseenLaunches:
@@ -65,7 +85,8 @@ class UnseenLaunches:
             assert capture.handle is not None  # a capture has nodes only where its graph was read
             new = rec.runtime.graphs.nodes_since(capture.handle, hooks.last_claim(graph), capture.nodes.floor())
             streams = hooks.capture_streams(graph) if new else []
-            for index, kind, stream in capture.nodes.launching_streams(new, streams, rec.runtime.graphs.capture_state):
+            capture_state = _launching_frontiers(rec.runtime.graphs.capture_state, hooks.brought_by_wait)
+            for index, kind, stream in capture.nodes.launching_streams(new, streams, capture_state):
                 if kind not in ACCESS_NODE_TYPES:
                     continue
                 event = rec.log.emit(
