@@ -143,19 +143,17 @@ class UnseenLaunches {
         if (!brought.empty()) {
             const std::vector<int64_t> streams = captures_.capture_streams(wait.graph);
             std::vector<Frontier> now = frontiers(streams);
-            // A node no other stream's frontier holds is the waiting stream's own launch,
-            // unseen (or that of a stream that went on since): caught up now, before the wait,
-            // and nothing is stood in for. Its last-seen frontier cannot tell (a wait may bring
-            // those nodes back).
+            // A node no other stream's frontier holds may be the waiting stream's own launch,
+            // unseen, which its last-seen frontier cannot tell (a wait may bring those nodes
+            // back), or that of a stream that went on since: which, no frontier says, and
+            // nothing is stood in for (nor caught up here, where it would go on the waiting
+            // stream: the next check places it by the chain it ends).
             for (int64_t node : brought) {
                 bool elsewhere = false;
                 for (size_t i = 0; i < streams.size() && !elsewhere; ++i) {
                     elsewhere = streams[i] != waiting && contains(now[i], node);
                 }
-                if (!elsewhere) {
-                    catch_up();
-                    return std::nullopt;
-                }
+                if (!elsewhere) return std::nullopt;
             }
             // A known record that still holds keeps the wait.
             if (!held.empty() && subset(held, wait.now)) return std::nullopt;

@@ -645,12 +645,12 @@ class PythonHooks:
         if brought:
             streams = self.capture_streams(graph)
             elsewhere = {n for s in streams if s != waiting for n in self._graphs.capture_state(s)[1]}
-            # A node no other stream's frontier holds is the waiting stream's own launch, unseen
-            # (or that of a stream that went on since): caught up now, before the wait, and
-            # nothing is stood in for. Its last-seen frontier cannot tell (a wait may bring
-            # those nodes back).
+            # A node no other stream's frontier holds may be the waiting stream's own launch,
+            # unseen, which its last-seen frontier cannot tell (a wait may bring those nodes
+            # back), or that of a stream that went on since: which, no frontier says, and nothing
+            # is stood in for (nor caught up here, where it would go on the waiting stream: the
+            # next check places it by the chain it ends).
             if brought - elsewhere:
-                self._catch_up()
                 return None
             if held and held <= now:  # a known record that still holds keeps the wait
                 return None
