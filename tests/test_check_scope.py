@@ -238,6 +238,25 @@ def test_a_library_kernel_ordered_by_its_own_event_is_no_race(kind):
     assert analyzed(events).findings == []
 
 
+def _join(fake: FakeCuda, *streams: int, heard: bool = True) -> None:
+    """Each stream joined back into the current one: a record there, a wait here (torch's, or
+    the library's own)."""
+    for s in streams:
+        with fake.on(s):
+            end = fake.event()
+            fake.record(end, heard=heard)
+        fake.wait(end, heard=heard)
+
+
+def _inferred_records(events):
+    return [(e["event"], e["stream"]) for e in events if e["ev"] == "event_record" and e.get("inferred")]
+
+
+def _racing(events):
+    """The ops of each data race found, sorted."""
+    return [sorted(a.op for a in f.accesses) for f in analyzed(events).findings if f.kind == "data-race"]
+
+
 def library_event_program(
     fake: FakeCuda, after_record: str = "", second_side: bool = False, heard_first: bool = False
 ) -> None:
@@ -275,15 +294,8 @@ def library_event_program(
                 fake.launch("kernel", "lib_write_again", params=[[x.data_ptr()]])
         fake.wait(done)  # heard
         torch.mul(x, 3.0, out=out)
-        with fake.on(SIDE):  # joined again after the read
-            end = fake.event()
-            fake.record(end)
-        fake.wait(end)
+        _join(fake, SIDE)  # after the read
         graph.capture_end()
-
-
-def _inferred_records(events):
-    return [(e["event"], e["stream"]) for e in events if e["ev"] == "event_record" and e.get("inferred")]
 
 
 @pytest.mark.parametrize("after_record", ["op", "library"])
@@ -366,11 +378,7 @@ def stale_stand_in_program(fake: FakeCuda, first_heard: bool = False) -> None:
             fake.record(done, heard=False)  # the library re-records it, on COPY
             fake.wait(done)  # heard: brings in nothing new
             torch.mul(y, 2.0, out=x)  # races lib_write in the graph
-        for s in (SIDE, COPY):
-            with fake.on(s):
-                end = fake.event()
-                fake.record(end)
-            fake.wait(end)
+        _join(fake, SIDE, COPY)
         graph.capture_end()
 
 
@@ -380,7 +388,7 @@ def test_a_stale_stand_in_hides_a_race_on_a_later_wait(kind):
     assert recorder.errors == []
     events = recorder.trace_events()
     assert _inferred_records(events), events  # the stand-in on SIDE is made
-    racing = [{a.op for a in f.accesses} for f in analyzed(events).findings if f.kind == "data-race"]
+    racing = _racing(events)
     assert any("lib_write" in ops for ops in racing), racing
 
 
@@ -406,11 +414,7 @@ def higher_stream_waits_program(fake: FakeCuda) -> None:
         with fake.on(COPY):
             fake.wait(done)  # heard
             torch.mul(y, 3.0, out=fake.alloc())
-        for s in (SIDE, COPY):
-            with fake.on(s):
-                end = fake.event()
-                fake.record(end)
-            fake.wait(end)
+        _join(fake, SIDE, COPY)
         graph.capture_end()
 
 
@@ -420,7 +424,7 @@ def test_a_library_kernel_on_a_lower_stream_is_not_put_on_the_waiting_stream(kin
     assert recorder.errors == []
     events = recorder.trace_events()
     (lib,) = [e for e in events if e["ev"] == "kernel" and e["name"] == "lib_write"]
-    racing = [{a.op for a in f.accesses} for f in analyzed(events).findings if f.kind == "data-race"]
+    racing = _racing(events)
     assert lib["stream"] == SIDE and any("lib_write" in ops for ops in racing), (hex(lib["stream"]), racing)
 
 
@@ -518,22 +522,6 @@ def test_a_wait_inside_a_composite_op_stands_in_alike():
 # -- found by a second hostile review (of 9582e81): each failed there -------------------------
 
 
-def _inferred_hex(events):
-    return [(e["event"], hex(e["stream"])) for e in events if e["ev"] == "event_record" and e.get("inferred")]
-
-
-def _racing(events):
-    return [sorted(a.op for a in f.accesses) for f in analyzed(events).findings if f.kind == "data-race"]
-
-
-def _join(fake, *streams):
-    for s in streams:
-        with fake.on(s):
-            end = fake.event()
-            fake.record(end)
-        fake.wait(end)
-
-
 # 1. smallest frontier: K (a library write on SIDE) sits in MAIN's frontier {A, K} (MAIN
 #    waited on the library's event) and in SIDE's {K, A, c} (the library then joined MAIN's
 #    and COPY's events into SIDE, unheard). The old rule (later stream) put K on SIDE; the
@@ -593,10 +581,7 @@ def origin_unseen_then_wait_program(fake: FakeCuda, heard_record: bool = False) 
             fake.record(done, heard=heard_record)
         fake.launch("kernel", "lib_main", params=[[x.data_ptr()]])  # unseen, on MAIN, before the wait
         fake.wait(done)  # heard
-        with fake.on(SIDE):
-            end = fake.event()
-            fake.record(end, heard=False)  # the library joins SIDE back (unheard)
-        fake.wait(end, heard=False)
+        _join(fake, SIDE, heard=False)  # the library joins SIDE back
         graph.capture_end()
 
 
@@ -620,7 +605,7 @@ def test_an_unseen_launch_before_the_origin_streams_first_wait_keeps_its_race(ki
     assert recorder.errors == []
     events = recorder.trace_events()
     racing = _racing(events)
-    assert any("lib_main" in ops for ops in racing), (racing, _inferred_hex(events))
+    assert any("lib_main" in ops for ops in racing), (racing, _inferred_records(events))
 
 
 # 3. external events inside one capture, the origin stream's first act a wait (ordinary torch)
@@ -644,7 +629,7 @@ def external_in_capture_program(fake: FakeCuda) -> None:
 
 def test_external_events_in_one_capture_make_nothing_up():
     events = recorded_alike(external_in_capture_program)
-    assert (_inferred_hex(events), _racing(events)) == ([], [])
+    assert (_inferred_records(events), _racing(events)) == ([], [])
 
 
 # 2b. as 2, with MAIN's last-seen frontier {m} non-empty: SIDE's frontier still holds m (SIDE
@@ -671,11 +656,7 @@ def own_op_unseen_then_wait_program(fake: FakeCuda) -> None:
             torch.mul(y, 5.0, out=fake.alloc())  # COPY moves on
         fake.launch("kernel", "lib_main", params=[[x.data_ptr()]])  # unseen, on MAIN
         fake.wait(done)  # heard: MAIN {lib_main, m, c}, last seen {m}
-        for s in (SIDE, COPY):
-            with fake.on(s):
-                end = fake.event()
-                fake.record(end, heard=False)
-            fake.wait(end, heard=False)
+        _join(fake, SIDE, COPY, heard=False)
         graph.capture_end()
 
 
@@ -685,7 +666,7 @@ def test_an_unseen_launch_before_a_wait_that_keeps_the_last_seen_frontier_keeps_
     assert recorder.errors == []
     events = recorder.trace_events()
     racing = _racing(events)
-    assert any("lib_main" in ops for ops in racing), (racing, _inferred_hex(events))
+    assert any("lib_main" in ops for ops in racing), (racing, _inferred_records(events))
 
 
 # -- found by a third hostile review (of 38c7006) ---------------------------------------------
@@ -744,5 +725,5 @@ def test_a_wait_that_brings_in_a_node_no_frontier_holds_keeps_its_race(kind, wai
     recorder, _ = record_program(kind, lambda fake: went_on_program(fake, waiting, unseen_after))
     assert recorder.errors == []
     events = recorder.trace_events()
-    assert _inferred_hex(events) == []
+    assert _inferred_records(events) == []
     assert any("lib_write" in ops for ops in _racing(events)), _racing(events)

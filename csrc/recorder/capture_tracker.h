@@ -350,15 +350,10 @@ class CaptureTracker {
         Locked held(mutex_);
         auto it = record_frontier_.find(event);
         const Frontier* recorded = it != record_frontier_.end() ? &it->second : nullptr;
-        auto in = [](const Frontier& f, int64_t node) { return std::find(f.begin(), f.end(), node) != f.end(); };
         for (int64_t node : now) {
-            if (!in(known, node) && (recorded == nullptr || !in(*recorded, node))) return false;
+            if (!contains(known, node) && (recorded == nullptr || !contains(*recorded, node))) return false;
         }
-        if (recorded == nullptr) return true;
-        for (int64_t node : *recorded) {
-            if (!in(now, node)) return false;
-        }
-        return true;
+        return recorded == nullptr || subset(*recorded, now);
     }
 
     // A record no hook heard, stood in for (UnseenLaunches::stand_in): the event's latest now.

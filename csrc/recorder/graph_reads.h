@@ -45,8 +45,10 @@ inline Frontier frontier(const Driver& driver, int64_t stream) {
     return nodes;
 }
 
+inline bool contains(const Frontier& f, int64_t node) { return std::find(f.begin(), f.end(), node) != f.end(); }
+
 inline bool subset(const Frontier& a, const Frontier& b) {
-    return std::all_of(a.begin(), a.end(), [&](int64_t n) { return std::find(b.begin(), b.end(), n) != b.end(); });
+    return std::all_of(a.begin(), a.end(), [&](int64_t n) { return contains(b, n); });
 }
 
 // The trace's name of a CUgraphNodeType value (hook_tables.node_type_name).
@@ -282,12 +284,12 @@ inline std::vector<Edge> graph_edges(const Driver& driver, int64_t graph) {
     if (previous == 0 || count >= from.size()) {
         count = 0;
         detail::check(driver.call(driver.edges, g, nullptr, nullptr, nullptr, &count), "cuGraphGetEdges");
-        previous = count;
-        if (count == 0) return {};
-        from.resize(count);
-        to.resize(count);
-        data.resize(count);
-        detail::check(driver.call(driver.edges, g, from.data(), to.data(), data.data(), &count), "cuGraphGetEdges");
+        if (count > 0) {  // the driver refuses arrays with a zero count
+            from.resize(count);
+            to.resize(count);
+            data.resize(count);
+            detail::check(driver.call(driver.edges, g, from.data(), to.data(), data.data(), &count), "cuGraphGetEdges");
+        }
     }
     previous = count;
     constexpr unsigned char kProgrammatic = 1;  // CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC

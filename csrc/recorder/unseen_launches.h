@@ -195,8 +195,6 @@ class UnseenLaunches {
     }
 
    private:
-    static bool contains(const Frontier& f, int64_t node) { return std::find(f.begin(), f.end(), node) != f.end(); }
-
     // For stand_in: (the stream, its frontier) of the one other stream of the capture whose
     // whole frontier the waiting stream now holds, had not held (`wait.known`) and the
     // event's known record (`recorded`) does not; `now`: the streams' frontiers. What the

@@ -644,7 +644,8 @@ class PythonHooks:
         brought = now - known - held  # new in the waiting stream's frontier, not in the known record
         if brought:
             streams = self.capture_streams(graph)
-            elsewhere = {n for s in streams if s != waiting for n in self._graphs.capture_state(s)[1]}
+            frontiers = {s: self._graphs.capture_state(s)[1] for s in streams}
+            elsewhere = {n for s in streams if s != waiting for n in frontiers[s]}
             # A node no other stream's frontier holds may be the waiting stream's own launch,
             # unseen, which its last-seen frontier cannot tell (a wait may bring those nodes
             # back), or that of a stream that went on since: which, no frontier says, and nothing
@@ -654,7 +655,7 @@ class PythonHooks:
                 return None
             if held and held <= now:  # a known record that still holds keeps the wait
                 return None
-            joined = self._unheard_record(graph, waiting, known, held, brought)
+            joined = self._unheard_record(waiting, known, held, brought, frontiers)
         if joined is None and recorded is not None and not held <= now:
             joined = waiting, tuple(self._graphs.capture_state(waiting)[1])
         if joined is None:
@@ -664,26 +665,32 @@ class PythonHooks:
         return joined[0]
 
     def _unheard_record(
-        self, graph: int, waiting: int, known: set[int], recorded: set[int], brought: set[int]
+        self,
+        waiting: int,
+        known: set[int],
+        recorded: set[int],
+        brought: set[int],
+        frontiers: dict[int, tuple[int, ...]],
     ) -> tuple[int, tuple[int, ...]] | None:
         """For _stand_in: (the stream, its frontier) of the one other stream of the capture
         whose whole frontier the waiting stream now holds, had not held and the event's known
-        record does not; what the streams launched unseen is caught up first, so that the
-        record comes after their kernels. None for none or several: no record is made up (a
-        race may then be reported that the graph orders, never one hidden)."""
-        streams = self.capture_streams(graph)
-        if self._moved([s for s in streams if s != waiting]):  # the waiting stream's moved by the wait
+        record does not; ``frontiers``: the capture's streams' frontiers. What the streams
+        launched unseen is caught up first, so that the record comes after their kernels. None
+        for none or several: no record is made up (a race may then be reported that the graph
+        orders, never one hidden)."""
+        # The waiting stream's moved by the wait.
+        if any(frontier != self._known.get(s) for s, frontier in frontiers.items() if s != waiting):
             self.brought_by_wait = waiting, frozenset(brought)  # no launch of the waiting stream's
             try:
                 self._catch_up()
             finally:
                 self.brought_by_wait = None
-        now = set(self._graphs.capture_state(waiting)[1])
+            frontiers = {s: self._graphs.capture_state(s)[1] for s in frontiers}
+        now = set(frontiers[waiting])
         joined = []
-        for other in streams:
+        for other, frontier in frontiers.items():
             if other == waiting:
                 continue
-            frontier = tuple(self._graphs.capture_state(other)[1])
             nodes = set(frontier)
             if nodes and nodes <= now and not nodes <= known and not nodes <= recorded:
                 joined.append((other, frontier))
